@@ -1,0 +1,1 @@
+"""Tandem's decoding core: sampling, exact acceptance, backends, sessions and the generator."""

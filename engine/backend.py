@@ -1,0 +1,53 @@
+"""The small interface every model backend offers; only `llama_backend` talks to llama.cpp.
+
+A backend is one model with one KV cache (one sequence). It knows nothing of positions beyond
+what it is told: the `Session` that owns it decides where tokens go and when to roll back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hardware settings for one model; target and draft each get their own."""
+
+    path: str
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    n_batch: int = 512
+
+
+class Backend(Protocol):
+    n_vocab: int
+    n_ctx: int
+    name: str
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids; `add_special` adds BOS where the model wants one."""
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes of one token (may be part of a multi-byte UTF-8 character)."""
+
+    def is_eog(self, token: int) -> bool:
+        """End of generation: EOS, EOT and the like."""
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str:
+        """Render messages with the chat template stored in the model, ready for generation."""
+
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
+        """Append `tokens` at positions pos.. and return logits `[len(rows), n_vocab]` for the
+        given indices into `tokens` (only those rows are computed and copied)."""
+
+    def truncate(self, n: int) -> None:
+        """Forget every cached position >= n."""
+
+    def close(self) -> None:
+        """Free the model and its context."""

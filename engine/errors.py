@@ -1,0 +1,26 @@
+"""Errors a user can cause and fix; each carries a one-line message meant to be shown as is."""
+from __future__ import annotations
+
+
+class TandemError(Exception):
+    """Base class: the CLI prints `error: <message>` and exits non-zero; the UI shows the message."""
+
+
+class SettingsError(TandemError, ValueError):
+    """A sampling or hardware setting is out of range."""
+
+
+class ModelFileError(TandemError):
+    """A model file is missing, unreadable, not GGUF, or truncated."""
+
+
+class IncompatiblePairError(TandemError):
+    """Target and draft cannot be paired (different tokenizers, for example)."""
+
+
+class DoesNotFitError(TandemError):
+    """Target, draft and their caches do not fit in this machine's memory."""
+
+
+class HubError(TandemError):
+    """The model hub could not be reached or refused a request."""

@@ -1,0 +1,35 @@
+"""Events the generator yields; the CLI and the UI only format them.
+
+Origins of a committed token: "draft" (a drafted token the target accepted), "correction"
+(sampled by the target after a rejection), "bonus" (sampled by the target after every drafted
+token was accepted) and "target" (plain decoding, the baseline).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.stats import GenerationStats, RoundStats
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token: int
+    text: str
+    origin: str
+    index: int
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    round: RoundStats
+    stats: GenerationStats
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    text: str
+    stats: GenerationStats
+    tokens: tuple[int, ...]
+
+
+Event = TokenEvent | RoundEvent | DoneEvent

@@ -1,0 +1,135 @@
+"""The decoding loop: speculative rounds (draft, verify in one target pass, commit, roll back)
+and, with no drafter, plain decoding of the same target through the same code.
+
+Invariant at the start of every round: the target's cache holds every committed token but the
+last one. A round decodes [last committed] + drafted tokens in one batch; row i of its logits
+is the target's distribution for drafted position i, and row γ gives the bonus distribution.
+After verification the target is rolled back to the committed tokens, minus the newest.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from engine.acceptance import verify
+from engine.drafters.base import Drafter, Proposal, empty_proposal, give_feedback
+from engine.errors import SettingsError
+from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
+from engine.policy import FixedGamma, GammaPolicy
+from engine.sampling import Rows, SamplingParams
+from engine.session import Session
+from engine.stats import GenerationStats, RoundStats
+from engine.textstream import TextStream
+
+MAX_GAMMA = 32
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    params: SamplingParams = field(default_factory=SamplingParams)
+    gamma: int = 4
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.gamma <= MAX_GAMMA):
+            raise SettingsError(f"gamma must be between 0 and {MAX_GAMMA}, got {self.gamma}")
+        if self.max_tokens < 1:
+            raise SettingsError(f"max tokens must be >= 1, got {self.max_tokens}")
+
+
+def _clock() -> float:
+    return time.perf_counter() * 1e3
+
+
+def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
+             config: GenerationConfig, policy: GammaPolicy | None = None) -> Iterator[Event]:
+    """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent."""
+    if not prompt:
+        raise SettingsError("the prompt is empty")
+    params = config.params
+    rng = np.random.default_rng(params.seed)
+    speculative = drafter is not None and config.gamma > 0
+    policy = policy or FixedGamma(config.gamma if speculative else 0)
+    backend = target.backend
+    stats = GenerationStats(mode="speculative" if speculative else "baseline",
+                            drafter=drafter.name if speculative else "none",
+                            gamma=config.gamma if speculative else 0, prompt_tokens=len(prompt))
+    stream = TextStream(backend.token_bytes, config.stop)
+    seq = [int(t) for t in prompt]
+    out: list[int] = []
+
+    t_start = _clock()
+    if len(seq) + 1 > backend.n_ctx:
+        raise SettingsError(f"the prompt ({len(seq)} tokens) does not fit in n_ctx {backend.n_ctx}")
+    target.sync(seq, feed_last=False)
+    if speculative and hasattr(drafter, "prefill"):
+        drafter.prefill(seq)
+    t_prefill = _clock()
+    stats.prefill_ms = t_prefill - t_start
+
+    finish = ""
+    while not finish:
+        room = min(config.max_tokens - len(out) - 1, backend.n_ctx - len(seq) - 1)
+        if room < 0:
+            finish = "length"
+            break
+        gamma = min(policy.next_gamma(), room) if speculative else 0
+        proposal: Proposal = (drafter.propose(seq, gamma, params, rng) if gamma > 0
+                              else empty_proposal("none"))
+        drafted = [int(t) for t in proposal.tokens]
+
+        t0 = _clock()
+        logits = target.extend([seq[-1]] + drafted, rows=range(len(drafted) + 1))
+        p = Rows(logits, params)
+        verdict = verify(p, proposal.q, proposal.tokens, rng, params.greedy)
+        verify_ms = _clock() - t0
+        target.rollback(len(seq) + verdict.n_accepted)
+        if speculative:
+            give_feedback(drafter, proposal, verdict.n_accepted)
+
+        new = drafted[:verdict.n_accepted] + [verdict.token]
+        origins = ["draft"] * verdict.n_accepted + [verdict.kind if speculative else "target"]
+        r = RoundStats(index=stats.rounds, gamma=gamma, drafted=len(drafted),
+                       accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
+                       draft_ms=proposal.time_ms, verify_ms=verify_ms, source=proposal.source,
+                       predicted_tps=proposal.meta.get("predicted_tps"))
+        for tok, origin in zip(new, origins):
+            if backend.is_eog(tok):
+                finish = "eos"
+                break
+            seq.append(tok)
+            out.append(tok)
+            stats.origins.append(origin)
+            r.committed += 1
+            text = stream.push(tok)
+            if not stats.ttft_ms:
+                stats.ttft_ms = _clock() - t_start
+            yield TokenEvent(token=tok, text=text, origin=origin, index=len(out) - 1)
+            if stream.stopped:
+                finish = "stop"
+                break
+            if len(out) >= config.max_tokens:
+                finish = "length"
+                break
+        stats.record_round(r, max(len(drafted), len(stats.drafted_at)))
+        policy.update(r)
+        stats.output_tokens = len(out)
+        yield RoundEvent(round=r, stats=stats)
+
+    tail = stream.finish()
+    if tail:
+        yield TokenEvent(token=-1, text=tail, origin="flush", index=len(out) - 1)
+    # Leave the target's cache holding every committed token but the last, as between rounds.
+    target.rollback(len(seq) - 1)
+    t_end = _clock()
+    stats.output_tokens = len(out)
+    stats.total_time_ms = t_end - t_start
+    stats.decode_time_ms = t_end - t_prefill
+    stats.finish_reason = finish
+    if not stats.ttft_ms:
+        stats.ttft_ms = stats.total_time_ms
+    yield DoneEvent(text=stream.text, stats=stats, tokens=tuple(out))

@@ -1,0 +1,121 @@
+"""The llama.cpp backend: the only module in Tandem that imports `llama_cpp`.
+
+Logits are requested per row of a batch (llama_batch.logits flags) and copied only for those
+rows; `logits_all` stays off, since a 151,936-token vocabulary times n_ctx floats would cost
+gigabytes. KV-cache truncation uses llama.cpp's memory API on sequence 0.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from engine.backend import F32, ModelConfig
+from engine.errors import ModelFileError, SettingsError
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+class LlamaBackend:
+    def __init__(self, config: ModelConfig) -> None:
+        path = Path(config.path)
+        if not path.is_file():
+            raise ModelFileError(f"model file not found: {path}")
+        if config.n_ctx < 16:
+            raise SettingsError(f"context length must be >= 16, got {config.n_ctx}")
+        threads = config.n_threads or default_threads()
+        try:
+            self.llm = llama_cpp.Llama(
+                model_path=str(path), n_ctx=config.n_ctx, n_batch=config.n_batch,
+                n_ubatch=config.n_batch, n_threads=threads, n_threads_batch=threads,
+                n_gpu_layers=config.n_gpu_layers, logits_all=False, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelFileError(f"llama.cpp could not load {path.name}: {exc}") from None
+        self.name = path.name
+        self.config = config
+        self.n_vocab: int = self.llm.n_vocab()
+        self.n_ctx: int = self.llm.n_ctx()
+        self._ctx = self.llm._ctx.ctx
+        self._vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._n_batch = config.n_batch
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._piece_cache: dict[int, bytes] = {}
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_special, special=parse_special)
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._piece_cache.get(token)
+        if piece is None:
+            piece = self.llm._model.token_to_piece(token, special=False)
+            self._piece_cache[token] = piece
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def metadata(self) -> dict[str, str]:
+        return dict(self.llm.metadata)
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str:
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ModelFileError(f"{self.name} has no chat template; use raw mode (--raw)")
+        model = self.llm._model
+
+        def text_of(tok: int) -> str:
+            return model.token_get_text(tok) if tok >= 0 else ""
+
+        fmt = Jinja2ChatFormatter(template=template, eos_token=text_of(model.token_eos()),
+                                  bos_token=text_of(model.token_bos()))
+        return fmt(messages=list(messages)).prompt
+
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
+        want = sorted(set(int(r) for r in rows))
+        out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
+        index = {r: i for i, r in enumerate(rows)}
+        b = self._batch
+        for start in range(0, len(tokens), self._n_batch):
+            chunk = tokens[start:start + self._n_batch]
+            for j, tok in enumerate(chunk):
+                b.token[j] = int(tok)
+                b.pos[j] = pos + start + j
+                b.n_seq_id[j] = 1
+                b.seq_id[j][0] = 0
+                b.logits[j] = (start + j) in index
+            b.n_tokens = len(chunk)
+            rc = llama_cpp.llama_decode(self._ctx, b)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed with code {rc} at position {pos + start}")
+            for r in want:
+                if start <= r < start + len(chunk):
+                    ptr = llama_cpp.llama_get_logits_ith(self._ctx, r - start)
+                    row = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                                shape=(self.n_vocab,))
+                    for i, rr in enumerate(rows):
+                        if rr == r:
+                            out[i] = row
+        return out
+
+    def truncate(self, n: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "llm", None) is not None:
+            self.llm.close()
+            self.llm = None
+
+
+def load(config: ModelConfig) -> LlamaBackend:
+    return LlamaBackend(config)

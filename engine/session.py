@@ -1,0 +1,63 @@
+"""A session: one backend plus the token ids its KV cache holds. The single owner of positions.
+
+Every decode goes through `extend` (append at the end) and every rollback through `rollback`,
+so `len(self.tokens)` is always the number of positions in the cache.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from engine.backend import F32, Backend
+from engine.errors import SettingsError
+
+
+class Session:
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.tokens: list[int] = []
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, tokens: Sequence[int], rows: Sequence[int] | None = None) -> F32:
+        """Decode `tokens` after the cached ones; logits for `rows` (default: the last token)."""
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise ValueError("extend needs at least one token")
+        if self.n_past + len(tokens) > self.backend.n_ctx:
+            raise SettingsError(
+                f"context is full: {self.n_past + len(tokens)} tokens > n_ctx {self.backend.n_ctx}; "
+                "raise --ctx or shorten the prompt/max tokens")
+        rows = [len(tokens) - 1] if rows is None else list(rows)
+        logits = self.backend.decode(tokens, self.n_past, rows)
+        self.tokens.extend(tokens)
+        return logits
+
+    def rollback(self, n: int) -> None:
+        """Keep the first `n` cached positions, drop the rest."""
+        if n < len(self.tokens):
+            self.backend.truncate(n)
+            del self.tokens[n:]
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = 0
+        for a, b in zip(self.tokens, tokens):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def sync(self, tokens: Sequence[int], feed_last: bool) -> F32 | None:
+        """Make the cache hold `tokens` (or all but the last one when not `feed_last`), reusing
+        the longest common prefix already cached. Returns the last row of logits when anything
+        was decoded, else None."""
+        want = len(tokens) if feed_last else len(tokens) - 1
+        keep = min(self.common_prefix(tokens), want)
+        if feed_last and keep == want and want > 0:
+            # Logits are not stored per position: re-decode the last token to get them.
+            keep -= 1
+        self.rollback(keep)
+        if keep >= want:
+            return None
+        return self.extend(tokens[keep:want])

@@ -1,0 +1,100 @@
+"""Statistics of a generation, returned as data: per round and for the whole run.
+
+Time phases: `prefill_ms` evaluates the prompt on both models; the decode phase runs from the
+end of prefill to the last committed token; `tokens_per_s` is output tokens over the decode
+phase; `total_time_ms` is end-to-end (prefill included); `ttft_ms` is the time from the start
+until the first output token was committed.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RoundStats:
+    index: int
+    gamma: int
+    drafted: int
+    accepted: int
+    kind: str
+    committed: int
+    draft_ms: float
+    verify_ms: float
+    source: str = ""
+    predicted_tps: float | None = None
+
+
+@dataclass
+class GenerationStats:
+    mode: str = "speculative"
+    drafter: str = ""
+    gamma: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    rejected_rounds: int = 0
+    rounds: int = 0
+    target_calls: int = 0
+    draft_time_ms: float = 0.0
+    verify_time_ms: float = 0.0
+    prefill_ms: float = 0.0
+    ttft_ms: float = 0.0
+    total_time_ms: float = 0.0
+    decode_time_ms: float = 0.0
+    finish_reason: str = ""
+    # Counts per draft position i (0-based): how often a token was drafted / accepted there.
+    drafted_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    # Output-token index at which each accepted draft token landed (acceptance along the text).
+    origins: list[str] = field(default_factory=list)
+    gammas: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / (self.decode_time_ms / 1e3) if self.decode_time_ms > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def accepted_per_target_call(self) -> float:
+        return self.accepted_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return self.output_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def target_calls_per_token(self) -> float:
+        return self.target_calls / self.output_tokens if self.output_tokens else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    def record_round(self, r: RoundStats, drafted_positions: int) -> None:
+        self.rounds += 1
+        self.target_calls += 1
+        self.drafted_tokens += r.drafted
+        self.accepted_tokens += r.accepted
+        self.draft_time_ms += r.draft_ms
+        self.verify_time_ms += r.verify_ms
+        self.gammas.append(r.gamma)
+        if r.drafted and r.accepted < r.drafted:
+            self.rejected_rounds += 1
+        while len(self.drafted_at) < drafted_positions:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(r.drafted):
+            self.drafted_at[i] += 1
+            if i < r.accepted:
+                self.accepted_at[i] += 1
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        for name in ("tokens_per_s", "acceptance_rate", "accepted_per_target_call",
+                     "tokens_per_target_call", "target_calls_per_token", "acceptance_by_position"):
+            d[name] = getattr(self, name)
+        return d

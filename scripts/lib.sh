@@ -1,0 +1,90 @@
+# Shared set-up for scripts/run and scripts/test: venv, llama-cpp-python build, embedded models.
+# Sourced, not executed. Every step is idempotent: a second run rebuilds and re-downloads nothing.
+set -euo pipefail
+
+TANDEM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TANDEM_HOME="${TANDEM_HOME:-$HOME/.cache/tandem}"
+export TANDEM_HOME
+LLAMA_CPP_VERSION="0.3.36"
+VENV="${TANDEM_VENV:-$TANDEM_ROOT/.venv}"
+PY="$VENV/bin/python"
+
+log() { printf '[tandem] %s\n' "$*" >&2; }
+
+# CMake flags for llama.cpp: never -march=native on x86 (AMX may be advertised yet forbidden by
+# the kernel, which kills the process with SIGILL); instead name the ISA extensions this CPU has.
+llama_cmake_args() {
+  local os; os="$(uname -s)"
+  if [ "$os" = "Darwin" ]; then
+    if [ "$(uname -m)" = "arm64" ]; then echo "-DGGML_METAL=ON"; else echo "-DGGML_METAL=OFF -DGGML_NATIVE=OFF"; fi
+    return
+  fi
+  local args="-DGGML_NATIVE=OFF"
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    args="$args -DGGML_CUDA=ON"
+  fi
+  if [ -r /proc/cpuinfo ] && [ "$(uname -m)" = "x86_64" ]; then
+    local flags; flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    has() { case "$flags" in *" $1 "*) return 0;; *) return 1;; esac; }
+    has avx && args="$args -DGGML_AVX=ON"
+    has avx2 && args="$args -DGGML_AVX2=ON"
+    has fma && args="$args -DGGML_FMA=ON"
+    has f16c && args="$args -DGGML_F16C=ON"
+    has avx512f && args="$args -DGGML_AVX512=ON"
+    has avx512vbmi && args="$args -DGGML_AVX512_VBMI=ON"
+    has avx512_vnni && args="$args -DGGML_AVX512_VNNI=ON"
+    has avx512_bf16 && args="$args -DGGML_AVX512_BF16=ON"
+    has avx_vnni && args="$args -DGGML_AVX_VNNI=ON"
+  fi
+  echo "$args"
+}
+
+ensure_venv() {
+  if [ ! -x "$PY" ]; then
+    log "creating venv at $VENV"
+    python3 -m venv "$VENV"
+    "$PY" -m pip install -q --upgrade pip
+  fi
+}
+
+# The wheel is cached outside the clone, keyed by version and build flags, so CI and fresh
+# clones install it in seconds instead of compiling for seven minutes.
+ensure_llama_cpp() {
+  if "$PY" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_VERSION')" 2>/dev/null; then
+    return
+  fi
+  local cmake_args key dir
+  cmake_args="$(llama_cmake_args)"
+  key="$(printf '%s %s %s' "$LLAMA_CPP_VERSION" "$cmake_args" "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)"
+  dir="$TANDEM_HOME/wheels/llama-cpp-$key"
+  if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    log "building llama-cpp-python $LLAMA_CPP_VERSION (several minutes) with: $cmake_args"
+    mkdir -p "$dir.tmp"
+    CMAKE_ARGS="$cmake_args" FORCE_CMAKE=1 "$PY" -m pip wheel --no-deps --no-binary llama-cpp-python \
+      "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$dir.tmp"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  fi
+  "$PY" -m pip install -q --no-deps "$dir"/llama_cpp_python-*.whl
+  "$PY" -m pip install -q "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3" numpy
+}
+
+ensure_project() {
+  local stamp="$VENV/.tandem-deps" want
+  want="$(sha256sum "$TANDEM_ROOT/pyproject.toml" | cut -c1-16)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing Python dependencies"
+    "$PY" -m pip install -q -e "$TANDEM_ROOT[test]"
+    echo "$want" > "$stamp"
+  fi
+}
+
+ensure_models() {
+  "$PY" -m models.embedded ensure
+}
+
+setup_all() {
+  ensure_venv
+  ensure_llama_cpp
+  ensure_project
+  ensure_models
+}

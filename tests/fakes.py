@@ -1,0 +1,90 @@
+"""A scripted backend with deterministic logits, for testing the engine without any model.
+
+Logits at each position are a pure function of the last few tokens (a seeded hash), so two
+fakes built with the same seed are the same "model", and a fake with `noise` > 0 is a nearby
+draft model. `decode` enforces llama.cpp's rule that a batch starts right after the cache.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numpy as np
+
+
+class FakeBackend:
+    def __init__(self, n_vocab: int = 64, seed: int = 0, noise: float = 0.0, scale: float = 3.0,
+                 n_ctx: int = 4096, eog: int | None = None, order: int = 2) -> None:
+        self.n_vocab = n_vocab
+        self.n_ctx = n_ctx
+        self.name = f"fake-{seed}-{noise}"
+        self.seed, self.noise, self.scale, self.eog, self.order = seed, noise, scale, eog, order
+        self.cache: list[int] = []
+        self.calls: list[tuple[int, int]] = []
+
+    def _row(self, context: Sequence[int]) -> np.ndarray:
+        key = f"{self.seed}|{list(context[-self.order:])}".encode()
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+        row = rng.standard_normal(self.n_vocab) * self.scale
+        if self.noise:
+            nkey = f"noise|{self.noise}|{list(context[-self.order:])}".encode()
+            nrng = np.random.default_rng(int.from_bytes(hashlib.sha256(nkey).digest()[:8], "little"))
+            row = row + nrng.standard_normal(self.n_vocab) * self.noise
+        if self.eog is not None:
+            row[self.eog] = -30.0
+        return row.astype(np.float32)
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return [1 + (b % (self.n_vocab - 1)) for b in text.encode("utf-8")]
+
+    def token_bytes(self, token: int) -> bytes:
+        if token == self.eog:
+            return b""
+        # Tokens 60..63 are halves of two-byte characters (é = C3 A9, ü = C3 BC).
+        halves = {60: b"\xc3", 61: b"\xa9", 62: b"\xc3", 63: b"\xbc"}
+        if token in halves:
+            return halves[token]
+        return bytes([97 + token % 26])
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eog
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str:
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
+        if pos != len(self.cache):
+            raise AssertionError(f"inconsistent positions: batch at {pos}, cache holds {len(self.cache)}")
+        self.calls.append((pos, len(tokens)))
+        self.cache.extend(int(t) for t in tokens)
+        return np.stack([self._row(self.cache[:pos + r + 1]) for r in rows])
+
+    def truncate(self, n: int) -> None:
+        del self.cache[n:]
+
+    def close(self) -> None:
+        self.cache.clear()
+
+
+class ScriptedDrafter:
+    """Proposes the target's greedy continuation, corrupted at a scripted position each round:
+    `pattern[r % len(pattern)]` is the first wrong position of round r (>= gamma: none wrong)."""
+
+    def __init__(self, target_like: FakeBackend, pattern: Sequence[int]) -> None:
+        self.name = "scripted"
+        self.model = target_like
+        self.pattern = list(pattern)
+        self.round = 0
+
+    def propose(self, context, gamma, params, rng):
+        from engine.drafters.base import Proposal
+        wrong_at = self.pattern[self.round % len(self.pattern)]
+        self.round += 1
+        ctx = list(context)
+        out = []
+        for i in range(gamma):
+            best = int(np.argmax(self.model._row(ctx)))
+            tok = (best + 1) % self.model.n_vocab if i == wrong_at else best
+            out.append(tok)
+            ctx.append(tok)
+        return Proposal(tokens=np.asarray(out, dtype=np.int32), q=None, source=self.name)

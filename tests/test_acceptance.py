@@ -1,0 +1,135 @@
+"""Monte Carlo exactness of the acceptance rules on synthetic p and q (no model needed).
+
+A speculative round over a tiny Markov chain (target P, draft Q, both [V, V] transition
+matrices) emits tokens; the distribution of the first emitted token and of the first two jointly
+must match the target's (chi-square at a fixed seed). The same test run with a deliberately
+wrong rule must fail: that is what shows the test can fail.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from engine.acceptance import Verdict, greedy_verify, one_hot_verify, residual, speculative_verify
+from engine.sampling import SamplingParams, probabilities, sample
+
+V = 6
+N = 20000
+ALPHA = 1e-3
+
+
+def wrong_rule(p, q, draft, rng):
+    """Biased on purpose: resamples from p instead of the residual on rejection."""
+    for i, x in enumerate(draft):
+        if rng.random() < min(1.0, p[i][x] / q[i][x]):
+            continue
+        return Verdict(i, sample(p[i], rng), "correction")
+    return Verdict(len(draft), sample(p[len(draft)], rng), "bonus")
+
+
+def chain(seed: int, temp: float = 1.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.stack([probabilities(rng.standard_normal(V) * 2, SamplingParams(temperature=temp))
+                     for _ in range(V)])
+
+
+def first_two(P, Q, gamma, rule, rng, one_hot=False, start=0):
+    """Run speculative rounds from `start` until two tokens are emitted; return them."""
+    out: list[int] = []
+    prev = start
+    while len(out) < 2:
+        draft, qrows, ctx = [], [], prev
+        for _ in range(gamma):
+            x = sample(Q[ctx], rng)
+            draft.append(x)
+            qrows.append(np.eye(V)[x] if one_hot else Q[ctx])
+            ctx = x
+        prows, ctx = [P[prev]], prev
+        for x in draft:
+            prows.append(P[x])
+        prows = np.stack(prows)
+        d = np.asarray(draft, dtype=np.int32)
+        v = one_hot_verify(prows, d, rng) if rule is None else rule(prows, np.stack(qrows), d, rng)
+        emitted = draft[:v.n_accepted] + [v.token]
+        out.extend(emitted)
+        prev = out[-1]
+    return out[0], out[1]
+
+
+def joint_counts(P, Q, gamma, rule, seed, one_hot=False):
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((V, V))
+    for _ in range(N):
+        a, b = first_two(P, Q, gamma, rule, rng, one_hot)
+        counts[a, b] += 1
+    return counts
+
+
+def joint_pvalue(P, counts):
+    expected = (P[0][:, None] * P) * counts.sum()
+    mask = expected.ravel() > 0
+    obs, exp = counts.ravel(), expected.ravel()
+    assert obs[~mask].sum() == 0, "emitted a pair the target gives probability zero"
+    return stats.chisquare(obs[mask], exp[mask]).pvalue
+
+
+CASES = {
+    "random": (chain(1), chain(2)),
+    "close": (chain(3), 0.8 * chain(3) + 0.2 * chain(4)),
+    # Draft mass entirely where the target has none for half the tokens.
+    "disjoint": (
+        np.tile(np.array([0.4, 0.3, 0.3, 0, 0, 0]), (V, 1)),
+        np.tile(np.array([0, 0, 0.1, 0.3, 0.3, 0.3]), (V, 1)),
+    ),
+    # Truncated supports: top-k on the target, top-p on the draft, as the transform produces.
+    "truncated": (
+        np.stack([probabilities(r, SamplingParams(temperature=0.8, top_k=3)) for r in
+                  np.random.default_rng(5).standard_normal((V, V)) * 2]),
+        np.stack([probabilities(r, SamplingParams(temperature=0.8, top_p=0.7)) for r in
+                  np.random.default_rng(6).standard_normal((V, V)) * 2]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_speculative_rule_matches_target(case, gamma):
+    P, Q = CASES[case]
+    counts = joint_counts(P, Q, gamma, speculative_verify, seed=gamma)
+    assert joint_pvalue(P, counts) > ALPHA
+
+
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_one_hot_rule_matches_target(gamma):
+    P, Q = CASES["random"]
+    counts = joint_counts(P, Q, gamma, None, seed=11, one_hot=True)
+    assert joint_pvalue(P, counts) > ALPHA
+
+
+@pytest.mark.parametrize("case", ["random", "disjoint", "truncated"])
+def test_wrong_rule_is_caught(case):
+    P, Q = CASES[case]
+    counts = joint_counts(P, Q, 3, wrong_rule, seed=7)
+    assert joint_pvalue(P, counts) < ALPHA
+
+
+def test_residual_is_normalised_max_of_difference():
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    q = np.array([0.2, 0.5, 0.1, 0.2])
+    np.testing.assert_allclose(residual(p, q), np.array([0.3, 0.0, 0.1, 0.0]) / 0.4)
+    np.testing.assert_allclose(residual(p, p), p)
+
+
+def test_greedy_rule_keeps_prefix_matching_argmax():
+    p = np.eye(5)[[1, 2, 3, 4]]
+    assert greedy_verify(p, np.array([1, 2, 3])) == Verdict(3, 4, "bonus")
+    assert greedy_verify(p, np.array([1, 0, 3])) == Verdict(1, 2, "correction")
+    assert greedy_verify(p, np.array([4, 2, 3])) == Verdict(0, 1, "correction")
+
+
+def test_zero_draft_probability_is_a_rejection():
+    p = np.array([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    q = np.array([[0.0, 0.0, 1.0]])
+    v = speculative_verify(p, q, np.array([0]), np.random.default_rng(0))
+    assert v.n_accepted == 0 and v.kind == "correction"
