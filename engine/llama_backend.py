@@ -55,7 +55,12 @@ class LlamaBackend:
     def token_bytes(self, token: int) -> bytes:
         piece = self._piece_cache.get(token)
         if piece is None:
-            piece = self.llm._model.token_to_piece(token, special=False)
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            piece = buf.raw[:n]
             self._piece_cache[token] = piece
         return piece
 

@@ -15,6 +15,8 @@ class Session:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.tokens: list[int] = []
+        # A session owns its backend's cache: start from an empty one so positions agree.
+        backend.truncate(0)
 
     @property
     def n_past(self) -> int:

@@ -88,3 +88,16 @@ setup_all() {
   ensure_project
   ensure_models
 }
+
+# Debian's Chromium for the browser test; Playwright drives it (its own browser download
+# cannot work offline, so it is never used).
+ensure_browser() {
+  if ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+      log "installing Debian's chromium for the browser test"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      log "chromium not found and no apt-get: the browser test will be skipped"
+    fi
+  fi
+}

@@ -1,0 +1,1 @@
+"""What users touch: the command line (`tandem`) and the Gradio app, both thin over the engine."""

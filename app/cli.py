@@ -1,0 +1,75 @@
+"""`tandem`: the command line. It parses, calls the engine or the models library, and formats."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.errors import TandemError
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from app.settings import generation_config, model_configs
+    from engine.events import DoneEvent, TokenEvent
+    from engine.pair import LoadOptions, Pair
+
+    config = generation_config(args)
+    tcfg, dcfg = model_configs(args)
+    pair = Pair.load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check))
+    try:
+        done = None
+        for ev in pair.generate(args.prompt, config, drafter="draft" if dcfg else "none",
+                                raw=args.raw):
+            if isinstance(ev, TokenEvent) and not args.json:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+            elif isinstance(ev, DoneEvent):
+                done = ev
+    finally:
+        pair.close()
+    assert done is not None
+    if args.json:
+        print(json.dumps({"text": done.text, "stats": done.stats.as_dict()}, indent=2))
+    else:
+        s = done.stats
+        print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
+              f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms"
+              + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
+                 if s.mode == "speculative" else ""), file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from app.settings import add_model_args, add_sampling_args
+    from models.cli import register as register_models
+
+    parser = argparse.ArgumentParser(prog="tandem", description="Exact speculative decoding for local GGUF models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate text from a prompt")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    g.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
+    add_model_args(g)
+    add_sampling_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    register_models(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TandemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
