@@ -1,0 +1,332 @@
+"""Memory budget for a target/draft pair: weights, KV caches, compute and output buffers, per device.
+
+The formulas follow what llama.cpp allocates (checked against its own buffer reports in
+tests/test_models_budget.py):
+- weights: every tensor, memory-mapped; on CPUs where llama.cpp repacks Q4_0/Q4_K/IQ4_NL matrices
+  for SIMD, those layers' copies come on top. Offloaded layers (the last `gpu_layers` blocks, and
+  the output matrix once gpu_layers exceeds the block count) live on the GPU instead.
+- KV cache: n_ctx (padded to 256) x layers x (K + V widths) x bytes per element of the KV type;
+  sliding-window layers keep only window + n_ubatch cells.
+- compute buffer: the largest of the logits phase (n_vocab x n_ubatch f32) and the attention phase
+  (one f32 n_kv x n_ubatch score matrix per head plus the mask), plus a few activation rows.
+- output buffer: n_vocab f32 logits for one sequence (the engine does not keep all logits).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import DoesNotFitError, SettingsError
+from models import machine as machine_mod
+from models.gguf_info import GGUFInfo, read_info
+
+MIB = 1 << 20
+GIB = 1 << 30
+KV_TYPES: dict[str, tuple[int, int]] = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}  # (block, bytes)
+REPACKED_TYPES = {"Q4_0", "Q4_K", "IQ4_NL"}
+KV_PAD = 256
+RAM_SHARE = 0.9  # leave the OS and the app itself some room
+GPU_SHARE = 0.95
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The sizes of one model that the budget needs, from its GGUF header."""
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    n_vocab: int
+    layer_bytes: tuple[int, ...]
+    layer_repack_bytes: tuple[int, ...]
+    output_bytes: int
+    output_repack_bytes: int
+    other_bytes: int  # token embeddings and norms: always on the CPU
+    sliding_window: int | None = None
+    n_swa_layers: int = 0
+    quant: str = "?"
+
+    @classmethod
+    def from_info(cls, info: GGUFInfo) -> "Layout":
+        layer = [0] * info.n_layer
+        repack = [0] * info.n_layer
+        output = output_repack = other = 0
+        for t in info.tensors:
+            packs = t.type_name in REPACKED_TYPES and len(t.shape) == 2 and not t.name.startswith("token_embd")
+            m = _BLOCK.match(t.name)
+            if m and int(m.group(1)) < info.n_layer:
+                i = int(m.group(1))
+                layer[i] += t.n_bytes
+                repack[i] += t.n_bytes if packs else 0
+            elif t.name.startswith("output.weight"):
+                output += t.n_bytes
+                output_repack += t.n_bytes if packs else 0
+            else:
+                other += t.n_bytes
+        n_swa = 0
+        if info.sliding_window:
+            # Gemma 2 alternates local/global layers; Gemma 3 has one global layer in six.
+            n_swa = info.n_layer - info.n_layer // 6 if info.architecture.startswith("gemma3") else info.n_layer // 2
+        return cls(info.path.name, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.head_dim_k,
+                   info.head_dim_v, info.n_vocab, tuple(layer), tuple(repack), output, output_repack, other,
+                   info.sliding_window, n_swa, info.file_type)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Bytes one model needs, by component and device."""
+    role: str
+    name: str
+    gpu_layers: int
+    weights_cpu: int
+    repack_cpu: int
+    weights_gpu: int
+    kv_cpu: int
+    kv_gpu: int
+    compute_cpu: int
+    compute_gpu: int
+    output_cpu: int
+
+    @property
+    def cpu(self) -> int:
+        return self.weights_cpu + self.repack_cpu + self.kv_cpu + self.compute_cpu + self.output_cpu
+
+    @property
+    def gpu(self) -> int:
+        return self.weights_gpu + self.kv_gpu + self.compute_gpu
+
+
+def _kv_bytes(n_elems: int, kv_type: str) -> int:
+    block, size = KV_TYPES[kv_type]
+    return -(-n_elems // block) * size
+
+
+def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16", gpu_layers: int = 0,
+                   n_ubatch: int = 512, repack: bool = False) -> Breakdown:
+    """Bytes llama.cpp allocates for one model loaded with these settings."""
+    if kv_type not in KV_TYPES:
+        raise SettingsError(f"unknown KV cache type {kv_type!r}; use one of {', '.join(KV_TYPES)}")
+    if n_ctx < 1 or gpu_layers < 0 or n_ubatch < 1:
+        raise SettingsError(f"context ({n_ctx}), GPU layers ({gpu_layers}) and batch ({n_ubatch}) must be positive")
+    n = layout.n_layer
+    g = min(gpu_layers, n)
+    output_on_gpu = gpu_layers > n
+    on_gpu = range(n - g, n)
+    w_gpu = sum(layout.layer_bytes[i] for i in on_gpu) + (layout.output_bytes if output_on_gpu else 0)
+    w_cpu = sum(layout.layer_bytes) + layout.output_bytes + layout.other_bytes - w_gpu
+    rp = 0
+    if repack:
+        rp = sum(layout.layer_repack_bytes[: n - g]) + (0 if output_on_gpu else layout.output_repack_bytes)
+
+    n_kv = -(-n_ctx // KV_PAD) * KV_PAD
+    width = layout.n_head_kv * (layout.head_dim_k + layout.head_dim_v)
+    swa_kv = min(n_kv, -(-((layout.sliding_window or 0) + n_ubatch) // KV_PAD) * KV_PAD)
+    per_layer = [_kv_bytes((swa_kv if i < layout.n_swa_layers else n_kv) * width, kv_type) for i in range(n)]
+    kv_gpu = sum(per_layer[i] for i in on_gpu)
+    kv_cpu = sum(per_layer) - kv_gpu
+
+    f32 = 4
+    ub = min(n_ubatch, n_ctx)
+    rows = layout.n_embd * ub * f32
+    logits = layout.n_vocab * ub * f32 + 3 * rows
+    attention = (layout.n_head + 1) * n_kv * ub * f32 + 6 * rows
+    comp_cpu = max(0 if output_on_gpu else logits, attention if g < n else 0, rows)
+    comp_gpu = max(logits if output_on_gpu else 0, attention if g else 0)
+    out = layout.n_vocab * f32
+    return Breakdown(role, layout.name, gpu_layers, w_cpu, rp, w_gpu, kv_cpu, kv_gpu, comp_cpu, comp_gpu, out)
+
+
+@dataclass
+class BudgetReport:
+    target: Breakdown
+    draft: Breakdown
+    machine: machine_mod.Machine
+    n_ctx: int
+    kv_type: str
+    verdict: str  # "fits", "fits with offload", "does not fit"
+    split: tuple[int, int] | None = None  # suggested (gpu_layers, draft_gpu_layers)
+    suggestions: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict != "does not fit"
+
+    @property
+    def ram_needed(self) -> int:
+        return self.target.cpu + self.draft.cpu
+
+    @property
+    def gpu_needed(self) -> int:
+        return self.target.gpu + self.draft.gpu
+
+    def one_line(self) -> str:
+        t, d = self.target, self.draft
+
+        def gib(*parts: int) -> str:
+            return f"{sum(parts) / GIB:.2f}"
+
+        need = (f"target {t.name} + draft {d.name} at n_ctx {self.n_ctx} need {gib(self.ram_needed)} GiB RAM"
+                f" (weights {gib(t.weights_cpu, d.weights_cpu, t.repack_cpu, d.repack_cpu)},"
+                f" KV {gib(t.kv_cpu, d.kv_cpu)}, compute {gib(t.compute_cpu, d.compute_cpu)},"
+                f" logits {gib(t.output_cpu, d.output_cpu)})")
+        if self.gpu_needed:
+            need += (f" and {gib(self.gpu_needed)} GiB GPU (weights {gib(t.weights_gpu, d.weights_gpu)},"
+                     f" KV {gib(t.kv_gpu, d.kv_gpu)}, compute {gib(t.compute_gpu, d.compute_gpu)})")
+        tail = f"; try {'; '.join(self.suggestions)}" if self.suggestions else ""
+        return f"{need}; this machine has {self.machine.describe()}{tail}"
+
+    def text(self) -> str:
+        def mib(b: int) -> str:
+            return f"{b / MIB:9.1f}"
+
+        rows = [f"{'':18}{'target':>10}{'draft':>10}   (MiB, n_ctx {self.n_ctx}, KV {self.kv_type})"]
+        t, d = self.target, self.draft
+        for label, a, b in (("weights (CPU)", t.weights_cpu, d.weights_cpu),
+                            ("repacked (CPU)", t.repack_cpu, d.repack_cpu),
+                            ("KV cache (CPU)", t.kv_cpu, d.kv_cpu), ("compute (CPU)", t.compute_cpu, d.compute_cpu),
+                            ("logits (CPU)", t.output_cpu, d.output_cpu), ("weights (GPU)", t.weights_gpu, d.weights_gpu),
+                            ("KV cache (GPU)", t.kv_gpu, d.kv_gpu), ("compute (GPU)", t.compute_gpu, d.compute_gpu)):
+            if a or b:
+                rows.append(f"{label:18}{mib(a)} {mib(b)}")
+        rows.append(f"{'total RAM':18}{mib(t.cpu)} {mib(d.cpu)}  = {self.ram_needed / GIB:.2f} GiB")
+        if self.gpu_needed:
+            rows.append(f"{'total GPU':18}{mib(t.gpu)} {mib(d.gpu)}  = {self.gpu_needed / GIB:.2f} GiB")
+        rows.append(f"machine: {self.machine.describe()}")
+        rows.append(f"verdict: {self.verdict}" + (f" (--gpu-layers {self.split[0]} --draft-gpu-layers {self.split[1]})"
+                                                  if self.split else ""))
+        rows += [f"suggestion: {s}" for s in self.suggestions]
+        return "\n".join(rows)
+
+
+def _fits(t: Breakdown, d: Breakdown, m: machine_mod.Machine) -> bool:
+    ram, gpu = t.cpu + d.cpu, t.gpu + d.gpu
+    if m.unified:
+        return ram + gpu <= m.ram_available * RAM_SHARE and gpu <= m.gpu_free
+    return ram <= m.ram_available * RAM_SHARE and gpu <= m.gpu_free * GPU_SHARE
+
+
+def _layout(model: GGUFInfo | Layout | str | Path) -> Layout:
+    if isinstance(model, Layout):
+        return model
+    return Layout.from_info(model if isinstance(model, GGUFInfo) else read_info(model))
+
+
+ModelLike = GGUFInfo | Layout | str | Path
+
+
+def _empty_layout() -> Layout:
+    return Layout("(no draft)", 0, 0, 0, 0, 0, 0, 0, (), (), 0, 0, 0)
+
+
+def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 4096, kv_type: str = "f16",
+                  gpu_layers: int = 0, draft_gpu_layers: int = 0, n_ubatch: int = 512,
+                  draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None) -> BudgetReport:
+    """Estimate the pair's memory on this machine and decide: fits, fits with offload, or does not fit.
+
+    `target` and `draft` are GGUF paths, parsed headers, or layouts; `draft` may be None (target only).
+    The draft's context defaults to the target's, as speculative decoding needs.
+    """
+    m = machine or machine_mod.detect()
+    lt = _layout(target)
+    ld = _layout(draft) if draft is not None else _empty_layout()
+    d_ctx = draft_n_ctx or n_ctx
+    if not m.has_gpu:
+        # A CPU-only llama.cpp ignores n_gpu_layers, so the request cannot change where memory goes.
+        gpu_layers = draft_gpu_layers = 0
+
+    def est(g: int, dg: int, ctx: int = n_ctx, kv: str = kv_type) -> tuple[Breakdown, Breakdown]:
+        t = estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv, gpu_layers=g, n_ubatch=n_ubatch,
+                           repack=m.cpu_repacks)
+        if draft is None:
+            return t, Breakdown("draft", ld.name, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        dctx = max(256, d_ctx * ctx // n_ctx)
+        return t, estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=dg, n_ubatch=n_ubatch,
+                                 repack=m.cpu_repacks)
+
+    t, d = est(gpu_layers, draft_gpu_layers)
+    report = BudgetReport(t, d, m, n_ctx, kv_type, "fits")
+    if _fits(t, d, m):
+        return report
+    if m.has_gpu:
+        split = _find_split(lt, ld, est, m)
+        if split:
+            report.target, report.draft = est(*split)
+            report.verdict, report.split = "fits with offload", split
+            report.suggestions.append(f"offload: --gpu-layers {split[0]} --draft-gpu-layers {split[1]}")
+            return report
+    report.verdict = "does not fit"
+    report.suggestions += _suggestions(lt, ld, est, m, n_ctx, kv_type, gpu_layers, draft_gpu_layers)
+    return report
+
+
+def _find_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine) -> tuple[int, int] | None:
+    """The split that fits with the most bytes on the GPU (the draft first, since it runs most often)."""
+    best: tuple[int, int, int] | None = None
+    for dg in range(ld.n_layer + 1, -1, -1):
+        for g in range(lt.n_layer + 1, -1, -1):
+            t, d = est(g, dg)
+            if _fits(t, d, m):
+                score = t.gpu + d.gpu
+                if best is None or score > best[0]:
+                    best = (score, g, dg)
+                break  # fewer target layers only moves bytes back to RAM
+    return (best[1], best[2]) if best else None
+
+
+def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int, kv_type: str,
+                 g: int, dg: int) -> list[str]:
+    out = []
+    ctx = n_ctx // 2
+    while ctx >= 256:
+        if _fits(*est(g, dg, ctx), m):
+            out.append(f"a smaller context: --ctx {ctx} fits")
+            break
+        ctx //= 2
+    for kv in ("q8_0", "q4_0"):
+        if KV_TYPES[kv][1] / KV_TYPES[kv][0] < KV_TYPES[kv_type][1] / KV_TYPES[kv_type][0] and _fits(*est(g, dg, kv=kv), m):
+            out.append(f"a quantized KV cache: --kv-type {kv} fits")
+            break
+    t, d = est(g, dg)
+    if d.gpu and m.has_gpu and t.gpu + d.gpu > m.gpu_free * GPU_SHARE:
+        out.append(f"fewer draft GPU layers (now {dg}): the GPU is short by "
+                   f"{(t.gpu + d.gpu - m.gpu_free * GPU_SHARE) / MIB:.0f} MiB")
+    draft_weights = sum(ld.layer_bytes) + ld.output_bytes + ld.other_bytes
+    if re.match(r"(Q[5-8]|F16|BF16|ALL_F32)", ld.quant):
+        out.append(f"a smaller draft quantization than {ld.quant} (Q4_K_M is about half of Q8_0): the draft's"
+                   f" weights take {draft_weights / MIB:.0f} MiB")
+    short = t.cpu + d.cpu - m.ram_available * RAM_SHARE
+    if short > 0:
+        out.append(f"free {short / MIB:.0f} MiB of RAM, or pick a smaller target from `tandem models list`")
+    return out
+
+
+def require_fits(target: ModelLike | object, draft: ModelLike | object | None = None, **kw) -> BudgetReport:
+    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair does not fit.
+
+    Besides paths, headers and layouts, it takes the engine's ModelConfig objects (anything with
+    `path`, `n_ctx`, `n_gpu_layers`, `n_batch`), whose settings then apply unless given in `kw`.
+    """
+    if _is_config(target):
+        kw.setdefault("n_ctx", target.n_ctx)  # type: ignore[attr-defined]
+        kw.setdefault("gpu_layers", getattr(target, "n_gpu_layers", 0))
+        kw.setdefault("n_ubatch", getattr(target, "n_batch", 512))
+        target = target.path  # type: ignore[attr-defined]
+    if _is_config(draft):
+        kw.setdefault("draft_n_ctx", draft.n_ctx)  # type: ignore[union-attr]
+        kw.setdefault("draft_gpu_layers", getattr(draft, "n_gpu_layers", 0))
+        draft = draft.path  # type: ignore[union-attr]
+    report = estimate_pair(target, draft, **kw)  # type: ignore[arg-type]
+    if not report.ok:
+        err = DoesNotFitError(report.one_line())
+        err.report = report  # type: ignore[attr-defined]  # the UI shows the full table
+        raise err
+    return report
+
+
+def _is_config(obj: object) -> bool:
+    return obj is not None and not isinstance(obj, (GGUFInfo, Layout, str, Path)) and hasattr(obj, "path")

@@ -1,0 +1,181 @@
+"""The model subcommands of `tandem`: models list/search/files, pull, compat, budget.
+
+`register(subparsers)` adds them; each sets `func(args) -> int`. TandemErrors propagate to
+app/cli.py, which prints `error: <message>` and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.errors import HubError, ModelFileError
+from models import budget, catalog, compat, hub, registry
+from models.store import store_dir
+
+GIB = 1 << 30
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    local = {m.path.name: m for m in registry.list_local()}
+    print("catalog (target + draft, default quantizations):")
+    for p in catalog.load_catalog():
+        t_path, d_path = p.local_paths()
+        here = "local" if t_path.is_file() and d_path.is_file() else ("offline" if p.offline else "hub")
+        size = p.target_file.approx_size + p.draft_file.approx_size
+        print(f"  {p.id:26} {p.target.name} {p.target_quant} + {p.draft.name} {p.draft_quant}"
+              f"  ~{_size(size)}  [{here}]")
+    print(f"\nlocal store {store_dir()}:")
+    if not local:
+        print("  (empty)")
+    for m in local.values():
+        check = "sha256 verified" if m.verified else "sha256 not verified"
+        print(f"  {m.path.name:48} {_size(m.size):>10}  {m.quant:8} {check}")
+    return 0
+
+
+def cmd_models_search(args: argparse.Namespace) -> int:
+    for h in hub.search(args.query, limit=args.limit):
+        print(f"{h.repo_id:60} downloads {h.downloads or 0}")
+    return 0
+
+
+def cmd_models_files(args: argparse.Namespace) -> int:
+    for f in hub.list_gguf_files(args.repo):
+        print(f"{f.filename:60} {f.quant:8} {_size(f.size):>10}")
+    return 0
+
+
+class _Bar:
+    """A tqdm bar fed by hub.pull's (done, total) callback."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, initial=done, unit="B", unit_scale=True, desc=self.name, file=sys.stderr)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _pull_one(repo: str, filename: str) -> Path:
+    bar = _Bar(filename)
+    try:
+        return hub.pull(repo, filename, progress=bar)
+    finally:
+        bar.close()
+
+
+def _pick_file(repo: str, quant: str) -> str:
+    files = hub.list_gguf_files(repo)
+    matches = [f for f in files if f.quant == quant.upper()]
+    if len(matches) != 1:
+        have = ", ".join(sorted({f.quant for f in files})) or "none"
+        raise HubError(f"{repo} has {len(matches)} GGUF files for {quant.upper()} (quantizations: {have});"
+                       f" name one with {repo}:FILE")
+    return matches[0].filename
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    spec: str = args.spec
+    pair = next((p for p in catalog.load_catalog() if p.id == spec), None)
+    if pair is not None and pair.offline:
+        from models import embedded
+        t, d = embedded.ensure()
+        print(f"{pair.id}: target {t}\n{pair.id}: draft  {d}")
+        return 0
+    if pair is not None:
+        t = _pull_one(pair.target.repo, pair.target_file.filename)
+        d = _pull_one(pair.draft.repo, pair.draft_file.filename)
+        print(f"{pair.id}: target {t} (sha256 verified)\n{pair.id}: draft  {d} (sha256 verified)")
+        return 0
+    if "/" not in spec:
+        raise HubError(f"{spec!r} is neither a catalog pair (`tandem models list`) nor a hub repo id (OWNER/NAME[:FILE])")
+    repo, _, filename = spec.partition(":")
+    path = _pull_one(repo, filename or _pick_file(repo, args.quant))
+    print(f"{path} (sha256 verified)")
+    return 0
+
+
+def cmd_compat(args: argparse.Namespace) -> int:
+    report = compat.check_pair(args.target, args.draft)
+    print(f"{report.verdict}: {report.summary}")
+    for line in report.lines():
+        print(f"  {line}")
+    return 1 if report.verdict == compat.INCOMPATIBLE else 0
+
+
+def resolve_model(spec: str, role: str) -> Path:
+    """A local GGUF for a path, a catalog pair id (its target or draft), a catalog model id, or REPO[:FILE]."""
+    p = Path(spec).expanduser()
+    if p.is_file() or spec.endswith(".gguf"):
+        return p
+    pair = next((x for x in catalog.load_catalog() if x.id == spec), None)
+    if pair is not None:
+        path = pair.local_paths()[0 if role == "target" else 1]
+        if not path.is_file():
+            raise ModelFileError(f"{path.name} is not in the store yet; run `tandem pull {pair.id}`")
+        return path
+    repo, _, filename = spec.partition(":")
+    model = catalog.find_model(repo)
+    if not filename and model is not None:
+        filename = next(iter(model.files.values())).filename
+        repo = model.repo
+    if filename and (store_dir() / Path(filename).name).is_file():
+        return store_dir() / Path(filename).name
+    raise ModelFileError(f"{spec} is not a local file nor in the store; run `tandem pull {repo}:{filename or 'FILE'}` first")
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    target = resolve_model(args.target, "target")
+    is_pair = any(p.id == args.target for p in catalog.load_catalog())
+    draft_spec = args.draft or (args.target if is_pair else None)
+    draft = resolve_model(draft_spec, "draft") if draft_spec else None
+    report = budget.estimate_pair(target, draft, n_ctx=args.ctx, kv_type=args.kv_type, gpu_layers=args.gpu_layers,
+                                  draft_gpu_layers=args.draft_gpu_layers)
+    print(report.text())
+    return 0 if report.ok else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    m = subparsers.add_parser("models", help="the pair catalog, the local store, hub search")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    ls = msub.add_parser("list", help="catalog pairs and local files (size, quantization, SHA-256 status)")
+    ls.set_defaults(func=cmd_models_list)
+    se = msub.add_parser("search", help="GGUF repositories on the hub matching a query")
+    se.add_argument("query")
+    se.add_argument("--limit", type=int, default=20)
+    se.set_defaults(func=cmd_models_search)
+    fi = msub.add_parser("files", help="the GGUF files (quantizations, sizes) in a hub repository")
+    fi.add_argument("repo")
+    fi.set_defaults(func=cmd_models_files)
+
+    p = subparsers.add_parser("pull", help="download a catalog pair or a hub GGUF into the store")
+    p.add_argument("spec", metavar="PAIR|REPO_ID[:FILE]")
+    p.add_argument("--quant", default="Q4_K_M", help="quantization to pick when only REPO_ID is given")
+    p.set_defaults(func=cmd_pull)
+
+    c = subparsers.add_parser("compat", help="check that a draft can speculate for a target")
+    c.add_argument("target")
+    c.add_argument("draft")
+    c.set_defaults(func=cmd_compat)
+
+    b = subparsers.add_parser("budget", help="memory needed by a pair on this machine")
+    b.add_argument("--target", required=True, metavar="PATH|PAIR|REPO[:FILE]")
+    b.add_argument("--draft", metavar="PATH|PAIR|REPO[:FILE]")
+    b.add_argument("--ctx", type=int, default=4096)
+    b.add_argument("--gpu-layers", type=int, default=0)
+    b.add_argument("--draft-gpu-layers", type=int, default=0)
+    b.add_argument("--kv-type", choices=sorted(budget.KV_TYPES), default="f16")
+    b.set_defaults(func=cmd_budget)
