@@ -1,0 +1,66 @@
+"""Bad input through `tandem generate`: one clear line on stderr, no traceback, no crash."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import tinygguf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tandem(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_missing_target_file(tmp_path):
+    proc = tandem("generate", "--prompt", "hi", "--target", str(tmp_path / "nope.gguf"), "--draft", "none")
+    assert_clean_error(proc, "not found", "nope.gguf")
+
+
+def test_file_that_is_not_gguf(tmp_path):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("this is not a model\n" * 100)
+    proc = tandem("generate", "--prompt", "hi", "--target", str(bad), "--draft", "none")
+    assert_clean_error(proc, "not a GGUF")
+
+
+def test_truncated_gguf(tmp_path):
+    whole = tinygguf.write(tmp_path / "whole.gguf", pad_bytes=1 << 16)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    proc = tandem("generate", "--prompt", "hi", "--target", str(cut), "--draft", "none")
+    assert_clean_error(proc, "truncated")
+
+
+def test_draft_with_another_tokenizer(tmp_path):
+    target = tinygguf.write(tmp_path / "target.gguf", tokenizer_model="gpt2")
+    draft = tinygguf.write(tmp_path / "draft.gguf", tokenizer_model="llama")
+    proc = tandem("generate", "--prompt", "hi", "--target", str(target), "--draft", str(draft))
+    assert_clean_error(proc, "tokenizer")
+
+
+@pytest.mark.parametrize("flag, value, word", [
+    ("--gamma", "-1", "gamma"),
+    ("--temperature", "-0.5", "temperature"),
+    ("--top-p", "0", "top-p"),
+    ("--top-p", "1.5", "top-p"),
+    ("--max-tokens", "0", "max tokens"),
+])
+def test_bad_settings(tmp_path, flag, value, word):
+    proc = tandem("generate", "--prompt", "hi", "--target", str(tmp_path / "x.gguf"), "--draft", "none",
+                  flag, value)
+    assert_clean_error(proc, word)
