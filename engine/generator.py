@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from engine.acceptance import verify
+from engine.acceptance import Verdict, verify
 from engine.drafters.base import Drafter, Proposal, empty_proposal, give_feedback
 from engine.errors import SettingsError
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
@@ -25,6 +25,9 @@ from engine.stats import GenerationStats, RoundStats
 from engine.textstream import TextStream
 
 MAX_GAMMA = 32
+
+# verify(p_rows, q_rows, draft_tokens, rng, greedy) -> Verdict
+VerifyRule = Callable[..., Verdict]
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,11 @@ def _clock() -> float:
 
 
 def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
-             config: GenerationConfig, policy: GammaPolicy | None = None) -> Iterator[Event]:
-    """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent."""
+             config: GenerationConfig, policy: GammaPolicy | None = None,
+             rule: VerifyRule = verify) -> Iterator[Event]:
+    """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent.
+
+    `rule` is the verification rule; only the exactness report's negative control swaps it."""
     if not prompt:
         raise SettingsError("the prompt is empty")
     params = config.params
@@ -85,7 +91,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         t0 = _clock()
         logits = target.extend([seq[-1]] + drafted, rows=range(len(drafted) + 1))
         p = Rows(logits, params)
-        verdict = verify(p, proposal.q, proposal.tokens, rng, params.greedy)
+        verdict = rule(p, proposal.q, proposal.tokens, rng, params.greedy)
         verify_ms = _clock() - t0
         target.rollback(len(seq) + verdict.n_accepted)
         if speculative:
@@ -96,7 +102,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         r = RoundStats(index=stats.rounds, gamma=gamma, drafted=len(drafted),
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
                        draft_ms=proposal.time_ms, verify_ms=verify_ms, source=proposal.source,
-                       predicted_tps=proposal.meta.get("predicted_tps"))
+                       predicted_tps=getattr(policy, "last_prediction", None))
         for tok, origin in zip(new, origins):
             if backend.is_eog(tok):
                 finish = "eos"

@@ -3,21 +3,32 @@
 Loading checks the files, the pair's tokenizer compatibility and the memory budget before
 llama.cpp touches memory. llama.cpp contexts are not thread-safe, so a lock serialises
 generations: a second caller waits its turn instead of corrupting the KV caches.
+
+Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
+when a draft is loaded, "lookup" always, "early-exit" once `enable_early_exit(k)` derived and
+loaded the target's first k layers. Without an explicit policy a generation uses the adaptive
+controller, calibrated once per drafter on first use.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend, ModelConfig
+from engine.controller import AdaptiveController, Calibration, calibrate
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
-from engine.policy import FixedGamma, GammaPolicy
+from engine.policy import GammaPolicy, make_policy
 from engine.session import Session
+
+# Calibration decodes this text when a cache is still empty.
+CALIBRATION_TEXT = "def add(a, b):\n    return a + b\n"
 
 Prompt = str | Sequence[dict]
 
@@ -34,18 +45,34 @@ def _default_loader(config: ModelConfig) -> Backend:
 
 
 class Pair:
-    def __init__(self, target: Backend, draft: Backend | None = None) -> None:
+    def __init__(self, target: Backend, draft: Backend | None = None, p_min: float = 0.0,
+                 lookup_ngram: int = 3, target_config: ModelConfig | None = None,
+                 loader: Callable[[ModelConfig], Backend] | None = None) -> None:
+        if not (0.0 <= p_min < 1.0):
+            raise SettingsError(f"draft p-min must be in [0, 1), got {p_min}")
         self.target = Session(target)
         self.draft_backend = draft
+        self.target_config = target_config
+        self.p_min = p_min
         self.lock = threading.Lock()
+        self._loader = loader or _default_loader
+        self._extra_backends: list[Backend] = []
+        self._calibrations: dict[str, Calibration] = {}
         self._drafters: dict[str, Drafter] = {}
         if draft is not None:
-            self._drafters["draft"] = DraftModelDrafter(draft)
+            model = DraftModelDrafter(draft, p_min=p_min)
+            self._drafters["draft"] = model
+            # A 1-gram match is a weaker bet than the draft model, so hybrid wants 2 or more.
+            self._drafters["hybrid"] = HybridDrafter(
+                PromptLookupDrafter(ngram_max=max(lookup_ngram, 2), ngram_min=2), model)
+        self._drafters["lookup"] = PromptLookupDrafter(ngram_max=lookup_ngram)
 
     @classmethod
     def load(cls, target: ModelConfig, draft: ModelConfig | None,
              options: LoadOptions = LoadOptions(),
-             loader: Callable[[ModelConfig], Backend] = _default_loader) -> "Pair":
+             loader: Callable[[ModelConfig], Backend] = _default_loader, p_min: float = 0.0,
+             lookup_ngram: int = 3, early_exit: bool = False,
+             early_exit_layers: int | None = None) -> "Pair":
         from models.gguf_info import read_info
         read_info(target.path)
         if draft is not None:
@@ -62,7 +89,37 @@ class Pair:
         except Exception:
             target_backend.close()
             raise
-        return cls(target_backend, draft_backend)
+        try:
+            pair = cls(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
+                       target_config=target, loader=loader)
+            if early_exit or early_exit_layers is not None:
+                pair.enable_early_exit(early_exit_layers)
+        except Exception:
+            target_backend.close()
+            if draft_backend is not None:
+                draft_backend.close()
+            raise
+        return pair
+
+    def enable_early_exit(self, layers: int | None = None) -> None:
+        """Derive (or reuse) the target's first-`layers` GGUF (default: three quarters of its
+        layers) and add it as drafter "early-exit"."""
+        from engine.drafters.early_exit import default_layers, derive_early_exit, early_exit_drafter
+        if self.target_config is None:
+            raise SettingsError("early exit needs a target loaded from a file (Pair.load)")
+        if layers is None:
+            from models.gguf_info import read_info
+            layers = default_layers(read_info(self.target_config.path).n_layer)
+        path = derive_early_exit(self.target_config.path, layers)
+        backend = self._loader(replace(self.target_config, path=str(path)))
+        with self.lock:
+            old = self._drafters.get("early-exit")
+            if old is not None:
+                self._extra_backends.remove(old.session.backend)
+                old.session.backend.close()
+            self._extra_backends.append(backend)
+            self._drafters["early-exit"] = early_exit_drafter(backend, p_min=self.p_min)
+            self._calibrations.pop("early-exit", None)
 
     @property
     def drafters(self) -> list[str]:
@@ -70,6 +127,7 @@ class Pair:
 
     def add_drafter(self, name: str, drafter: Drafter) -> None:
         self._drafters[name] = drafter
+        self._calibrations.pop(name, None)
 
     def drafter(self, name: str) -> Drafter | None:
         if name == "none":
@@ -89,16 +147,47 @@ class Pair:
             raise SettingsError("the prompt is empty")
         return tokens
 
+    def calibration(self, drafter: str, max_gamma: int) -> Calibration:
+        """Measured costs for `drafter` up to `max_gamma`, cached; caches are left unchanged.
+        Call with the lock held (generate does)."""
+        cached = self._calibrations.get(drafter)
+        if cached is not None and len(cached.verify_ms) >= max_gamma + 1:
+            return cached
+        chosen = self.drafter(drafter)
+        model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
+        session = getattr(model, "session", None)
+        context = self.tokens_for(CALIBRATION_TEXT, raw=True)
+        result = calibrate(self.target, session if isinstance(session, Session) else None,
+                           max_gamma, context, model_source=getattr(model, "name", None))
+        self._calibrations[drafter] = result
+        return result
+
+    def make_policy(self, name: str, drafter: str, gamma: int) -> GammaPolicy:
+        """A fresh policy by name; the adaptive one gets this pair's calibration for `drafter`."""
+        policy = make_policy(name, gamma)
+        if isinstance(policy, AdaptiveController) and drafter != "none":
+            with self.lock:
+                policy.use_calibration(self.calibration(drafter, gamma))
+        return policy
+
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str = "draft",
                  raw: bool = False, policy: GammaPolicy | None = None) -> Iterator[Event]:
-        """Stream events of one generation; holds the pair's lock until it ends or is closed."""
+        """Stream events of one generation; holds the pair's lock until it ends or is closed.
+        Without a policy, speculation uses the adaptive controller with max gamma `config.gamma`."""
         chosen = self.drafter(drafter)
         tokens = self.tokens_for(prompt, raw)
         with self.lock:
-            yield from generate(self.target, chosen, tokens, config,
-                                policy or FixedGamma(config.gamma))
+            if chosen is not None and config.gamma > 0:
+                if policy is None:
+                    policy = make_policy("adaptive", config.gamma)
+                if isinstance(policy, AdaptiveController) and not policy.calibrated:
+                    policy.use_calibration(self.calibration(drafter, policy.max_gamma))
+            yield from generate(self.target, chosen, tokens, config, policy)
 
     def close(self) -> None:
         self.target.backend.close()
+        for backend in self._extra_backends:
+            backend.close()
+        self._extra_backends.clear()
         if self.draft_backend is not None:
             self.draft_backend.close()

@@ -1,10 +1,16 @@
 """How many tokens to draft each round. The generator asks `next_gamma()` before a round and
-reports the round back through `update(round)`; `FixedGamma` is the plain policy."""
+reports the round back through `update(round)`. `FixedGamma` is the plain policy,
+`HeuristicGamma` the transformers-style one; the adaptive controller is in `engine.controller`.
+A policy may expose `last_prediction` (tokens/s it expects from the gamma it just chose).
+"""
 from __future__ import annotations
 
 from typing import Protocol
 
+from engine.errors import SettingsError
 from engine.stats import RoundStats
+
+POLICIES = ("adaptive", "fixed", "heuristic")
 
 
 class GammaPolicy(Protocol):
@@ -25,3 +31,41 @@ class FixedGamma:
 
     def update(self, r: RoundStats) -> None:
         pass
+
+
+class HeuristicGamma:
+    """+2 after a round that accepted everything drafted, -1 after any rejection, never below 1
+    (Hugging Face transformers' "heuristic" schedule for assistant tokens)."""
+
+    def __init__(self, gamma: int, max_gamma: int = 32) -> None:
+        if gamma < 1:
+            raise SettingsError(f"the heuristic policy needs a starting gamma >= 1, got {gamma}")
+        self.name = "heuristic"
+        self.gamma = min(gamma, max_gamma)
+        self.max_gamma = max_gamma
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def update(self, r: RoundStats) -> None:
+        if r.drafted == 0:
+            # Nothing was drafted (a lookup without a match): no evidence either way.
+            return
+        if r.accepted == r.gamma:
+            self.gamma = min(self.gamma + 2, self.max_gamma)
+        else:
+            self.gamma = max(self.gamma - 1, 1)
+
+
+def make_policy(name: str, gamma: int, **calibration) -> GammaPolicy:
+    """A policy by name. `gamma` is the fixed gamma, the heuristic's start, or the adaptive
+    controller's maximum; `calibration` (Calibration.as_kwargs()) feeds the adaptive one, which
+    without it is calibrated by `Pair.generate` before its first round."""
+    if name == "fixed":
+        return FixedGamma(gamma)
+    if name == "heuristic":
+        return HeuristicGamma(gamma)
+    if name == "adaptive":
+        from engine.controller import AdaptiveController
+        return AdaptiveController(max_gamma=gamma, **calibration)
+    raise SettingsError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

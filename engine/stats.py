@@ -21,7 +21,13 @@ class RoundStats:
     draft_ms: float
     verify_ms: float
     source: str = ""
+    # What the gamma policy expected of this round (None when it makes no prediction).
     predicted_tps: float | None = None
+
+    @property
+    def measured_tps(self) -> float:
+        ms = self.draft_ms + self.verify_ms
+        return 1e3 * self.committed / ms if ms > 0 else 0.0
 
 
 @dataclass
@@ -49,6 +55,9 @@ class GenerationStats:
     # Output-token index at which each accepted draft token landed (acceptance along the text).
     origins: list[str] = field(default_factory=list)
     gammas: list[int] = field(default_factory=list)
+    # Per round: the policy's predicted tokens/s (None if it made none) and the measured one.
+    predicted_tps: list[float | None] = field(default_factory=list)
+    measured_tps: list[float] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
@@ -82,6 +91,8 @@ class GenerationStats:
         self.draft_time_ms += r.draft_ms
         self.verify_time_ms += r.verify_ms
         self.gammas.append(r.gamma)
+        self.predicted_tps.append(r.predicted_tps)
+        self.measured_tps.append(r.measured_tps)
         if r.drafted and r.accepted < r.drafted:
             self.rejected_rounds += 1
         while len(self.drafted_at) < drafted_positions:

@@ -1,0 +1,216 @@
+"""The adaptive controller: each round, the gamma (0 = plain decoding) that maximises expected
+committed tokens per second, from measured costs and acceptance tracked online.
+
+Model of one round drafting g tokens:
+  expected tokens  E(g) = sum_{i=0..g} prod_{j<i} a_j   (accepted prefix + the target's token)
+  cost             C(g) = verify(g + 1) + [g > 0] * (g * draft_token + catch_up(lag))
+where a_j is the acceptance rate at draft position j given the earlier ones were accepted,
+verify(w) is a target decode of w tokens, and catch_up(lag) is the extra cost of the draft
+model's first decode when it must first swallow `lag` committed tokens it has not seen (after
+plain rounds, or rounds another drafter filled). Costs come from `calibrate` (a few real
+decodes at load, rolled back) and are refined from every round's measured times; acceptance
+counts decay so the estimates follow easy and hard stretches of text. While plain decoding
+wins, a small probe round now and then (at growing intervals while probes keep losing) lets
+speculation come back when the text turns predictable.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from engine.errors import SettingsError
+from engine.session import Session
+from engine.stats import RoundStats
+
+
+@dataclass
+class Calibration:
+    # Index w-1 holds the cost in ms of one decode of w tokens.
+    draft_ms: list[float]
+    verify_ms: list[float]
+    # Proposal.source of the rounds in which the draft model resynchronises its cache.
+    model_source: str | None = None
+
+    def as_kwargs(self) -> dict:
+        return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,
+                "model_source": self.model_source}
+
+
+def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps: int,
+                  all_rows: bool) -> list[float]:
+    base = session.n_past
+    tokens = [int(t) for t in context]
+    if not tokens:
+        raise SettingsError("calibration needs a non-empty context")
+    try:
+        if base == 0:
+            session.extend(tokens)
+        start = session.n_past
+        filler = (tokens * (max_width // len(tokens) + 1))[:max_width]
+        # The first decode after load pays one-off allocations: keep it out of the numbers.
+        session.extend(filler[:1])
+        session.rollback(start)
+        out = []
+        for w in range(1, max_width + 1):
+            best = float("inf")
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                session.extend(filler[:w], rows=range(w) if all_rows else None)
+                best = min(best, (time.perf_counter() - t0) * 1e3)
+                session.rollback(start)
+            out.append(best)
+        return out
+    finally:
+        session.rollback(base)
+
+
+def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
+              reps: int = 2, model_source: str | None = None) -> Calibration:
+    """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
+    decodes of as many; every cache is left holding exactly what it held before."""
+    width = max_gamma + 1
+    verify_ms = _timed_widths(target, width, context, reps, all_rows=True)
+    draft_ms = (_timed_widths(draft, width, context, reps, all_rows=False) if draft is not None
+                else [0.0] * width)
+    return Calibration(draft_ms=draft_ms, verify_ms=verify_ms,
+                       model_source=model_source if draft is not None else None)
+
+
+def _at(table: Sequence[float], w: int) -> float:
+    """table[w-1], extrapolated linearly past the measured widths."""
+    if w <= len(table):
+        return float(table[w - 1])
+    step = table[-1] - table[-2] if len(table) > 1 else table[-1]
+    return float(table[-1] + max(step, 0.0) * (w - len(table)))
+
+
+class AdaptiveController:
+    """Without costs at construction it is uncalibrated; `Pair.generate` supplies the pair's
+    cached calibration via `use_calibration` before the first round."""
+
+    def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
+                 verify_ms: Sequence[float] | None = None, model_source: str | None = None,
+                 prior: float = 0.7, prior_weight: float = 2.0, decay: float = 0.9,
+                 rate: float = 0.2, margin: float = 0.02, probe_every: int = 8,
+                 probe_max: int = 64, probe_gamma: int = 2) -> None:
+        if max_gamma < 1:
+            raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
+        self.name = "adaptive"
+        self.max_gamma = max_gamma
+        self.model_source = model_source
+        self.verify: list[float] = []
+        self.draft_batch: list[float] = []
+        self.draft_token = 0.0
+        if verify_ms is not None:
+            self.use_calibration(Calibration(list(draft_ms if draft_ms is not None
+                                                  else [0.0] * len(verify_ms)),
+                                             list(verify_ms), model_source))
+        self.prior, self.prior_weight, self.decay, self.rate = prior, prior_weight, decay, rate
+        self.margin = margin
+        self.tries = np.zeros(max_gamma, dtype=np.float64)
+        self.hits = np.zeros(max_gamma, dtype=np.float64)
+        # Tokens committed that the draft model has not decoded yet; 1 after prefill.
+        self.lag = 1
+        self.probe_every, self.probe_max, self.probe_gamma = probe_every, probe_max, probe_gamma
+        self.interval = probe_every
+        self.zero_run = 0
+        self.probing = False
+        self.last_prediction: float | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self.verify)
+
+    def use_calibration(self, calibration: Calibration) -> None:
+        c = calibration
+        if not c.verify_ms or len(c.draft_ms) != len(c.verify_ms) or min(c.verify_ms) <= 0:
+            raise SettingsError("calibration must give positive verify costs and a draft cost "
+                                "for each width")
+        self.verify = [float(v) for v in c.verify_ms]
+        self.draft_batch = [float(d) for d in c.draft_ms]
+        self.draft_token = self.draft_batch[0]
+        self.model_source = c.model_source
+
+    def acceptance(self) -> list[float]:
+        """Estimated a_j per draft position, shrunk towards the pooled rate where data is thin."""
+        pooled = ((self.hits.sum() + self.prior_weight * self.prior)
+                  / (self.tries.sum() + self.prior_weight))
+        return list((self.hits + self.prior_weight * pooled) / (self.tries + self.prior_weight))
+
+    def expected_tokens(self, gamma: int) -> float:
+        a = self.acceptance()
+        return float(1.0 + np.sum(np.cumprod(a[:gamma])))
+
+    def catch_up_ms(self, lag: int) -> float:
+        if lag <= 1:
+            return 0.0
+        return max(_at(self.draft_batch, lag) - _at(self.draft_batch, 1), 0.0)
+
+    def cost_ms(self, gamma: int) -> float:
+        cost = _at(self.verify, gamma + 1)
+        if gamma > 0:
+            cost += gamma * self.draft_token + self.catch_up_ms(self.lag)
+        return cost
+
+    def predicted_tps(self, gamma: int) -> float:
+        return 1e3 * self.expected_tokens(gamma) / self.cost_ms(gamma)
+
+    def best_gamma(self) -> int:
+        speeds = [self.predicted_tps(g) for g in range(self.max_gamma + 1)]
+        g = int(np.argmax(speeds[1:])) + 1
+        return g if speeds[g] > speeds[0] * (1.0 + self.margin) else 0
+
+    def next_gamma(self) -> int:
+        if not self.calibrated:
+            raise SettingsError("the adaptive controller has no calibration; "
+                                "run it through Pair.generate or pass draft_ms/verify_ms")
+        g = self.best_gamma()
+        self.probing = False
+        if g == 0 and self.zero_run >= self.interval:
+            g = min(self.probe_gamma, self.max_gamma)
+            self.probing = True
+        self.last_prediction = self.predicted_tps(g)
+        return g
+
+    def update(self, r: RoundStats) -> None:
+        if r.drafted > 0:
+            self._learn_acceptance(r.drafted, r.accepted)
+            self._learn_draft_cost(r)
+        self._learn_verify_cost(r.drafted + 1, r.verify_ms)
+        if self.model_source is not None and r.source == self.model_source and r.drafted > 0:
+            # The model decoded all it drafted but the last one when every token was taken.
+            self.lag = 2 if r.accepted == r.drafted == r.gamma else 1
+        else:
+            self.lag += r.committed
+        if r.gamma == 0:
+            self.zero_run += 1
+        else:
+            self.zero_run = 0
+            if self.probing:
+                won = self.best_gamma() > 0
+                self.interval = self.probe_every if won else min(self.interval * 2, self.probe_max)
+
+    def _learn_acceptance(self, drafted: int, accepted: int) -> None:
+        self.tries *= self.decay
+        self.hits *= self.decay
+        # Positions after the first rejection were not tested: a_j is conditional on j-1 passing.
+        seen = min(accepted + 1, drafted, self.max_gamma)
+        self.tries[:seen] += 1.0
+        self.hits[:min(accepted, seen)] += 1.0
+
+    def _learn_draft_cost(self, r: RoundStats) -> None:
+        per_token = max(r.draft_ms - self.catch_up_ms(self.lag), 0.0) / r.drafted
+        self.draft_token += self.rate * (per_token - self.draft_token)
+
+    def _learn_verify_cost(self, width: int, measured: float) -> None:
+        while len(self.verify) < width:
+            self.verify.append(_at(self.verify, len(self.verify) + 1))
+        ratio = measured / self.verify[width - 1]
+        # The width seen moves fully; the others follow a fraction (load on the machine shifts
+        # every width alike).
+        for i in range(len(self.verify)):
+            step = self.rate if i == width - 1 else self.rate / 4
+            self.verify[i] *= 1.0 + step * (ratio - 1.0)

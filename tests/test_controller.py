@@ -1,0 +1,248 @@
+"""The adaptive controller's decisions on scripted costs and acceptance, its calibration, the
+heuristic policy, policy selection by name, and the CLI's speculation options."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from engine.controller import AdaptiveController, Calibration, calibrate
+from engine.drafters.draft_model import DraftModelDrafter
+from engine.errors import SettingsError
+from engine.events import DoneEvent
+from engine.generator import GenerationConfig, generate
+from engine.policy import FixedGamma, HeuristicGamma, make_policy
+from engine.sampling import SamplingParams
+from engine.session import Session
+from engine.stats import RoundStats
+from tests.fakes import FakeBackend
+
+# Target verify cost by width 1..9 (ms), shaped like the measured 1.5B curve on this CPU.
+VERIFY = [100.0, 130.0, 130.0, 135.0, 150.0, 190.0, 210.0, 230.0, 260.0]
+PROMPT = [3, 14, 15, 9, 26]
+
+
+def draft_table(per_token: float) -> list[float]:
+    return [per_token * (1 + 0.3 * (w - 1)) for w in range(1, 10)]
+
+
+def controller(per_token: float = 10.0, **kw) -> AdaptiveController:
+    return AdaptiveController(max_gamma=8, draft_ms=draft_table(per_token), verify_ms=VERIFY,
+                              model_source="draft-model", **kw)
+
+
+def play(c: AdaptiveController, rounds: int, accept_all: bool, source: str = "draft-model",
+         draft_per_token: float = 10.0, verify_scale: float = 1.0) -> list[int]:
+    """Feed the controller rounds whose outcome is scripted; return the gammas it chose."""
+    chosen = []
+    for i in range(rounds):
+        g = c.next_gamma()
+        chosen.append(g)
+        accepted = g if accept_all else 0
+        c.update(RoundStats(index=i, gamma=g, drafted=g, accepted=accepted, kind="x",
+                            committed=accepted + 1, draft_ms=draft_per_token * g,
+                            verify_ms=VERIFY[g] * verify_scale, source=source if g else "none"))
+    return chosen
+
+
+def test_high_acceptance_and_a_cheap_draft_give_a_large_gamma():
+    c = controller()
+    gammas = play(c, 30, accept_all=True)
+    assert gammas[-1] >= 6
+    assert c.acceptance()[0] > 0.9
+
+
+def test_low_acceptance_falls_back_to_plain_decoding():
+    c = controller(probe_every=100)
+    gammas = play(c, 10, accept_all=False)
+    assert gammas[0] > 0 and gammas[-5:] == [0] * 5
+    assert c.predicted_tps(0) == pytest.approx(1e3 / c.verify[0])
+
+
+def test_an_expensive_draft_is_never_used_even_when_it_would_be_accepted():
+    c = controller(per_token=90.0)
+    assert play(c, 5, accept_all=True, draft_per_token=90.0) == [0] * 5
+
+
+def test_probing_brings_speculation_back_when_acceptance_recovers():
+    c = controller(probe_every=4)
+    play(c, 12, accept_all=False)
+    assert c.best_gamma() == 0
+    gammas = play(c, 40, accept_all=True)
+    first_probe = next(i for i, g in enumerate(gammas) if g > 0)
+    assert first_probe <= 4 and gammas[first_probe] == 2
+    assert gammas[-1] >= 4 and gammas[-5:].count(0) == 0
+
+
+def test_probes_that_keep_losing_come_less_often():
+    c = controller(probe_every=4, probe_max=16)
+    gammas = play(c, 80, accept_all=False)
+    probes = [i for i, g in enumerate(gammas) if g > 0]
+    gaps = np.diff(probes)
+    assert len(probes) >= 3 and gaps[-1] > gaps[0]
+    assert c.interval == 16
+
+
+def test_online_refinement_moves_the_cost_estimates():
+    c = controller()
+    before_v1, before_v5, before_d = c.verify[0], c.verify[4], c.draft_token
+    for i in range(20):
+        c.update(RoundStats(index=i, gamma=4, drafted=4, accepted=4, kind="bonus", committed=5,
+                            draft_ms=4 * 30.0, verify_ms=2 * VERIFY[4], source="draft-model"))
+    assert c.verify[4] == pytest.approx(2 * before_v5, rel=0.05)
+    assert before_v1 < c.verify[0] < 2 * before_v1
+    assert c.draft_token == pytest.approx(30.0, rel=0.05) and before_d == 10.0
+
+
+def test_acceptance_follows_the_text_with_decay():
+    c = controller()
+    play(c, 20, accept_all=True)
+    high = c.acceptance()[0]
+    play(c, 3, accept_all=False)
+    assert c.acceptance()[0] < high - 0.15
+
+
+def test_acceptance_positions_after_a_rejection_are_not_counted():
+    c = controller()
+    c.update(RoundStats(index=0, gamma=4, drafted=4, accepted=1, kind="correction", committed=2,
+                        draft_ms=40.0, verify_ms=135.0, source="draft-model"))
+    assert c.tries.tolist()[:4] == [1.0, 1.0, 0.0, 0.0]
+    assert c.hits.tolist()[:4] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_plain_rounds_make_the_draft_lag_and_its_catch_up_is_costed():
+    c = controller()
+    cost = c.cost_ms(3)
+    for i in range(5):
+        c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                            draft_ms=0.0, verify_ms=100.0, source="none"))
+    assert c.lag == 6
+    assert c.cost_ms(3) == pytest.approx(cost + c.draft_batch[5] - c.draft_batch[0])
+    # A model round resynchronises: 2 unseen tokens when all were taken, else 1.
+    c.update(RoundStats(index=5, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
+                        draft_ms=30.0, verify_ms=135.0, source="draft-model"))
+    assert c.lag == 2
+    c.update(RoundStats(index=6, gamma=3, drafted=3, accepted=1, kind="correction", committed=2,
+                        draft_ms=30.0, verify_ms=135.0, source="draft-model"))
+    assert c.lag == 1
+    # Rounds drafted by prompt lookup leave the model behind too (hybrid).
+    c.update(RoundStats(index=7, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
+                        draft_ms=0.1, verify_ms=135.0, source="prompt-lookup"))
+    assert c.lag == 5
+
+
+def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
+    class Scripted:
+        name = "scripted"
+
+        def __init__(self, gammas):
+            self.gammas = list(gammas)
+            self.i = 0
+
+        def next_gamma(self):
+            self.i += 1
+            return self.gammas[(self.i - 1) % len(self.gammas)]
+
+        def update(self, r):
+            pass
+
+    draft = FakeBackend(noise=0.3)
+    drafter = DraftModelDrafter(draft)
+    target = Session(FakeBackend())
+    config = GenerationConfig(params=SamplingParams(), gamma=4, max_tokens=30)
+    events = list(generate(target, drafter, PROMPT, config, Scripted([2, 0, 0, 0, 0, 2])))
+    assert isinstance(events[-1], DoneEvent)
+    # Widths of the draft's decodes: after four plain rounds its first decode swallows >= 5.
+    widths = [n for _, n in draft.calls]
+    assert max(widths[1:]) >= 5
+    assert draft.cache == drafter.session.tokens
+
+
+def test_calibration_times_every_width_and_leaves_the_caches_as_they_were():
+    target = Session(FakeBackend())
+    draft = Session(FakeBackend(noise=0.3))
+    target.extend([1, 2, 3])
+    cal = calibrate(target, draft, max_gamma=5, context=[7, 8, 9], reps=1,
+                    model_source="draft-model")
+    assert len(cal.verify_ms) == len(cal.draft_ms) == 6
+    assert min(cal.verify_ms) > 0 and min(cal.draft_ms) > 0
+    assert target.tokens == [1, 2, 3] == target.backend.cache
+    assert draft.tokens == [] == draft.backend.cache
+    # Verification widths were decoded with every row, as a real round does.
+    assert (3, 6) in target.backend.calls
+    lookup = calibrate(target, None, 2, [7, 8])
+    assert lookup.draft_ms == [0.0, 0.0, 0.0] and lookup.model_source is None
+
+
+def test_generator_records_the_prediction_and_the_measured_speed_per_round():
+    target = Session(FakeBackend())
+    drafter = DraftModelDrafter(FakeBackend(noise=0.5))
+    cal = calibrate(target, drafter.session, 4, PROMPT, reps=1, model_source=drafter.name)
+    policy = make_policy("adaptive", 4, **cal.as_kwargs())
+    config = GenerationConfig(params=SamplingParams(), gamma=4, max_tokens=24)
+    done = list(generate(target, drafter, PROMPT, config, policy))[-1]
+    s = done.stats
+    assert len(s.predicted_tps) == len(s.measured_tps) == len(s.gammas) == s.rounds
+    assert all(p is not None and p > 0 for p in s.predicted_tps)
+    assert all(m > 0 for m in s.measured_tps)
+    assert "predicted_tps" in s.as_dict()
+
+
+def test_uncalibrated_controller_refuses_to_choose():
+    with pytest.raises(SettingsError, match="no calibration"):
+        AdaptiveController(max_gamma=4).next_gamma()
+    with pytest.raises(SettingsError):
+        AdaptiveController(max_gamma=4).use_calibration(Calibration([1.0], [0.0]))
+    with pytest.raises(SettingsError):
+        AdaptiveController(max_gamma=0)
+
+
+def test_heuristic_policy_adds_two_on_full_acceptance_and_drops_one_otherwise():
+    h = HeuristicGamma(4)
+    seen = []
+    for accepted_all in [True, True, False, False, False, False, False, False, True]:
+        g = h.next_gamma()
+        seen.append(g)
+        h.update(RoundStats(index=0, gamma=g, drafted=g, accepted=g if accepted_all else 0,
+                            kind="x", committed=1, draft_ms=1.0, verify_ms=1.0))
+    assert seen == [4, 6, 8, 7, 6, 5, 4, 3, 2]
+    assert h.next_gamma() == 4
+    for _ in range(10):
+        h.update(RoundStats(index=0, gamma=1, drafted=1, accepted=0, kind="x", committed=1,
+                            draft_ms=1.0, verify_ms=1.0))
+    assert h.next_gamma() == 1
+    h.update(RoundStats(index=0, gamma=1, drafted=0, accepted=0, kind="x", committed=1,
+                        draft_ms=0.0, verify_ms=1.0))
+    assert h.next_gamma() == 1
+
+
+def test_policies_by_name():
+    assert isinstance(make_policy("fixed", 3), FixedGamma)
+    assert isinstance(make_policy("heuristic", 3), HeuristicGamma)
+    adaptive = make_policy("adaptive", 6)
+    assert isinstance(adaptive, AdaptiveController) and not adaptive.calibrated
+    with pytest.raises(SettingsError, match="unknown policy"):
+        make_policy("greedy", 3)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    from app.cli import build_parser
+    return build_parser().parse_args(["generate", "--prompt", "x", "--target", "t.gguf",
+                                      "--draft", "d.gguf", *argv])
+
+
+def test_cli_speculation_options():
+    from app.settings import drafter_name, generation_config, model_configs
+    args = parse()
+    assert (drafter_name(args), args.policy, generation_config(args).gamma) == ("draft", "adaptive", 8)
+    assert model_configs(args)[1] is not None
+    args = parse("--drafter", "lookup", "--policy", "fixed", "--lookup-ngram", "4")
+    assert generation_config(args).gamma == 4 and args.lookup_ngram == 4
+    assert model_configs(args)[1] is None
+    args = parse("--drafter", "early-exit", "--draft-p-min", "0.2", "--early-exit-layers", "9")
+    assert args.early_exit_layers == 9 and args.draft_p_min == 0.2
+    assert model_configs(args)[1] is None
+    assert drafter_name(parse("--draft", "none")) == "none"
+    with pytest.raises(SettingsError, match="needs a draft model"):
+        model_configs(parse("--draft", "none", "--drafter", "hybrid"))

@@ -1,0 +1,282 @@
+"""Prompt lookup, hybrid and early-exit drafters: proposals on crafted contexts, greedy exactness
+on fake models, the early-exit GGUF derivation on tiny files, and one real early-exit load."""
+from __future__ import annotations
+
+import os
+
+import gguf
+import numpy as np
+import pytest
+
+from engine.drafters.base import Proposal
+from engine.drafters.draft_model import DraftModelDrafter
+from engine.drafters.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
+                                        derive_early_exit, early_exit_drafter, target_sha256)
+from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.errors import SettingsError
+from engine.events import DoneEvent
+from engine.generator import GenerationConfig, generate
+from engine.pair import Pair
+from engine.policy import make_policy
+from engine.sampling import SamplingParams
+from engine.session import Session
+from tests import tinygguf
+from tests.fakes import FakeBackend
+
+GREEDY = SamplingParams(temperature=0.0)
+RNG = np.random.default_rng(0)
+PROMPT = [3, 14, 15, 9, 26]
+TEXT = "abcab"
+
+
+def lookup_tokens(drafter, context, gamma):
+    return drafter.propose(context, gamma, GREEDY, RNG).tokens.tolist()
+
+
+# --- prompt lookup ---------------------------------------------------------------------------
+
+def test_lookup_copies_what_followed_the_matching_ngram():
+    ctx = [1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4]
+    p = PromptLookupDrafter(ngram_max=3).propose(ctx, 3, GREEDY, RNG)
+    assert p.tokens.tolist() == [5, 6, 7]
+    assert p.q is None and p.source == "prompt-lookup" and p.meta["ngram"] == 3
+    assert p.tokens.dtype == np.int32
+
+
+def test_lookup_without_a_match_proposes_nothing():
+    p = PromptLookupDrafter(ngram_max=3).propose([1, 2, 3, 4, 5], 4, GREEDY, RNG)
+    assert len(p) == 0 and p.meta["match"] == -1
+
+
+def test_lookup_prefers_the_longest_ngram():
+    # "4" alone last occurred before 9, but "3 4" occurred before 7: the bigram decides.
+    ctx = [3, 4, 7, 7, 1, 4, 9, 9, 5, 3, 4]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=2), ctx, 2) == [7, 7]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 2) == [9, 9]
+
+
+def test_lookup_respects_gamma_the_max_length_and_the_minimum_ngram():
+    ctx = list(range(10, 30)) + [10]
+    assert lookup_tokens(PromptLookupDrafter(), ctx, 5) == [11, 12, 13, 14, 15]
+    assert lookup_tokens(PromptLookupDrafter(max_draft=2), ctx, 5) == [11, 12]
+    assert lookup_tokens(PromptLookupDrafter(ngram_min=2), ctx, 5) == []
+    assert lookup_tokens(PromptLookupDrafter(), ctx, 0) == []
+
+
+def test_lookup_takes_the_latest_match_with_enough_continuation():
+    ctx = [5, 1, 2, 3, 4, 9, 5, 6, 5]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 2) == [6, 5]
+    # The latest occurrence has only two tokens after it; the first has enough.
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 3) == [1, 2, 3]
+
+
+def test_lookup_refuses_bad_sizes():
+    with pytest.raises(SettingsError):
+        PromptLookupDrafter(ngram_max=1, ngram_min=2)
+    with pytest.raises(SettingsError):
+        PromptLookupDrafter(max_draft=0)
+
+
+# --- hybrid ----------------------------------------------------------------------------------
+
+class RecordingDrafter:
+    def __init__(self) -> None:
+        self.name = "model"
+        self.calls = 0
+        self.heard: list[int] = []
+        self.prefilled: list[int] | None = None
+
+    def prefill(self, context):
+        self.prefilled = list(context)
+
+    def propose(self, context, gamma, params, rng):
+        self.calls += 1
+        return Proposal(tokens=np.full(gamma, 7, dtype=np.int32), q=None, source=self.name)
+
+    def feedback(self, proposal, n_accepted):
+        self.heard.append(n_accepted)
+
+
+def test_hybrid_uses_lookup_when_it_matches_and_the_model_otherwise():
+    model = RecordingDrafter()
+    h = HybridDrafter(PromptLookupDrafter(ngram_max=2), model)
+    hit = h.propose([1, 2, 3, 9, 1, 2], 2, GREEDY, RNG)
+    assert hit.source == "prompt-lookup" and hit.tokens.tolist() == [3, 9] and model.calls == 0
+    h.feedback(hit, 1)
+    assert model.heard == []
+    miss = h.propose([1, 2, 3, 4], 3, GREEDY, RNG)
+    assert miss.source == "model" and miss.tokens.tolist() == [7, 7, 7] and model.calls == 1
+    h.feedback(miss, 2)
+    assert model.heard == [2]
+    h.prefill([4, 5])
+    assert model.prefilled == [4, 5]
+
+
+# --- greedy exactness on fakes ---------------------------------------------------------------
+
+def run_tokens(target, drafter, gamma, policy=None, max_tokens=48):
+    config = GenerationConfig(params=GREEDY, gamma=gamma, max_tokens=max_tokens)
+    done = None
+    for ev in generate(target, drafter, PROMPT, config, policy):
+        if isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    # The generator's invariant: the target holds every committed token but the last.
+    assert target.tokens == (PROMPT + list(done.tokens))[:-1] == target.backend.cache
+    return list(done.tokens), done.stats
+
+
+def baseline(max_tokens=48):
+    return run_tokens(Session(FakeBackend(order=1, n_vocab=16)), None, 0, max_tokens=max_tokens)[0]
+
+
+def fake_drafters():
+    # order=1 with a small vocabulary makes greedy text cycle, so lookup finds matches.
+    return {
+        "lookup": PromptLookupDrafter(),
+        "hybrid": HybridDrafter(PromptLookupDrafter(ngram_min=2),
+                                DraftModelDrafter(FakeBackend(order=1, n_vocab=16, noise=2.0))),
+        "early-exit": early_exit_drafter(FakeBackend(order=1, n_vocab=16, noise=2.0)),
+    }
+
+
+@pytest.mark.parametrize("name", ["lookup", "hybrid", "early-exit"])
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_greedy_output_equals_the_baseline_for_every_new_drafter(name, gamma):
+    expected = baseline()
+    drafter = fake_drafters()[name]
+    tokens, stats = run_tokens(Session(FakeBackend(order=1, n_vocab=16)), drafter, gamma)
+    assert tokens == expected
+    assert stats.drafted_tokens > 0 and stats.accepted_tokens > 0
+
+
+@pytest.mark.parametrize("policy", ["fixed", "heuristic", "adaptive"])
+@pytest.mark.parametrize("name", ["draft", "lookup", "hybrid"])
+def test_pair_generates_the_baseline_text_with_every_drafter_and_policy(name, policy):
+    pair = Pair(FakeBackend(order=1, n_vocab=16), FakeBackend(order=1, n_vocab=16, noise=2.0))
+    config = GenerationConfig(params=GREEDY, gamma=4, max_tokens=40)
+    ref = [ev for ev in pair.generate(TEXT, config, drafter="none", raw=True)][-1]
+    chosen = pair.make_policy(policy, name, 4)
+    done = [ev for ev in pair.generate(TEXT, config, drafter=name, raw=True, policy=chosen)][-1]
+    assert done.tokens == ref.tokens
+    assert done.stats.drafter == pair.drafter(name).name
+
+
+def test_pair_offers_lookup_without_a_draft_model_and_hybrid_only_with_one():
+    assert Pair(FakeBackend()).drafters == ["none", "lookup"]
+    assert set(Pair(FakeBackend(), FakeBackend()).drafters) == {"none", "draft", "hybrid", "lookup"}
+    with pytest.raises(SettingsError, match="early exit needs a target loaded from a file"):
+        Pair(FakeBackend()).enable_early_exit(2)
+
+
+def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_drafter():
+    pair = Pair(FakeBackend(order=1, n_vocab=16), FakeBackend(order=1, n_vocab=16, noise=2.0))
+    config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=20)
+    done = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)][-1]
+    assert all(p is not None for p in done.stats.predicted_tps)
+    first = pair._calibrations["draft"]
+    assert len(first.verify_ms) == 4 and first.model_source == "draft-model"
+    [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)]
+    assert pair._calibrations["draft"] is first
+    fixed = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True,
+                                        policy=make_policy("fixed", 3))][-1]
+    assert fixed.stats.predicted_tps == [None] * fixed.stats.rounds
+
+
+# --- early-exit derivation -------------------------------------------------------------------
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    return tmp_path / "store"
+
+
+def tensor_names(path):
+    return sorted(t.name for t in gguf.GGUFReader(str(path)).tensors)
+
+
+def test_early_exit_keeps_the_first_k_blocks_and_rewrites_block_count(store, tmp_path):
+    target = tinygguf.write(tmp_path / "tiny.gguf", n_layer=4)
+    out = derive_early_exit(target, 2)
+    assert out.parent == store / "derived"
+    assert block_count(out) == 2 and block_count(target) == 4
+    assert tensor_names(out) == ["blk.0.attn_q.weight", "blk.1.attn_q.weight", "token_embd.weight"]
+    reader = gguf.GGUFReader(str(out))
+    sha = target_sha256(target)
+    assert reader.fields[SOURCE_KEY].contents() == sha and sha[:16] in out.name
+    assert reader.fields[LAYERS_KEY].contents() == 2
+    # Everything else is copied: the tokenizer survives intact.
+    orig = gguf.GGUFReader(str(target))
+    assert reader.fields["tokenizer.ggml.tokens"].contents() == orig.fields["tokenizer.ggml.tokens"].contents()
+    assert reader.fields["tokenizer.chat_template"].contents() == tinygguf.TEMPLATE
+    kept = {t.name: t for t in reader.tensors}
+    np.testing.assert_array_equal(kept["token_embd.weight"].data,
+                                  {t.name: t for t in orig.tensors}["token_embd.weight"].data)
+
+
+def test_early_exit_is_reused_while_the_target_is_unchanged_and_rebuilt_when_it_changes(store, tmp_path):
+    target = tinygguf.write(tmp_path / "tiny.gguf", n_layer=4)
+    first = derive_early_exit(target, 3)
+    stamp = first.stat().st_mtime_ns
+    assert derive_early_exit(target, 3) == first and first.stat().st_mtime_ns == stamp
+    tinygguf.write(target, n_layer=4, n_embd=8)
+    # A changed size/mtime invalidates the cached hash, so the new content is hashed.
+    os.utime(target, ns=(stamp + 10**9, stamp + 10**9))
+    second = derive_early_exit(target, 3)
+    assert second != first and not first.exists()
+    assert gguf.GGUFReader(str(second)).fields[SOURCE_KEY].contents() == target_sha256(target)
+
+
+def test_early_exit_layer_count_must_leave_the_target_smaller(store, tmp_path):
+    target = tinygguf.write(tmp_path / "tiny.gguf", n_layer=4)
+    for bad in (0, 4, 9):
+        with pytest.raises(SettingsError, match="early-exit layers"):
+            derive_early_exit(target, bad)
+    assert not list((store / "derived").glob("*.gguf"))
+
+
+def test_pair_load_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_path):
+    from engine.backend import ModelConfig
+    from engine.pair import LoadOptions
+    target = tinygguf.write(tmp_path / "tiny.gguf", n_layer=4)
+    loaded = []
+
+    def loader(cfg):
+        loaded.append(cfg.path)
+        return FakeBackend(order=1, n_vocab=16)
+
+    pair = Pair.load(ModelConfig(str(target)), None, LoadOptions(False, False), loader=loader,
+                     early_exit=True)
+    assert default_layers(4) == 3 and block_count(loaded[1]) == 3
+    assert loaded[1] == str(derive_early_exit(target, 3))
+    assert pair.drafters == ["none", "lookup", "early-exit"]
+    config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=24)
+    ref = [ev for ev in pair.generate(TEXT, config, drafter="none", raw=True)][-1]
+    done = [ev for ev in pair.generate(TEXT, config, drafter="early-exit", raw=True)][-1]
+    assert done.tokens == ref.tokens and done.stats.drafter == "early-exit"
+    pair.enable_early_exit(2)
+    assert block_count(loaded[2]) == 2
+    pair.close()
+
+
+@pytest.mark.real
+def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedded_paths):
+    from engine.backend import ModelConfig
+    from engine.llama_backend import load
+    from models.gguf_info import read_info
+
+    layers = default_layers(read_info(embedded_paths[0]).n_layer)
+    path = derive_early_exit(embedded_paths[0], layers)
+    assert read_info(path).n_layer == layers
+    backend = load(ModelConfig(str(path), n_ctx=128, n_threads=2))
+    try:
+        drafter = early_exit_drafter(backend)
+        context = backend.tokenize("def add(a, b):\n    return", True, True)
+        p = drafter.propose(context, 3, GREEDY, np.random.default_rng(0))
+        assert len(p) == 3 and p.source == "early-exit"
+        assert p.q is not None and np.allclose(p.q.sum(axis=1), 1.0)
+        assert all(0 <= t < backend.n_vocab for t in p.tokens)
+        assert drafter.session.tokens == context + p.tokens.tolist()[:-1]
+    finally:
+        backend.close()
