@@ -1,0 +1,232 @@
+"""`tandem bench` and `tandem exactness`: parse, load the pair, run with a progress bar, write
+the reports. `--quick` shrinks the defaults to a few-minute run; explicit options still win."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+from engine.errors import SettingsError
+
+# Short first lines ("Dog\n", "Elephant\n") keep samples cheap; the first animal varies a lot.
+EXACTNESS_PROMPT = "Write a list of five animals, one per line."
+BENCH_FULL = {"gammas": "2,4", "max_tokens": 64, "prompts_per_category": None}
+BENCH_QUICK = {"gammas": "4", "max_tokens": 32, "prompts_per_category": 1}
+EXACT_FULL = {"samples": 300, "greedy_prompts": 12, "greedy_tokens": 48}
+EXACT_QUICK = {"samples": 40, "greedy_prompts": 2, "greedy_tokens": 16}
+
+
+def _csv(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _numbers(text: str, kind: type) -> list:
+    try:
+        return [kind(t) for t in _csv(text)]
+    except ValueError:
+        raise SettingsError(f"expected a comma-separated list of {kind.__name__}s, got {text!r}") from None
+
+
+def _pick(args: argparse.Namespace, name: str, full: dict, quick: dict):
+    value = getattr(args, name)
+    if value is not None:
+        return value
+    return (quick if args.quick else full)[name]
+
+
+def _out_dir(args: argparse.Namespace, kind: str) -> Path:
+    if args.out:
+        return Path(args.out)
+    return Path("out") / f"{kind}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def _load_pair(args: argparse.Namespace, drafters: list[str]):
+    from app.settings import model_configs
+    from engine.pair import LoadOptions, Pair
+    tcfg, dcfg = model_configs(args)
+    pair = Pair.load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check),
+                     lookup_ngram=getattr(args, "lookup_ngram", 3),
+                     early_exit="early-exit" in drafters,
+                     early_exit_layers=getattr(args, "early_exit_layers", None))
+    return pair, tcfg, dcfg
+
+
+def _model_words(args: argparse.Namespace) -> list[str]:
+    words = []
+    for flag, value in (("--target", args.target), ("--draft", args.draft),
+                        ("--threads", args.threads), ("--ctx", args.ctx),
+                        ("--gpu-layers", args.gpu_layers or None),
+                        ("--draft-gpu-layers", args.draft_gpu_layers or None)):
+        if value is not None:
+            words += [flag, str(value)]
+    return words + (["--no-budget-check"] if args.no_budget_check else [])
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from app.reports import bench_files, bench_markdown, bench_plots
+    from app.reports.machine import command_line, run_context
+    from engine.benchmark.aggregate import summarize
+    from engine.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
+    from engine.benchmark.suite import DEFAULT_SUITE, load_suite
+    from engine.sampling import SamplingParams
+
+    suite = load_suite(args.suite or DEFAULT_SUITE)
+    categories = [c for group in args.categories or [] for c in _csv(group)]
+    per_cat = _pick(args, "prompts_per_category", BENCH_FULL, BENCH_QUICK)
+    chosen = suite.select(categories or None, per_cat)
+    gammas = _numbers(_pick(args, "gammas", BENCH_FULL, BENCH_QUICK), int)
+    drafters = _csv(args.drafters)
+    policies = _csv(args.policies)
+    samplings = [SamplingParams(temperature=t, top_p=p)
+                 for t in _numbers(args.temperatures, float)
+                 for p in (_numbers(args.top_p, float) if t > 0 else [1.0])]
+    samplings = list(dict.fromkeys(samplings))
+    configs = [SpecConfig(d, g, pol) for d in drafters for pol in policies for g in gammas]
+    plan = BenchPlan(prompts=chosen.prompts, configs=configs, samplings=samplings,
+                     max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed)
+    out = _out_dir(args, "bench")
+    pair, tcfg, dcfg = _load_pair(args, drafters)
+    started = time.perf_counter()
+    try:
+        with tqdm(total=plan.total_runs, unit="run", file=sys.stderr) as bar:
+            def progress(done: int, total: int, rec) -> None:
+                bar.update(1)
+                bar.set_postfix_str(f"{rec.prompt_id} {rec.config}"
+                                    + (f" x{rec.speedup:.2f}" if rec.speedup else ""))
+            records = run_benchmark(pair, plan, progress)
+    finally:
+        pair.close()
+    summary = summarize(records)
+    words = ["bench"] + (["--suite", str(args.suite)] if args.suite else []) + [
+        "--categories", ",".join(chosen.categories), "--drafter", ",".join(drafters),
+        "--policies", ",".join(policies), "--gammas", ",".join(map(str, gammas)),
+        "--temperatures", args.temperatures, "--top-p", args.top_p,
+        "--max-tokens", str(plan.max_tokens), "--prompts-per-category", str(per_cat or 0),
+        "--seed", str(plan.seed)] + _model_words(args)
+    if per_cat is None:
+        words[words.index("--prompts-per-category"):words.index("--prompts-per-category") + 2] = []
+    context = {**run_context(command_line(words)), "target": tcfg.path,
+               "draft": dcfg.path if dcfg else "none",
+               "suite": f"{chosen.name} v{chosen.version} ({len(chosen.prompts)} prompts: "
+                        f"{', '.join(chosen.categories)})",
+               "plan": f"configs {', '.join(c.label for c in configs)}; sampling "
+                       f"{', '.join(f't={s.temperature:g} top-p={s.top_p:g}' for s in samplings)}; "
+                       f"max tokens {plan.max_tokens}; seed {plan.seed}; threads {args.threads or 'auto'}",
+               "wall_time": f"{time.perf_counter() - started:.0f} s"}
+    out.mkdir(parents=True, exist_ok=True)
+    plots = [bench_plots.speedup_by_category(records, out / "speedup_by_category.png"),
+             bench_plots.gamma_sweep(summary, out / "gamma_sweep.png"),
+             bench_plots.acceptance_by_position(summary, out / "acceptance_by_position.png")]
+    bench_files.write_json(out / "runs.json", records, summary, context)
+    bench_files.write_csv(out / "runs.csv", records)
+    (out / "report.md").write_text(bench_markdown.render(summary, context, [p.name for p in plots]),
+                                   encoding="utf-8")
+    for row in summary.speedups:
+        if row.category == "overall":
+            print(f"{row.config}, {row.sampling}: median speedup {row.speedup.median:.2f}x "
+                  f"(p10 {row.speedup.p10:.2f}, p90 {row.speedup.p90:.2f}), "
+                  f"{row.fraction_slower:.0%} of prompts slower, acceptance {row.acceptance_rate:.2f}")
+    for best in summary.sweep_best:
+        print(f"latency-optimal gamma for {best.drafter} {best.policy}, {best.sampling}: "
+              f"{best.latency_optimal_gamma} ({best.latency_optimal_speedup:.2f}x)")
+    print(f"reports in {out}")
+    return 0
+
+
+def cmd_exactness(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from app.reports import exactness_report
+    from app.reports.machine import command_line, run_context
+    from engine.benchmark.suite import DEFAULT_SUITE, load_suite
+    from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
+
+    plan = ExactnessPlan(samples=_pick(args, "samples", EXACT_FULL, EXACT_QUICK), gamma=args.gamma,
+                         cap=args.cap, alpha=args.alpha, seed=args.seed,
+                         greedy_tokens=_pick(args, "greedy_tokens", EXACT_FULL, EXACT_QUICK))
+    n_greedy = _pick(args, "greedy_prompts", EXACT_FULL, EXACT_QUICK)
+    suite = load_suite(DEFAULT_SUITE)
+    # Round-robin over categories so a few prompts still cover several kinds of text.
+    by_cat = [suite.select([c]).prompts for c in suite.categories]
+    greedy_texts = [c[i].prompt for i in range(max(len(c) for c in by_cat)) for c in by_cat
+                    if i < len(c)][:n_greedy]
+    pair, tcfg, dcfg = _load_pair(args, ["draft"])
+    out = _out_dir(args, "exactness")
+    started = time.perf_counter()
+    try:
+        drafter = pair.drafter("draft")
+        if drafter is None:
+            raise SettingsError("exactness needs a draft model; drop --draft none")
+        prompt = pair.tokens_for(args.prompt)
+        greedy_prompts = [pair.tokens_for(t) for t in greedy_texts]
+        with tqdm(total=total_ticks(plan, len(greedy_prompts)), unit="sample", file=sys.stderr) as bar:
+            def tick(label: str) -> None:
+                bar.set_description_str(label, refresh=False)
+                bar.update(1)
+            with pair.lock:
+                report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts, tick=tick)
+    finally:
+        pair.close()
+    words = ["exactness", "--samples", str(plan.samples), "--prompt", args.prompt,
+             "--gamma", str(plan.gamma), "--cap", str(plan.cap), "--alpha", str(plan.alpha),
+             "--seed", str(plan.seed), "--greedy-prompts", str(n_greedy),
+             "--greedy-tokens", str(plan.greedy_tokens)] + _model_words(args)
+    context = {**run_context(command_line(words)), "target": tcfg.path,
+               "draft": dcfg.path if dcfg else "none", "prompt": args.prompt, "wall_time": f"{time.perf_counter() - started:.0f} s"}
+    written = exactness_report.write(report, context, out)
+    for line in exactness_report.console_lines(report):
+        print(line)
+    print(f"report in {written[0]}")
+    return 0 if report.passed else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from app.settings import add_model_args
+
+    b = sub.add_parser("bench", help="benchmark speculative decoding against plain decoding")
+    b.add_argument("--suite", help="prompt suite JSONL (default: assets/prompts/suite-v1.jsonl)")
+    b.add_argument("--categories", nargs="+", help="categories to run (space or comma separated)")
+    b.add_argument("--drafter", dest="drafters", default="draft",
+                   help="comma-separated drafters: draft, lookup, hybrid, early-exit (default draft)")
+    b.add_argument("--policies", default="fixed",
+                   help="comma-separated gamma policies: fixed, heuristic, adaptive (default fixed)")
+    b.add_argument("--gammas", help=f"comma-separated gammas (default {BENCH_FULL['gammas']}, "
+                   f"quick {BENCH_QUICK['gammas']})")
+    b.add_argument("--temperatures", default="0", help="comma-separated temperatures (default 0)")
+    b.add_argument("--top-p", default="1.0", help="comma-separated top-p values for temperature > 0")
+    b.add_argument("--max-tokens", type=int, help=f"tokens per run (default {BENCH_FULL['max_tokens']}, "
+                   f"quick {BENCH_QUICK['max_tokens']})")
+    b.add_argument("--prompts-per-category", type=int,
+                   help="first N prompts of each category (default all, quick 1)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--lookup-ngram", type=int, default=3)
+    b.add_argument("--early-exit-layers", type=int, default=None,
+                   help="target layers in the early-exit drafter (default: three quarters)")
+    b.add_argument("--quick", action="store_true", help="a few-minute run: 1 prompt per category, "
+                   "gamma 4, 32 tokens")
+    b.add_argument("--out", help="output folder (default out/bench-<date>)")
+    add_model_args(b)
+    b.set_defaults(func=cmd_bench)
+
+    e = sub.add_parser("exactness", help="check that speculative sampling matches target sampling")
+    e.add_argument("--samples", type=int, help=f"samples per arm (default {EXACT_FULL['samples']}, "
+                   f"quick {EXACT_QUICK['samples']})")
+    e.add_argument("--prompt", default=EXACTNESS_PROMPT, help="the controlled prompt (chat template)")
+    e.add_argument("--gamma", type=int, default=3)
+    e.add_argument("--cap", type=int, default=12, help="tokens per sample at most (newline statistic cap)")
+    e.add_argument("--alpha", type=float, default=0.01)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--greedy-prompts", type=int, help="prompts for greedy agreement "
+                   f"(default {EXACT_FULL['greedy_prompts']}, quick {EXACT_QUICK['greedy_prompts']})")
+    e.add_argument("--greedy-tokens", type=int, help="tokens per greedy agreement run")
+    e.add_argument("--quick", action="store_true", help=f"{EXACT_QUICK['samples']} samples per arm")
+    e.add_argument("--out", help="output folder (default out/exactness-<date>)")
+    add_model_args(e)
+    e.set_defaults(func=cmd_exactness)

@@ -1,0 +1,151 @@
+"""The benchmark runner: every prompt x sampling setting is one group holding a baseline run
+(same target, same sampling, drafter "none") and one run per speculative configuration.
+
+Fairness: every run starts from empty KV caches (so prefill and TTFT are measured, not reused
+from the previous run); the order inside a group alternates between baseline-first and
+baseline-last so that machine drift and warm CPU caches do not favour one side; a warm-up
+generation per drafter runs before the first measured run and is not recorded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from engine.benchmark.records import RunRecord, pair_with, record_from_stats
+from engine.benchmark.suite import SuitePrompt
+from engine.errors import SettingsError
+from engine.events import DoneEvent
+from engine.generator import GenerationConfig
+from engine.pair import Pair
+from engine.policy import POLICIES
+from engine.sampling import SamplingParams
+from engine.session import Session
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """One speculative configuration: a drafter, a gamma and a gamma policy."""
+
+    drafter: str
+    gamma: int
+    policy: str = "fixed"
+
+    @property
+    def label(self) -> str:
+        tail = "" if self.policy == "fixed" else f" {self.policy}"
+        return f"{self.drafter} g={self.gamma}{tail}"
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    prompts: Sequence[SuitePrompt]
+    configs: Sequence[SpecConfig]
+    samplings: Sequence[SamplingParams]
+    max_tokens: int = 64
+    seed: int = 0
+    warmup_tokens: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            raise SettingsError("the benchmark has no prompts")
+        if not self.configs:
+            raise SettingsError("the benchmark needs at least one speculative configuration")
+        if not self.samplings:
+            raise SettingsError("the benchmark needs at least one sampling setting")
+        for c in self.configs:
+            if c.drafter == "none" or c.gamma < 1:
+                raise SettingsError(f"a speculative configuration needs a drafter and gamma >= 1, "
+                                    f"got {c.label}")
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.prompts) * len(self.samplings) * (1 + len(self.configs))
+
+
+Progress = Callable[[int, int, RunRecord], None]
+
+
+def cold_start(pair: Pair) -> None:
+    """Empty every KV cache the pair's drafters and target hold, and reset drafter state."""
+    pair.target.rollback(0)
+    for name in pair.drafters:
+        drafter = pair.drafter(name)
+        if drafter is None:
+            continue
+        reset = getattr(drafter, "reset", None)
+        if callable(reset):
+            reset()
+        session = getattr(drafter, "session", None)
+        if isinstance(session, Session):
+            session.rollback(0)
+
+
+def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecConfig | None,
+         max_tokens: int, order: int) -> RunRecord:
+    # The policy first: an adaptive one may calibrate, which touches the caches.
+    policy = pair.make_policy(config.policy, config.drafter, config.gamma) if config else None
+    cold_start(pair)
+    gen = GenerationConfig(params=params, gamma=config.gamma if config else 0,
+                           max_tokens=max_tokens)
+    done = None
+    for ev in pair.generate(prompt.prompt, gen, drafter=config.drafter if config else "none",
+                            policy=policy):
+        if isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return record_from_stats(done.stats, order=order, prompt_id=prompt.id,
+                             category=prompt.category,
+                             config=config.label if config else "baseline",
+                             policy=config.policy if config else "none", params=params)
+
+
+def warm_up(pair: Pair, plan: BenchPlan) -> None:
+    """One short unrecorded run of the baseline and of each drafter (loads pages, JIT paths)."""
+    prompt, params = plan.prompts[0], plan.samplings[0]
+    seen: set[str] = set()
+    _one(pair, prompt, params, None, plan.warmup_tokens, -1)
+    for c in plan.configs:
+        if c.drafter not in seen:
+            seen.add(c.drafter)
+            _one(pair, prompt, params, c, plan.warmup_tokens, -1)
+
+
+def validate(pair: Pair, plan: BenchPlan) -> None:
+    """Fail before any run when a drafter or policy name is unknown."""
+    for c in plan.configs:
+        pair.drafter(c.drafter)
+        if c.policy not in POLICIES:
+            raise SettingsError(f"unknown gamma policy {c.policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+def run_benchmark(pair: Pair, plan: BenchPlan, progress: Progress | None = None) -> list[RunRecord]:
+    """Run the plan; returns every measured run, speculative runs paired with their baseline."""
+    validate(pair, plan)
+    if plan.warmup_tokens > 0:
+        warm_up(pair, plan)
+    records: list[RunRecord] = []
+    total = plan.total_runs
+    group = 0
+    for i, prompt in enumerate(plan.prompts):
+        for j, sampling in enumerate(plan.samplings):
+            params = replace(sampling, seed=None if sampling.greedy
+                             else plan.seed * 1_000_003 + i * 101 + j)
+            runs: list[SpecConfig | None] = [None, *plan.configs]
+            if group % 2:
+                runs = [*plan.configs, None]
+            group += 1
+            baseline: RunRecord | None = None
+            speculative: list[RunRecord] = []
+            for config in runs:
+                rec = _one(pair, prompt, params, config, plan.max_tokens, len(records))
+                records.append(rec)
+                if config is None:
+                    baseline = rec
+                else:
+                    speculative.append(rec)
+                if progress is not None:
+                    progress(len(records), total, rec)
+            assert baseline is not None
+            for rec in speculative:
+                pair_with(rec, baseline)
+    return records

@@ -1,0 +1,46 @@
+"""`tandem bench --quick` end to end on a small real model (SmolLM2-135M as target and draft)."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from app.cli import main
+from tests.realmodels import smollm2_135m
+
+pytestmark = pytest.mark.real
+
+
+def test_bench_quick_writes_every_report(tmp_path, capsys):
+    model = str(smollm2_135m())
+    out = tmp_path / "bench"
+    rc = main(["bench", "--quick", "--categories", "code-editing", "--max-tokens", "10",
+               "--gammas", "2,3", "--target", model, "--draft", model, "--threads", "2",
+               "--ctx", "1024", "--no-budget-check", "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "draft g=2, greedy: median speedup" in printed
+    assert "latency-optimal gamma for draft-model fixed, greedy:" in printed
+    data = json.loads((out / "runs.json").read_text())
+    runs = data["runs"]
+    assert [r["role"] for r in runs].count("baseline") == 1 and len(runs) == 3
+    for r in runs:
+        assert r["output_tokens"] == 10 and r["prompt_tokens"] > 20 and r["prefill_ms"] > 0
+        if r["role"] == "speculative":
+            # Target and draft are the same model: nearly every drafted token is accepted.
+            assert r["acceptance_rate"] > 0.7 and r["speedup"] > 0
+    assert len(list(csv.DictReader(open(out / "runs.csv")))) == 3
+    md = (out / "report.md").read_text()
+    assert "## Gamma sweep" in md and "tandem bench --categories code-editing" in md
+    assert "--gammas 2,3 --temperatures 0 --top-p 1.0 --max-tokens 10 --prompts-per-category 1" in md
+    for png in ("speedup_by_category.png", "gamma_sweep.png", "acceptance_by_position.png"):
+        assert (out / png).stat().st_size > 1000
+
+
+def test_bench_rejects_an_unknown_drafter_before_running(tmp_path, capsys):
+    model = str(smollm2_135m())
+    rc = main(["bench", "--quick", "--drafter", "oracle", "--target", model, "--draft", model,
+               "--threads", "2", "--ctx", "512", "--no-budget-check", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "error: unknown drafter 'oracle'" in capsys.readouterr().err

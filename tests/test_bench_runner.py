@@ -1,0 +1,130 @@
+"""The benchmark runner and report writers on fake backends."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from app.reports import bench_files, bench_markdown, bench_plots
+from engine.benchmark.aggregate import summarize
+from engine.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
+from engine.benchmark.suite import load_suite
+from engine.errors import SettingsError
+from engine.pair import Pair
+from engine.sampling import SamplingParams
+from tests.fakes import FakeBackend
+
+GREEDY = SamplingParams()
+
+
+def fake_pair() -> Pair:
+    return Pair(FakeBackend(seed=3), FakeBackend(seed=3, noise=0.5))
+
+
+def prompts(n_per_cat=1, cats=("math", "code-editing")):
+    return load_suite().select(list(cats), n_per_cat).prompts
+
+
+def test_every_speculative_run_is_paired_with_its_own_baseline_and_order_alternates():
+    pair = fake_pair()
+    plan = BenchPlan(prompts=prompts(2), samplings=[GREEDY, SamplingParams(temperature=0.7, top_p=0.9)],
+                     configs=[SpecConfig("draft", 2), SpecConfig("draft", 4)], max_tokens=12)
+    seen = []
+    records = run_benchmark(pair, plan, lambda done, total, rec: seen.append((done, total)))
+    assert len(records) == plan.total_runs == 4 * 2 * 3
+    assert seen[-1] == (plan.total_runs, plan.total_runs)
+    by_order = {r.order: r for r in records}
+    assert sorted(by_order) == list(range(len(records)))
+    roles = [r.role for r in records]
+    # Groups alternate baseline-first and baseline-last.
+    assert roles[:3] == ["baseline", "speculative", "speculative"]
+    assert roles[3:6] == ["speculative", "speculative", "baseline"]
+    for r in records:
+        if r.role == "speculative":
+            b = by_order[r.baseline_order]
+            assert (b.role, b.prompt_id, b.temperature, b.top_p, b.seed) == \
+                   ("baseline", r.prompt_id, r.temperature, r.top_p, r.seed)
+            assert r.speedup == pytest.approx(r.tokens_per_s / b.tokens_per_s)
+            assert r.drafted_tokens > 0 and r.target_calls < r.output_tokens + 1
+            assert len(r.origins) == r.output_tokens
+        else:
+            assert r.speedup is None and r.drafter == "none" and r.target_calls == r.output_tokens
+        assert r.prefill_ms > 0 and r.ttft_ms >= r.prefill_ms and r.total_ms >= r.ttft_ms
+
+
+def test_greedy_runs_reproduce_the_baseline_output_and_start_cold():
+    pair = fake_pair()
+    plan = BenchPlan(prompts=prompts(1, ("chat",)), samplings=[GREEDY],
+                     configs=[SpecConfig("draft", 3)], max_tokens=16, warmup_tokens=0)
+    records = run_benchmark(pair, plan)
+    base, spec = records
+    assert base.output_tokens == spec.output_tokens == 16
+    # Both runs decoded the whole prompt: nothing was reused from the run before.
+    calls = pair.target.backend.calls
+    prompt_len = base.prompt_tokens
+    assert [c for c in calls if c == (0, prompt_len - 1)] == [(0, prompt_len - 1)] * 2
+
+
+def test_warm_up_is_not_recorded():
+    pair = fake_pair()
+    plan = BenchPlan(prompts=prompts(1, ("chat",)), samplings=[GREEDY],
+                     configs=[SpecConfig("draft", 3), SpecConfig("lookup", 3)], max_tokens=8,
+                     warmup_tokens=4)
+    records = run_benchmark(pair, plan)
+    assert len(records) == 3 and all(r.order >= 0 for r in records)
+    # 1 baseline + 2 drafters warmed up, then 3 measured runs, each from an empty cache.
+    assert sum(1 for c in pair.target.backend.calls if c[0] == 0) == 6
+
+
+def test_unknown_drafter_or_policy_fails_before_any_run():
+    pair = fake_pair()
+    for config, msg in [(SpecConfig("magic", 2), "unknown drafter 'magic'"),
+                        (SpecConfig("draft", 2, "psychic"), "unknown gamma policy 'psychic'")]:
+        plan = BenchPlan(prompts=prompts(1), samplings=[GREEDY], configs=[config])
+        with pytest.raises(SettingsError, match=msg):
+            run_benchmark(pair, plan)
+        assert pair.target.backend.calls == []
+
+
+@pytest.mark.parametrize("kw, msg", [(dict(configs=[]), "at least one speculative"),
+                                     (dict(configs=[SpecConfig("draft", 0)]), "gamma >= 1"),
+                                     (dict(prompts=()), "no prompts")])
+def test_plan_validation(kw, msg):
+    base = dict(prompts=prompts(1), samplings=[GREEDY], configs=[SpecConfig("draft", 2)])
+    with pytest.raises(SettingsError, match=msg):
+        BenchPlan(**{**base, **kw})
+
+
+def test_cold_start_empties_target_and_draft_caches():
+    pair = fake_pair()
+    pair.target.extend([1, 2, 3])
+    pair.drafter("draft").session.extend([1, 2])
+    cold_start(pair)
+    assert pair.target.tokens == [] and pair.drafter("draft").session.tokens == []
+    assert pair.target.backend.cache == [] and pair.draft_backend.cache == []
+
+
+def test_reports_are_written(tmp_path):
+    pair = fake_pair()
+    plan = BenchPlan(prompts=prompts(2), samplings=[GREEDY],
+                     configs=[SpecConfig("draft", 2), SpecConfig("draft", 4)], max_tokens=12)
+    records = run_benchmark(pair, plan)
+    summary = summarize(records)
+    context = {"date": "today", "command": "tandem bench --quick", "machine": "fake"}
+    bench_files.write_json(tmp_path / "runs.json", records, summary, context)
+    bench_files.write_csv(tmp_path / "runs.csv", records)
+    pngs = [bench_plots.speedup_by_category(records, tmp_path / "a.png"),
+            bench_plots.gamma_sweep(summary, tmp_path / "b.png"),
+            bench_plots.acceptance_by_position(summary, tmp_path / "c.png")]
+    md = bench_markdown.render(summary, context, [p.name for p in pngs])
+    data = json.loads((tmp_path / "runs.json").read_text())
+    assert len(data["runs"]) == len(records) and data["context"]["machine"] == "fake"
+    rows = list(csv.DictReader(open(tmp_path / "runs.csv")))
+    assert len(rows) == len(records) and "speedup" in rows[0] and "ttft_ms" in rows[0]
+    for p in pngs:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for heading in ("Speedup per category", "Gamma sweep", "Amdahl view", "Leviathan",
+                    "Acceptance by position", "![a.png](a.png)", "tandem bench --quick"):
+        assert heading in md
+    assert "| overall |" in md and "latency-optimal gamma" in md
