@@ -82,13 +82,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     per_cat = _pick(args, "prompts_per_category", BENCH_FULL, BENCH_QUICK)
     chosen = suite.select(categories or None, per_cat)
     gammas = _numbers(_pick(args, "gammas", BENCH_FULL, BENCH_QUICK), int)
-    drafters = _csv(args.drafters)
-    policies = _csv(args.policies)
+    if args.configs:
+        triples = [c.split(":") for c in _csv(args.configs)]
+        if any(len(t) != 3 for t in triples):
+            raise SettingsError("--configs takes DRAFTER:POLICY:GAMMA items, e.g. draft:fixed:3")
+        configs = [SpecConfig(d, int(g), pol) for d, pol, g in triples]
+        drafters = list(dict.fromkeys(d for d, _, _ in triples))
+    else:
+        drafters = _csv(args.drafters)
+        policies = _csv(args.policies)
+        configs = [SpecConfig(d, g, pol) for d in drafters for pol in policies for g in gammas]
     samplings = [SamplingParams(temperature=t, top_p=p)
                  for t in _numbers(args.temperatures, float)
                  for p in (_numbers(args.top_p, float) if t > 0 else [1.0])]
     samplings = list(dict.fromkeys(samplings))
-    configs = [SpecConfig(d, g, pol) for d in drafters for pol in policies for g in gammas]
     plan = BenchPlan(prompts=chosen.prompts, configs=configs, samplings=samplings,
                      max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed)
     out = _out_dir(args, "bench")
@@ -105,8 +112,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         pair.close()
     summary = summarize(records)
     words = ["bench"] + (["--suite", str(args.suite)] if args.suite else []) + [
-        "--categories", ",".join(chosen.categories), "--drafter", ",".join(drafters),
-        "--policies", ",".join(policies), "--gammas", ",".join(map(str, gammas)),
+        "--categories", ",".join(chosen.categories)] + (
+        ["--configs", ",".join(f"{c.drafter}:{c.policy}:{c.gamma}" for c in configs)]
+        if args.configs else ["--drafter", ",".join(drafters), "--policies", ",".join(policies),
+                              "--gammas", ",".join(map(str, gammas))]) + [
         "--temperatures", args.temperatures, "--top-p", args.top_p,
         "--max-tokens", str(plan.max_tokens), "--prompts-per-category", str(per_cat or 0),
         "--seed", str(plan.seed)] + _model_words(args)
@@ -195,6 +204,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--categories", nargs="+", help="categories to run (space or comma separated)")
     b.add_argument("--drafter", dest="drafters", default="draft",
                    help="comma-separated drafters: draft, lookup, hybrid, early-exit (default draft)")
+    b.add_argument("--configs", help="explicit DRAFTER:POLICY:GAMMA list instead of the "
+                   "drafter x policy x gamma product, e.g. draft:fixed:3,hybrid:adaptive:8")
     b.add_argument("--policies", default="fixed",
                    help="comma-separated gamma policies: fixed, heuristic, adaptive (default fixed)")
     b.add_argument("--gammas", help=f"comma-separated gammas (default {BENCH_FULL['gammas']}, "

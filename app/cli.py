@@ -9,17 +9,20 @@ from engine.errors import TandemError
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from app.settings import generation_config, model_configs
+    from app.settings import drafter_name, generation_config, model_configs
     from engine.events import DoneEvent, TokenEvent
     from engine.pair import LoadOptions, Pair
 
     config = generation_config(args)
     tcfg, dcfg = model_configs(args)
-    pair = Pair.load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check))
+    drafter = drafter_name(args)
+    pair = Pair.load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check),
+                     p_min=args.draft_p_min, lookup_ngram=args.lookup_ngram,
+                     early_exit=drafter == "early-exit", early_exit_layers=args.early_exit_layers)
     try:
+        policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None
-        for ev in pair.generate(args.prompt, config, drafter="draft" if dcfg else "none",
-                                raw=args.raw):
+        for ev in pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy):
             if isinstance(ev, TokenEvent) and not args.json:
                 sys.stdout.write(ev.text)
                 sys.stdout.flush()
@@ -35,13 +38,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
               f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms"
               + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
+                 f", {s.drafter}/{args.policy} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
+                 f" ({s.gammas.count(0)} plain rounds)"
                  if s.mode == "speculative" else ""), file=sys.stderr)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.settings import add_model_args, add_sampling_args
+    from app.settings import add_model_args, add_sampling_args, add_speculation_args
     from models.cli import register as register_models
+    from app.ui_cli import register as register_ui
+    from app.bench_cli import register as register_bench
 
     parser = argparse.ArgumentParser(prog="tandem", description="Exact speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,9 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
     add_model_args(g)
     add_sampling_args(g)
+    add_speculation_args(g)
     g.set_defaults(func=cmd_generate)
 
     register_models(sub)
+    register_ui(sub)
+    register_bench(sub)
     return parser
 
 

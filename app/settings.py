@@ -4,8 +4,16 @@ from __future__ import annotations
 import argparse
 
 from engine.backend import ModelConfig
+from engine.errors import SettingsError
 from engine.generator import GenerationConfig
+from engine.policy import POLICIES
 from engine.sampling import SamplingParams
+
+DRAFTERS = ("draft", "none", "lookup", "hybrid", "early-exit")
+# Drafters that need the separate draft model loaded.
+NEEDS_DRAFT_MODEL = ("draft", "hybrid")
+# --gamma when not given: the fixed gamma, the heuristic's start, the adaptive maximum.
+DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -22,7 +30,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
-    g.add_argument("--gamma", type=int, default=4, help="tokens drafted per round")
+    g.add_argument("--gamma", type=int, default=None,
+                   help="tokens drafted per round: fixed gamma, heuristic start, adaptive maximum "
+                   f"(default {DEFAULT_GAMMA})")
     g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -32,16 +42,44 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
+def add_speculation_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("speculation")
+    g.add_argument("--drafter", choices=DRAFTERS, default=None,
+                   help="who drafts: the draft model, prompt lookup, hybrid (lookup, else the "
+                   "draft model), early-exit (the target's first layers), or none "
+                   "(default: draft, or none with --draft none)")
+    g.add_argument("--policy", choices=POLICIES, default="adaptive",
+                   help="how many tokens to draft each round (default adaptive)")
+    g.add_argument("--draft-p-min", type=float, default=0.0,
+                   help="stop drafting when the draft's probability of its token is below this")
+    g.add_argument("--lookup-ngram", type=int, default=3,
+                   help="longest n-gram prompt lookup matches (down to 1; hybrid down to 2)")
+    g.add_argument("--early-exit-layers", type=int, default=None,
+                   help="target layers in the early-exit draft (default: three quarters)")
+
+
+def drafter_name(args: argparse.Namespace) -> str:
+    chosen = getattr(args, "drafter", None)
+    if chosen is not None:
+        return chosen
+    return "none" if args.draft == "none" else "draft"
+
+
 def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, ModelConfig | None]:
     from models import embedded
-    if args.target is None or args.draft is None:
+    chosen = getattr(args, "drafter", None)
+    # An explicit drafter that does not use the draft model does not load it.
+    draft_arg = "none" if chosen is not None and chosen not in NEEDS_DRAFT_MODEL else args.draft
+    if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
     target = args.target or str(embedded_target)
-    draft_path = args.draft if args.draft is not None else str(embedded_draft)
+    draft_path = draft_arg if draft_arg is not None else str(embedded_draft)
     tcfg = ModelConfig(path=target, n_ctx=args.ctx, n_threads=args.threads,
                        n_gpu_layers=args.gpu_layers)
     if draft_path == "none":
+        if chosen in NEEDS_DRAFT_MODEL:
+            raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
     return tcfg, ModelConfig(path=draft_path, n_ctx=args.ctx, n_threads=args.threads,
                              n_gpu_layers=args.draft_gpu_layers)
@@ -50,5 +88,6 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, ModelConfig | 
 def generation_config(args: argparse.Namespace) -> GenerationConfig:
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             min_p=args.min_p, seed=args.seed)
-    return GenerationConfig(params=params, gamma=args.gamma, max_tokens=args.max_tokens,
+    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[getattr(args, "policy", "fixed")]
+    return GenerationConfig(params=params, gamma=gamma, max_tokens=args.max_tokens,
                             stop=tuple(args.stop))

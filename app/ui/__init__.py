@@ -1,0 +1,95 @@
+"""The Gradio app: a loading/status banner over three tabs (chat, side-by-side, models).
+
+`build_app(holder)` builds the Blocks without launching; `launch(...)` queues and serves it.
+Every generation shares one queue slot (concurrency id "generation", limit 1), so a second
+user waits in the queue instead of competing for the cores; `pair.lock` guards the llama.cpp
+contexts underneath in any case.
+"""
+from __future__ import annotations
+
+import html
+import os
+import time
+from typing import Iterator
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402
+
+from app.ui import chat, compare, wizard  # noqa: E402
+from app.ui.state import ERROR, LOADING, READY, PairHolder, StopFlags  # noqa: E402
+
+TITLE = "Tandem: exact speculative decoding"
+POLL_S = 0.4
+
+
+def status_banner(holder: PairHolder) -> str:
+    s = holder.status
+    if s.state == LOADING:
+        pct = 100 * s.fraction
+        return (f'<div id="tandem-status" data-state="loading" style="padding:8px 12px;border-radius:8px;'
+                f'border:1px solid #3b7dd8">Loading models, step {s.step + 1} of {len(s.steps)}: '
+                f'{html.escape(s.message)} ({s.elapsed_s:.0f} s)'
+                f'<div style="margin-top:6px;height:8px;border-radius:4px;background:rgba(128,128,128,.25)">'
+                f'<div style="width:{pct:.0f}%;height:8px;border-radius:4px;background:#3b7dd8"></div></div></div>')
+    if s.state == ERROR:
+        return (f'<div id="tandem-status" data-state="error" style="padding:8px 12px;border-radius:8px;'
+                f'border:1px solid #d9534f;background:#d9534f1a"><b>The models could not be loaded.</b> '
+                f'{html.escape(s.message)}<br><span style="font-size:.85em">Pick another pair in the '
+                f'Models tab, or restart with <code>tandem ui --target PATH --draft PATH</code>.</span></div>')
+    if s.state == READY:
+        extra = f" · the last load failed: {html.escape(s.error)}" if s.error else ""
+        return (f'<div id="tandem-status" data-state="ready" style="font-size:.85em;opacity:.85">'
+                f'target <b>{html.escape(s.target)}</b> · draft <b>{html.escape(s.draft)}</b> · '
+                f'{html.escape(s.message)}{extra}</div>')
+    return ('<div id="tandem-status" data-state="empty">No model is loaded: pick a pair in the '
+            'Models tab.</div>')
+
+
+def _drafter_updates(holder: PairHolder) -> tuple[dict, dict]:
+    if holder.status.state != READY:
+        return gr.update(), gr.update()
+    names = holder.pair.drafters
+    speculative = [d for d in names if d != "none"]
+    default = speculative[0] if speculative else "none"
+    return (gr.update(choices=names, value=default),
+            gr.update(choices=speculative, value=speculative[0] if speculative else None))
+
+
+def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
+    """The whole page for `holder`'s pair; it works (and says so) while loading or after a failure."""
+    flags = flags or StopFlags()
+    drafters = holder.pair.drafters if holder.status.state == READY else ["draft", "none"]
+    default = next((d for d in drafters if d != "none"), "none")
+    with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
+        gr.Markdown(f"## {TITLE}\nA small draft model proposes tokens; the target checks them in one "
+                    "batch and keeps exactly its own distribution.")
+        banner = gr.HTML(status_banner(holder), elem_id="status-banner")
+        with gr.Tabs():
+            with gr.Tab("Chat", id="chat"):
+                chat_parts = chat.build(holder, flags, drafters, default)
+            with gr.Tab("Side by side", id="compare"):
+                compare_parts = compare.build(holder, flags, drafters, default)
+            with gr.Tab("Models", id="models"):
+                wizard_parts = wizard.build(holder)
+        dropdowns = [chat_parts["drafter"], compare_parts["drafter"]]
+
+        def watch() -> Iterator[tuple[str, dict, dict]]:
+            while holder.status.state == LOADING:
+                yield status_banner(holder), gr.update(), gr.update()
+                time.sleep(POLL_S)
+            yield (status_banner(holder), *_drafter_updates(holder))
+
+        demo.load(watch, None, [banner, *dropdowns], api_name="status", concurrency_limit=None,
+                  show_progress="hidden")
+        wizard_parts["load_event"].then(lambda: (status_banner(holder), *_drafter_updates(holder)), None,
+                                        [banner, *dropdowns], api_visibility="private", queue=False)
+    return demo
+
+
+def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, quiet: bool = True) -> str:
+    """Queue and serve the app without blocking; returns the local URL."""
+    demo.queue(default_concurrency_limit=1)
+    _, url, _ = demo.launch(server_name=host, server_port=port, prevent_thread_lock=True, quiet=quiet,
+                            show_error=True, footer_links=["api"], ssr_mode=False)
+    return url

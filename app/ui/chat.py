@@ -1,0 +1,138 @@
+"""The chat tab: a streaming multi-turn chat over `pair.generate`, with stop and clear, the live
+metrics panel and the token view.
+
+The callback only forwards engine events to the page. It refreshes the page once per target
+call (a RoundEvent) and at most every `MIN_REFRESH_S`, since re-rendering after every token would
+take CPU from the decoding it is showing.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import gradio as gr
+
+from app.ui import controls, metrics
+from app.ui.state import PairHolder, StopFlags
+from engine.errors import TandemError
+from engine.events import DoneEvent, RoundEvent, TokenEvent
+from engine.stats import GenerationStats
+
+MIN_REFRESH_S = 0.15
+
+
+def plain_text(content: Any) -> str:
+    """Message content as a string: the Chatbot hands back lists of typed parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return str(content.get("text") or content.get("content") or "")
+    if isinstance(content, (list, tuple)):
+        return "".join(plain_text(c) for c in content)
+    return "" if content is None else str(content)
+
+
+def to_messages(history: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": plain_text(m.get("content"))}
+            for m in history if m.get("role") in ("user", "assistant", "system")]
+
+
+def stats_payload(stats: GenerationStats, text: str) -> dict:
+    return {"text": text, **stats.as_dict()}
+
+
+def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
+            settings: controls.Settings) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
+    """Yield (history, token view, metrics panel, stats, textbox) while the answer streams."""
+    if not message or not message.strip():
+        raise gr.Error("type a message first")
+    try:
+        pair = holder.pair
+        config = settings.config(gamma=0 if settings.drafter == "none" else None)
+        policy = settings.policy_for(settings.drafter)
+        messages = to_messages(history) + [{"role": "user", "content": message}]
+        events = pair.generate(messages, config, drafter=settings.drafter, policy=policy)
+    except TandemError as exc:
+        raise gr.Error(str(exc)) from None
+    history = [*history, {"role": "user", "content": message}, {"role": "assistant", "content": ""}]
+    pieces: list[metrics.Piece] = []
+    answer = ""
+    stats: GenerationStats | None = None
+    flags.begin(session)
+    yield history, metrics.token_view(pieces), metrics.live_panel(None), None, ""
+    last = time.monotonic()
+    try:
+        for ev in events:
+            if isinstance(ev, TokenEvent):
+                answer += ev.text
+                pieces.append(metrics.Piece(ev.text, ev.origin))
+            elif isinstance(ev, RoundEvent):
+                stats = ev.stats
+                if flags.stopped(session):
+                    break
+                if time.monotonic() - last >= MIN_REFRESH_S:
+                    last = time.monotonic()
+                    history[-1] = {"role": "assistant", "content": answer}
+                    yield history, metrics.token_view(pieces), metrics.live_panel(stats), None, ""
+            elif isinstance(ev, DoneEvent):
+                history[-1] = {"role": "assistant", "content": ev.text}
+                yield (history, metrics.token_view(pieces), metrics.live_panel(ev.stats, done=True),
+                       stats_payload(ev.stats, ev.text), "")
+                return
+    except TandemError as exc:
+        raise gr.Error(str(exc)) from None
+    finally:
+        events.close()
+        flags.end(session)
+    # Stopped by the user: the generator is closed, so the lock is free for the next request.
+    history[-1] = {"role": "assistant", "content": answer}
+    if stats is not None:
+        stats.finish_reason = "stopped"
+        stats.output_tokens = len(pieces)
+    yield (history, metrics.token_view(pieces), metrics.live_panel(stats, done=False, note="stopped"),
+           stats_payload(stats, answer) if stats else None, "")
+
+
+def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_drafter: str) -> dict[str, Any]:
+    """Lay out the chat tab inside the current Blocks; returns the components others update."""
+    with gr.Row():
+        with gr.Column(scale=3):
+            chatbot = gr.Chatbot(label="chat", height=380, elem_id="chatbot")
+            with gr.Row(equal_height=True):
+                message = gr.Textbox(placeholder="Ask for some code…", show_label=False, scale=8,
+                                     elem_id="chat-input", lines=1, container=False)
+                send = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="chat-send")
+            with gr.Row():
+                stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
+                clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
+            with gr.Accordion("settings", open=False, elem_id="chat-settings"):
+                widgets = controls.build(drafters, default_drafter, "chat")
+        with gr.Column(scale=2):
+            panel = gr.HTML(metrics.live_panel(None), elem_id="chat-metrics")
+            tokens = gr.HTML(metrics.token_view([]), elem_id="chat-tokens")
+            with gr.Accordion("raw statistics", open=False):
+                stats = gr.JSON(label="stats", elem_id="chat-stats")
+
+    def on_send(message_text: str, history: list[dict], drafter: str, policy: str, gamma: float,
+                temperature: float, top_k: float, top_p: float, min_p: float, seed: float | None,
+                max_tokens: float, request: gr.Request):
+        try:
+            settings = controls.Settings.from_values(drafter, policy, gamma, temperature, top_k,
+                                                     top_p, min_p, seed, max_tokens)
+        except TandemError as exc:
+            raise gr.Error(str(exc)) from None
+        yield from respond(holder, flags, request.session_hash or "", message_text, history or [], settings)
+
+    def on_stop(request: gr.Request) -> None:
+        flags.stop(request.session_hash or "")
+
+    inputs = [message, chatbot, *widgets]
+    outputs = [chatbot, tokens, panel, stats, message]
+    send.click(on_send, inputs, outputs, api_name="chat", concurrency_id="generation",
+               concurrency_limit=1, show_progress="hidden")
+    message.submit(on_send, inputs, outputs, api_visibility="private", concurrency_id="generation",
+                   concurrency_limit=1, show_progress="hidden")
+    stop.click(on_stop, None, None, api_name="stop", queue=False)
+    clear.click(lambda: ([], metrics.token_view([]), metrics.live_panel(None), None), None,
+                [chatbot, tokens, panel, stats], api_name="clear", queue=False)
+    return {"drafter": widgets[0], "chatbot": chatbot}

@@ -1,0 +1,217 @@
+"""The side-by-side tab: one prompt decoded plainly and then speculatively by the same target,
+one run after the other (never two generations on the same cores at once), optionally
+repeated N times with the median and spread of each measure.
+
+In greedy mode the two outputs should match; where they do not, the first differing token is
+reported: batched verification and one-token decoding give slightly different logits in
+llama.cpp, so near-ties can flip (DEVELOPERS.md, batch-vs-single numerics).
+"""
+from __future__ import annotations
+
+import html
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import gradio as gr
+
+from app.ui import controls, metrics
+from app.ui.state import PairHolder, StopFlags
+from engine.errors import TandemError
+from engine.events import DoneEvent, RoundEvent, TokenEvent
+from engine.stats import GenerationStats
+
+MAX_REPEATS = 10
+MIN_REFRESH_S = 0.25
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token, or None when the sequences are identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        return cls(statistics.median(values), min(values), max(values))
+
+    def show(self, fmt: str = "{:.2f}") -> str:
+        m = fmt.format(self.median)
+        return m if self.low == self.high else f"{m} ({fmt.format(self.low)}–{fmt.format(self.high)})"
+
+
+@dataclass
+class Runs:
+    baseline: list[DoneEvent] = field(default_factory=list)
+    speculative: list[DoneEvent] = field(default_factory=list)
+    baseline_pieces: list[metrics.Piece] = field(default_factory=list)
+    speculative_pieces: list[metrics.Piece] = field(default_factory=list)
+
+    def measures(self, mode: str) -> dict[str, Spread]:
+        runs = [d.stats for d in (self.baseline if mode == "baseline" else self.speculative)]
+        return {"tokens_per_s": Spread.of([s.tokens_per_s for s in runs]),
+                "total_ms": Spread.of([s.total_time_ms for s in runs]),
+                "ttft_ms": Spread.of([s.ttft_ms for s in runs])}
+
+    def speedups(self) -> tuple[Spread, Spread]:
+        """Per repeat: speculative over baseline tokens/s, and baseline over speculative end-to-end."""
+        pairs = list(zip(self.baseline, self.speculative))
+        tps = [s.stats.tokens_per_s / b.stats.tokens_per_s for b, s in pairs if b.stats.tokens_per_s > 0]
+        e2e = [b.stats.total_time_ms / s.stats.total_time_ms for b, s in pairs if s.stats.total_time_ms > 0]
+        return Spread.of(tps or [0.0]), Spread.of(e2e or [0.0])
+
+    def differences(self) -> list[int | None]:
+        return [first_difference(b.tokens, s.tokens) for b, s in zip(self.baseline, self.speculative)]
+
+
+def _identity_note(runs: Runs, greedy: bool) -> tuple[str, bool | None, int | None]:
+    diffs = runs.differences()
+    if not greedy:
+        return ("sampling (temperature > 0): the two outputs are different samples of the same "
+                "distribution, so they are not expected to match"), None, None
+    first = next((d for d in diffs if d is not None), None)
+    if first is None:
+        return f"greedy: the outputs are identical in all {len(diffs)} repeat(s)", True, None
+    n_diff = sum(d is not None for d in diffs)
+    return (f"greedy: the outputs first differ at output token {first} ({n_diff} of {len(diffs)} "
+            "repeat(s) differ); llama.cpp's batched verification and one-token decoding give "
+            "slightly different logits, so near-ties can flip (numerics, not the algorithm)"), False, first
+
+
+def summary_html(runs: Runs, greedy: bool) -> str:
+    if not runs.speculative:
+        return '<div class="tandem-compare-summary" style="opacity:.7">running…</div>'
+    base, spec = runs.measures("baseline"), runs.measures("speculative")
+    tps_up, e2e_up = runs.speedups()
+    note, _, _ = _identity_note(runs, greedy)
+    n = len(runs.speculative)
+    rows = [("tokens/s", "tokens_per_s", "{:.2f}"), ("end-to-end ms", "total_ms", "{:.0f}"),
+            ("TTFT ms", "ttft_ms", "{:.0f}")]
+    cell = 'style="padding:4px 10px;border-bottom:1px solid rgba(128,128,128,.3)"'
+    body = "".join(f"<tr><td {cell}>{label}</td><td {cell}>{base[key].show(fmt)}</td>"
+                   f"<td {cell}>{spec[key].show(fmt)}</td></tr>" for label, key, fmt in rows)
+    acc = Spread.of([d.stats.acceptance_rate * 100 for d in runs.speculative]).show("{:.0f}")
+    return (f'<div class="tandem-compare-summary"><div style="font-size:1.3em;font-weight:600">'
+            f'speedup {tps_up.show("{:.2f}")}× tokens/s · {e2e_up.show("{:.2f}")}× end-to-end</div>'
+            f'<div style="font-size:.8em;opacity:.75">median (min–max) over {n} repeat(s); '
+            f'draft acceptance {acc}%</div>'
+            f'<table style="margin-top:6px;border-collapse:collapse"><tr><th {cell}></th>'
+            f'<th {cell}>plain</th><th {cell}>speculative</th></tr>{body}</table>'
+            f'<div style="margin-top:6px">{html.escape(note)}</div></div>')
+
+
+def payload(runs: Runs, greedy: bool) -> dict[str, Any]:
+    _, identical, first = _identity_note(runs, greedy)
+    tps_up, e2e_up = runs.speedups() if runs.speculative else (Spread(0, 0, 0), Spread(0, 0, 0))
+    return {"baseline": [{"text": d.text, **d.stats.as_dict()} for d in runs.baseline],
+            "speculative": [{"text": d.text, **d.stats.as_dict()} for d in runs.speculative],
+            "greedy": greedy, "identical": identical, "first_difference": first,
+            "speedup_tokens_per_s": tps_up.median, "speedup_end_to_end": e2e_up.median}
+
+
+def _column(title: str, pieces: list[metrics.Piece], stats: GenerationStats | None, done: bool) -> str:
+    return (f'<div style="font-weight:600;margin-bottom:4px">{html.escape(title)}</div>'
+            f'{metrics.live_panel(stats, done=done)}{metrics.token_view(pieces)}')
+
+
+def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
+            settings: controls.Settings, repeats: int) -> Iterator[tuple[str, str, str, dict | None]]:
+    """Yield (plain column, speculative column, summary, results) as the runs progress."""
+    if not prompt or not prompt.strip():
+        raise gr.Error("type a prompt first")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise gr.Error(f"repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
+    if settings.drafter == "none":
+        raise gr.Error("pick a drafter for the speculative run; the plain run needs none")
+    try:
+        pair = holder.pair
+        base_cfg, spec_cfg = settings.config(gamma=0), settings.config()
+    except TandemError as exc:
+        raise gr.Error(str(exc)) from None
+    greedy = base_cfg.params.greedy
+    runs = Runs()
+    state: dict[str, tuple[GenerationStats | None, bool]] = {"baseline": (None, False), "speculative": (None, False)}
+
+    def view() -> tuple[str, str, str, dict | None]:
+        return (_column("plain decoding (target alone)", runs.baseline_pieces, *state["baseline"]),
+                _column(f"speculative ({settings.drafter})", runs.speculative_pieces, *state["speculative"]),
+                summary_html(runs, greedy), payload(runs, greedy) if runs.speculative else None)
+
+    flags.begin(session)
+    try:
+        for i in range(repeats):
+            for mode in ("baseline", "speculative"):
+                pieces = runs.baseline_pieces if mode == "baseline" else runs.speculative_pieces
+                pieces.clear()
+                state[mode] = (None, False)
+                drafter = "none" if mode == "baseline" else settings.drafter
+                events = pair.generate(prompt, base_cfg if mode == "baseline" else spec_cfg, drafter=drafter,
+                                       policy=settings.policy_for(drafter))
+                last = time.monotonic()
+                try:
+                    for ev in events:
+                        if isinstance(ev, TokenEvent):
+                            pieces.append(metrics.Piece(ev.text, ev.origin))
+                        elif isinstance(ev, RoundEvent):
+                            state[mode] = (ev.stats, False)
+                            if flags.stopped(session):
+                                raise gr.Error(f"stopped during repeat {i + 1}")
+                            if time.monotonic() - last >= MIN_REFRESH_S:
+                                last = time.monotonic()
+                                yield view()
+                        elif isinstance(ev, DoneEvent):
+                            state[mode] = (ev.stats, True)
+                            (runs.baseline if mode == "baseline" else runs.speculative).append(ev)
+                finally:
+                    events.close()
+                yield view()
+    except TandemError as exc:
+        raise gr.Error(str(exc)) from None
+    finally:
+        flags.end(session)
+
+
+def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_drafter: str) -> dict[str, Any]:
+    with gr.Row():
+        prompt = gr.Textbox(label="prompt", lines=3, scale=5, elem_id="compare-prompt",
+                            value="Write a Python function that checks whether a string is a palindrome.")
+        with gr.Column(scale=1):
+            repeats = gr.Slider(1, MAX_REPEATS, value=1, step=1, label="repeats",
+                                info="runs of each; median and spread")
+            run = gr.Button("Run plain, then speculative", variant="primary", elem_id="compare-run")
+            stop = gr.Button("Stop", variant="stop", elem_id="compare-stop")
+    with gr.Accordion("settings", open=False, elem_id="compare-settings"):
+        widgets = controls.build(drafters, default_drafter, "compare", compare=True)
+    summary = gr.HTML(summary_html(Runs(), True), elem_id="compare-summary")
+    with gr.Row():
+        left = gr.HTML(_column("plain decoding (target alone)", [], None, False), elem_id="compare-plain")
+        right = gr.HTML(_column("speculative", [], None, False), elem_id="compare-spec")
+    with gr.Accordion("raw results", open=False):
+        results = gr.JSON(label="results", elem_id="compare-results")
+
+    def on_run(prompt_text: str, n: float, drafter: str, policy: str, gamma: float, temperature: float,
+               top_k: float, top_p: float, min_p: float, seed: float | None, max_tokens: float,
+               request: gr.Request):
+        try:
+            settings = controls.Settings.from_values(drafter, policy, gamma, temperature, top_k,
+                                                     top_p, min_p, seed, max_tokens)
+        except TandemError as exc:
+            raise gr.Error(str(exc)) from None
+        yield from compare(holder, flags, request.session_hash or "", prompt_text, settings, int(n))
+
+    run.click(on_run, [prompt, repeats, *widgets], [left, right, summary, results], api_name="compare",
+              concurrency_id="generation", concurrency_limit=1, show_progress="hidden")
+    def on_stop(request: gr.Request) -> None:
+        flags.stop(request.session_hash or "")
+
+    stop.click(on_stop, None, None, api_name="stop_compare", queue=False)
+    return {"drafter": widgets[0]}

@@ -1,0 +1,320 @@
+"""The models tab: a step-by-step wizard over the models library. Choose a target (catalog, hub
+search or a local file), see suggested drafts, the memory fit and the compatibility verdict,
+download with a progress bar, then load the pair into the chat.
+
+A model is named by (repo, file): a hub repository and a file in it, or an empty repo and a
+local path. Every refusal carries the library's reason and what to do instead.
+"""
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import gradio as gr
+
+from app.ui.state import ERROR, LOADING, PairHolder
+from engine.backend import ModelConfig
+from engine.errors import TandemError
+from models import budget, catalog, compat, hub, machine
+from models.store import store_dir
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    repo: str
+    file: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.repo}/{self.file}" if self.repo else self.file
+
+    def local_path(self) -> Path | None:
+        """Where this model already is on disk, if anywhere."""
+        if not self.file:
+            return None
+        if not self.repo:
+            p = Path(self.file).expanduser()
+            return p if p.is_file() else None
+        for entry in catalog.load_catalog():
+            paths = entry.local_paths()
+            for model, ref, path in ((entry.target, entry.target_file, paths[0]),
+                                     (entry.draft, entry.draft_file, paths[1])):
+                if model.repo == self.repo and ref.filename == self.file and path.is_file():
+                    return path
+        p = store_dir() / Path(self.file).name
+        return p if p.is_file() else None
+
+    def approx_size(self) -> int | None:
+        local = self.local_path()
+        if local is not None:
+            return local.stat().st_size
+        model = catalog.find_model(self.repo)
+        if model is not None:
+            for ref in model.files.values():
+                if ref.filename == self.file:
+                    return ref.approx_size
+        return None
+
+
+def _pair_label(p: catalog.PairEntry) -> str:
+    where = "embedded, on disk" if p.offline else ("on disk" if p.is_local() else
+                                                  f"~{(p.target_file.approx_size + p.draft_file.approx_size) / GIB:.1f} GiB download")
+    return f"{p.target.name} {p.target_quant} + {p.draft.name} {p.draft_quant} ({where})"
+
+
+def catalog_rows() -> list[list[Any]]:
+    """One row per curated pair: id, target, draft, download size in MiB, whether it is on disk."""
+    return [[p.id, f"{p.target.name} {p.target_quant}", f"{p.draft.name} {p.draft_quant}",
+             round((p.target_file.approx_size + p.draft_file.approx_size) / MIB),
+             "yes" if p.is_local() else "no"] for p in catalog.load_catalog()]
+
+
+def pick_pair(pair_id: str) -> tuple[str, str, str, str, str]:
+    """Target and draft fields for a catalog pair, and a note about it."""
+    p = catalog.find_pair(pair_id)
+    note = f"**{html.escape(p.family)}** pair `{p.id}`" + (f": {html.escape(p.note)}" if p.note else "")
+    return p.target.repo, p.target_file.filename, p.draft.repo, p.draft_file.filename, note
+
+
+def suggest_drafts(target_repo: str) -> list[tuple[str, str]]:
+    """(label, "repo|file") for drafts the catalog pairs with this target, then same-family drafts."""
+    entries = catalog.load_catalog()
+    exact = [e for e in entries if e.target.repo == target_repo]
+    families = {e.family for e in exact}
+    name = target_repo.lower()
+    if not families:
+        families = {e.family for e in entries if e.family.lower().split()[0] in name}
+    seen: dict[str, str] = {}
+    for e in exact + [e for e in entries if e.family in families]:
+        key = f"{e.draft.repo}|{e.draft_file.filename}"
+        if key not in seen:
+            seen[key] = f"{e.draft.name} {e.draft_quant}" + (" (catalog pair)" if e in exact else f" ({e.family})")
+    return [(label, key) for key, label in seen.items()]
+
+
+def _fit_html(target: ModelChoice, draft: ModelChoice, n_ctx: int) -> tuple[str, bool]:
+    tpath, dpath = target.local_path(), draft.local_path()
+    if tpath is not None and dpath is not None:
+        report = budget.estimate_pair(tpath, dpath, n_ctx=n_ctx)
+        verdict = {"fits": "fits", "fits with offload": "fits with GPU offload"}.get(report.verdict, "does not fit")
+        advice = "".join(f"<li>{html.escape(s)}</li>" for s in report.suggestions)
+        return (f"<p><b>Memory: {verdict}</b> (from the GGUF headers)</p>"
+                f"<pre style='font-size:.8em'>{html.escape(report.text())}</pre>"
+                + (f"<p>What to do instead:</p><ul>{advice}</ul>" if advice and not report.ok else ""), report.ok)
+    sizes = [target.approx_size(), draft.approx_size()]
+    m = machine.detect()
+    if None in sizes:
+        return ("<p><b>Memory: unknown before download</b>: the hub did not tell this file's size; the exact "
+                f"breakdown appears once both files are on disk. This machine has {html.escape(m.describe())}.</p>", True)
+    weights = sum(s for s in sizes if s)
+    room = m.ram_available * budget.RAM_SHARE + (m.gpu_free * budget.GPU_SHARE if m.has_gpu and not m.unified else 0)
+    ok = weights < room
+    return (f"<p><b>Memory: {'likely fits' if ok else 'does not fit'}</b> (rough, from file sizes: weights "
+            f"{weights / GIB:.2f} GiB plus KV cache and buffers; the exact breakdown appears after download). "
+            f"This machine has {html.escape(m.describe())}.</p>"
+            + ("" if ok else "<p>What to do instead: pick a smaller target or quantization (Q4_K_M is about half "
+               "of Q8_0), or free memory.</p>"), ok)
+
+
+def _compat_html(target: ModelChoice, draft: ModelChoice) -> tuple[str, bool]:
+    tpath, dpath = target.local_path(), draft.local_path()
+    if tpath is not None and dpath is not None:
+        report = compat.check_pair(tpath, dpath)
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in report.lines())
+        advice = ("<p>What to do instead: pick a draft from the same model family (same tokenizer); "
+                  "the suggested drafts above are.</p>" if not report.ok else "")
+        return (f"<p><b>Compatibility: {report.verdict}</b>: {html.escape(report.summary)}</p>"
+                + (f"<ul>{items}</ul>" if items else "") + advice, report.ok)
+    curated = any(e.target.repo == target.repo and e.target_file.filename == target.file
+                  and e.draft.repo == draft.repo and e.draft_file.filename == draft.file
+                  for e in catalog.load_catalog())
+    if curated:
+        return ("<p><b>Compatibility: curated pair</b>: the catalog lists these two as compatible; the "
+                "headers are checked again before loading.</p>", True)
+    return ("<p><b>Compatibility: checked after download</b>: it is read from both GGUF headers "
+            "(tokenizer, vocabulary, special tokens).</p>", True)
+
+
+def check(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
+          n_ctx: float) -> tuple[str, dict]:
+    """The fit and compatibility verdicts as HTML, and as data for API callers."""
+    target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
+    if not target.file or not draft.file:
+        raise gr.Error("choose a target and a draft first")
+    absent = [f"{role} file {c.file} does not exist" for role, c in (("target", target), ("draft", draft))
+              if not c.repo and c.local_path() is None]
+    if absent:
+        reason = "; ".join(absent) + "; give an existing path, or a hub repo and file name"
+        return f"<p><b>Refused:</b> {html.escape(reason)}</p>", {"ok": False, "reason": reason}
+    try:
+        fit, fit_ok = _fit_html(target, draft, int(n_ctx))
+        comp, comp_ok = _compat_html(target, draft)
+    except TandemError as exc:
+        return f"<p><b>Refused:</b> {html.escape(str(exc))}</p>", {"ok": False, "reason": str(exc)}
+    missing = [c.label for c in (target, draft) if c.local_path() is None]
+    todo = (f"<p>To download: {html.escape(', '.join(missing))}</p>" if missing
+            else "<p>Both files are on disk: load the pair.</p>")
+    return (f'<div class="tandem-check">{fit}{comp}{todo}</div>',
+            {"ok": fit_ok and comp_ok, "fits": fit_ok, "compatible": comp_ok, "missing": missing})
+
+
+def download(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
+             progress: gr.Progress = gr.Progress()) -> str:
+    """Pull whichever of the two files is not on disk yet, with a progress bar per file."""
+    choices = [ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())]
+    done = []
+    for role, c in zip(("target", "draft"), choices):
+        if c.local_path() is not None:
+            done.append(f"{role} {c.label}: already on disk")
+            continue
+        if not c.repo:
+            raise gr.Error(f"the {role} file {c.file} does not exist; give an existing path or a hub repo")
+        progress(0.0, desc=f"downloading {role} {c.file}")
+
+        def report(n: int, total: int, role: str = role, name: str = c.file) -> None:
+            progress((n / total) if total else 0.0, desc=f"{role} {name}: {n / MIB:.0f} of {total / MIB:.0f} MiB")
+
+        try:
+            path = hub.pull(c.repo, c.file, progress=report)
+        except TandemError as exc:
+            raise gr.Error(str(exc)) from None
+        done.append(f"{role} {c.label}: downloaded and verified at {path}")
+    return "<br>".join(html.escape(d) for d in done)
+
+
+def search(query: str) -> tuple[dict, str]:
+    if not query or not query.strip():
+        raise gr.Error("type part of a model name to search for")
+    try:
+        hits = hub.search(query.strip())
+    except TandemError as exc:
+        return gr.update(choices=[], value=None), f"<p><b>Hub search failed:</b> {html.escape(str(exc))}</p>"
+    choices = [(f"{h.repo_id} ({h.downloads or 0} downloads)", h.repo_id) for h in hits]
+    note = f"<p>{len(hits)} GGUF repositories</p>" if hits else "<p>no GGUF repositories match</p>"
+    return gr.update(choices=choices, value=choices[0][1] if choices else None), note
+
+
+def files(repo: str) -> tuple[dict, str]:
+    if not repo:
+        return gr.update(choices=[], value=None), ""
+    try:
+        found = hub.list_gguf_files(repo)
+    except TandemError as exc:
+        return gr.update(choices=[], value=None), f"<p><b>Listing failed:</b> {html.escape(str(exc))}</p>"
+    choices = [(f"{f.quant} · {f.filename} · {f.size / MIB:.0f} MiB", f.filename) for f in found]
+    return gr.update(choices=choices, value=choices[0][1] if choices else None), f"<p>{len(found)} GGUF files</p>"
+
+
+def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo: str, draft_file: str,
+              n_ctx: float) -> Iterator[str]:
+    """Load the chosen pair into the chat, yielding the loading status until it ends."""
+    target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
+    tpath, dpath = target.local_path(), draft.local_path()
+    if tpath is None or (draft.file and dpath is None):
+        missing = ", ".join(c.label for c, p in ((target, tpath), (draft, dpath)) if c.file and p is None)
+        yield f"<p><b>Refused:</b> not on disk yet: {html.escape(missing)}; download first (step 4).</p>"
+        return
+    ctx = int(n_ctx)
+    try:
+        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx),
+                          ModelConfig(str(dpath), n_ctx=ctx) if dpath is not None else None)
+    except TandemError as exc:
+        yield f"<p><b>Refused:</b> {html.escape(str(exc))}</p>"
+        return
+    while holder.status.state == LOADING:
+        s = holder.status
+        yield f"<p>loading ({s.step + 1}/{len(s.steps)}): {html.escape(s.message)} · {s.elapsed_s:.0f} s</p>"
+        time.sleep(0.3)
+    holder.wait()
+    s = holder.status
+    if s.state == ERROR or s.error:
+        yield f"<p><b>Refused:</b> {html.escape(s.error or s.message)}</p>"
+    else:
+        yield f"<p><b>Loaded</b> {html.escape(s.target)} + {html.escape(s.draft)}: {html.escape(s.message)}. Go to the Chat tab.</p>"
+
+
+def build(holder: PairHolder) -> dict[str, Any]:
+    gr.Markdown("Pick a target, check that the pair fits and is compatible, download it, then load it.")
+    with gr.Group():
+        gr.Markdown("### 1. Choose a target")
+        pairs = catalog.load_catalog()
+        pair = gr.Dropdown(choices=[(_pair_label(p), p.id) for p in pairs], value=None,
+                           label="from the catalog (curated target + draft pairs)", elem_id="wizard-pair")
+        with gr.Row():
+            query = gr.Textbox(label="or search the hub", placeholder="e.g. qwen2.5 coder gguf", scale=3)
+            search_btn = gr.Button("Search", scale=1)
+        with gr.Row():
+            repo = gr.Dropdown(choices=[], label="repository", allow_custom_value=True)
+            repo_file = gr.Dropdown(choices=[], label="quantization / file", allow_custom_value=True)
+        hub_note = gr.HTML()
+        with gr.Row():
+            target_repo = gr.Textbox(label="target repo (empty for a local file)", elem_id="wizard-target-repo")
+            target_file = gr.Textbox(label="target file (or local path)", elem_id="wizard-target-file")
+        pair_note = gr.Markdown()
+    with gr.Group():
+        gr.Markdown("### 2. Choose a draft")
+        drafts = gr.Dropdown(choices=[], label="suggested drafts (same family and tokenizer)", allow_custom_value=True)
+        with gr.Row():
+            draft_repo = gr.Textbox(label="draft repo (empty for a local file)", elem_id="wizard-draft-repo")
+            draft_file = gr.Textbox(label="draft file (or local path)", elem_id="wizard-draft-file")
+    with gr.Group():
+        gr.Markdown("### 3. Memory fit and compatibility")
+        with gr.Row():
+            n_ctx = gr.Number(value=4096, precision=0, label="context length (tokens)")
+            check_btn = gr.Button("Check", variant="secondary", elem_id="wizard-check")
+        report = gr.HTML(elem_id="wizard-report")
+        verdict = gr.JSON(visible=False)
+    with gr.Group():
+        gr.Markdown("### 4. Download")
+        download_btn = gr.Button("Download what is missing", elem_id="wizard-download")
+        download_note = gr.HTML()
+    with gr.Group():
+        gr.Markdown("### 5. Load into the chat")
+        load_btn = gr.Button("Load pair", variant="primary", elem_id="wizard-load")
+        load_note = gr.HTML(elem_id="wizard-load-note")
+    with gr.Accordion("catalog", open=False):
+        table = gr.Dataframe(value=catalog_rows(), headers=["id", "target", "draft", "MiB", "on disk"],
+                             interactive=False, elem_id="wizard-catalog")
+        catalog_btn = gr.Button("Refresh catalog", size="sm")
+
+    fields = [target_repo, target_file, draft_repo, draft_file]
+
+    def on_pair(pair_id: str | None):
+        if not pair_id:
+            return [gr.update()] * 5 + [gr.update()]
+        t_repo, t_file, d_repo, d_file, note = pick_pair(pair_id)
+        return t_repo, t_file, d_repo, d_file, note, gr.update(choices=suggest_drafts(t_repo), value=f"{d_repo}|{d_file}")
+
+    def on_file(repo_id: str | None, filename: str | None):
+        if not repo_id or not filename:
+            return gr.update(), gr.update(), gr.update()
+        return repo_id, filename, gr.update(choices=suggest_drafts(repo_id), value=None)
+
+    def on_draft(key: str | None):
+        if not key or "|" not in key:
+            return gr.update(), gr.update()
+        d_repo, d_file = key.split("|", 1)
+        return d_repo, d_file
+
+    pair.change(on_pair, pair, [*fields, pair_note, drafts], queue=False, api_visibility="private")
+    search_btn.click(search, query, [repo, hub_note], api_name="search")
+    query.submit(search, query, [repo, hub_note], api_visibility="private")
+    repo.change(files, repo, [repo_file, hub_note], api_name="files")
+    repo_file.change(on_file, [repo, repo_file], [target_repo, target_file, drafts], api_visibility="private")
+    drafts.change(on_draft, drafts, [draft_repo, draft_file], queue=False, api_visibility="private")
+    check_btn.click(check, [*fields, n_ctx], [report, verdict], api_name="check")
+    download_btn.click(download, fields, download_note, api_name="download", concurrency_id="download",
+                       concurrency_limit=1)
+    def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float) -> Iterator[str]:
+        yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx)
+
+    load_event = load_btn.click(on_load, [*fields, n_ctx], load_note, api_name="load_pair",
+                                concurrency_id="generation", concurrency_limit=1)
+    catalog_btn.click(catalog_rows, None, table, api_name="catalog")
+    return {"load_event": load_event, "pair": pair}

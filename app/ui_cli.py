@@ -1,0 +1,36 @@
+"""`tandem ui`: serve the app on a local address with the embedded pair (or --target/--draft).
+
+The page comes up at once; the models load in the background and the page shows the progress,
+or the reason when loading fails (missing file, does not fit, incompatible pair).
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from app.settings import model_configs
+    from app.ui import build_app, launch
+    from app.ui.state import PairHolder
+    from engine.pair import LoadOptions
+
+    holder = PairHolder()
+    holder.prepare_async(lambda: model_configs(args), LoadOptions(check_budget=not args.no_budget_check))
+    demo = build_app(holder)
+    url = launch(demo, host=args.host, port=args.port)
+    print(f"Tandem is running at {url}  (Ctrl-C to stop)", flush=True)
+    try:
+        demo.block_thread()
+    finally:
+        holder.close()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from app.settings import add_model_args
+
+    p = subparsers.add_parser("ui", help="start the chat app in the browser")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    add_model_args(p)
+    p.set_defaults(func=cmd_ui)

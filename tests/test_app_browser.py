@@ -1,0 +1,91 @@
+"""The page in a real headless Chromium (Debian's, driven by Playwright): load it, send a message,
+watch the answer stream and the metrics panel change, and save a screenshot."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.ui.state import PairHolder
+from tests import appserver
+
+pytestmark = [pytest.mark.browser, pytest.mark.real]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+# Records every change of the metrics panel and of the last chat message, as the page sees them.
+OBSERVE = """() => {
+  window.__panel = []; window.__answer = [];
+  const panel = document.querySelector('#chat-metrics');
+  const bot = document.querySelector('#chatbot');
+  new MutationObserver(() => {
+    const m = panel.querySelector('.tandem-metrics');
+    if (m) window.__panel.push([m.dataset.state, Number(m.dataset.tokens || 0)]);
+  }).observe(panel, {subtree: true, childList: true, attributes: true, characterData: true});
+  new MutationObserver(() => {
+    const msgs = bot.querySelectorAll('.message.bot, [data-testid="bot"]');
+    if (msgs.length) window.__answer.push(msgs[msgs.length - 1].innerText.length);
+  }).observe(bot, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def set_slider(page, elem_id: str, value: str) -> None:
+    """Set a slider; a busy page can drop an input event, so set it until its number box agrees."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for _ in range(5):
+        page.locator(f"#{elem_id} input[type=range]").fill(value)
+        try:
+            page.wait_for_function(f"document.querySelector('#{elem_id} input[type=number]').value == '{value}'",
+                                   timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"the page did not take {elem_id} = {value}")
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (scripts/test installs it)")
+    holder = PairHolder()
+    appserver.load_small_pair(holder)
+    with appserver.serve(holder) as url:
+        yield url
+    holder.close()
+
+
+def test_chat_in_a_browser(app_url, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(app_url)
+            page.wait_for_selector('#tandem-status[data-state="ready"]', timeout=60_000)
+            assert page.locator('#chat-metrics .tandem-metrics[data-state="idle"]').count() == 1
+            # Few tokens: the machine is shared and the test only needs a handful of rounds.
+            page.locator("#chat-settings button.label-wrap").click()
+            for name, value in (("max-tokens", "16"), ("gamma", "2")):
+                set_slider(page, f"chat-{name}", value)
+            page.evaluate(OBSERVE)
+            page.locator("#chat-input textarea").fill("Write a Python function that adds two numbers.")
+            page.locator("#chat-send").click()
+            page.wait_for_selector('#chat-metrics .tandem-metrics[data-state="done"]', timeout=240_000)
+            panel = page.evaluate("window.__panel")
+            answer = page.evaluate("window.__answer")
+            page.screenshot(path=str(tmp_path / "chat.png"), full_page=True)
+        finally:
+            browser.close()
+
+    states = [s for s, _ in panel]
+    tokens = [n for _, n in panel]
+    assert "running" in states and states[-1] == "done", panel
+    assert tokens[-1] == 16 and 0 < max(n for s, n in panel if s == "running") <= 16, panel
+    grown = [n for n in answer if n > 0]
+    assert len(set(grown)) >= 2, answer
+    assert (tmp_path / "chat.png").stat().st_size > 10_000
