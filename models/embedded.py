@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.store import store_dir, tandem_home
+from models.store import sha256_of, store_dir, tandem_home
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,6 @@ DRAFT = EmbeddedModel(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
 )
 EMBEDDED = (TARGET, DRAFT)
-
-
-def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def is_intact(model: EmbeddedModel) -> bool:

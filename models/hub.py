@@ -11,7 +11,6 @@ huggingface_hub freezes HF_ENDPOINT when first imported.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import socket
@@ -28,7 +27,7 @@ from huggingface_hub.file_download import http_get
 
 from engine.errors import HubError
 from models.registry import read_stamp, write_stamp
-from models.store import store_dir
+from models.store import sha256_of, store_dir
 
 try:
     import httpx2 as _http
@@ -155,14 +154,6 @@ class _CallbackBar:
             self.callback(self.n, self.total)
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
 def partial_path(dest: Path, sha256: str) -> Path:
     return dest.with_name(f"{dest.name}.{sha256[:16]}.incomplete")
 
@@ -202,7 +193,7 @@ def pull(repo_id: str, filename: str, *, revision: str | None = None, progress: 
             raise
 
     size = part.stat().st_size
-    actual = _sha256_file(part)
+    actual = sha256_of(part)
     if size != remote.size or actual != remote.sha256:
         part.unlink()
         raise HubError(f"{repo_id}/{filename} failed its integrity check: expected sha256 {remote.sha256}"

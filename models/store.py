@@ -1,6 +1,7 @@
 """Where model files live on disk: the local store, outside the repository."""
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -16,3 +17,11 @@ def store_dir() -> Path:
     path = Path(env) if env else tandem_home() / "models"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()

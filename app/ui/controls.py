@@ -1,8 +1,7 @@
 """The generation settings shared by the chat and side-by-side tabs, and their conversion into
 the engine's GenerationConfig, drafter name and gamma policy.
 
-Drafters come from the loaded pair; gamma policies from `engine.policy.POLICIES` and
-`make_policy(name, gamma)` when the engine offers them, otherwise only "fixed".
+Drafters come from the loaded pair; gamma policies from `engine.policy.POLICIES`.
 """
 from __future__ import annotations
 
@@ -10,26 +9,14 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from engine import policy as policy_mod
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
-from engine.policy import FixedGamma, GammaPolicy
+from engine.policy import POLICIES, GammaPolicy, make_policy
 from engine.sampling import SamplingParams
 
 
 def policy_names() -> list[str]:
-    names = getattr(policy_mod, "POLICIES", None)
-    return list(names) if names else ["fixed"]
-
-
-def make_policy(name: str, gamma: int) -> GammaPolicy | None:
-    """The policy for `name`; None means the generator's default fixed gamma."""
-    factory = getattr(policy_mod, "make_policy", None)
-    if factory is not None:
-        return factory(name, gamma)
-    if name != "fixed":
-        raise SettingsError(f"unknown gamma policy {name!r}; available: fixed")
-    return FixedGamma(gamma)
+    return list(POLICIES)
 
 
 @dataclass(frozen=True)
