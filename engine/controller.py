@@ -11,7 +11,9 @@ plain rounds, or rounds another drafter filled). Costs come from `calibrate` (a 
 decodes at load, rolled back) and are refined from every round's measured times; acceptance
 counts decay so the estimates follow easy and hard stretches of text. While plain decoding
 wins, a small probe round now and then (at growing intervals while probes keep losing) lets
-speculation come back when the text turns predictable.
+speculation come back when the text turns predictable. Probes are the controller's own cost
+when speculation loses (each pays the draft's catch-up), so they are rare, and a gamma must be
+predicted to beat plain decoding by `margin` before it is used.
 """
 from __future__ import annotations
 
@@ -94,8 +96,8 @@ class AdaptiveController:
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
                  verify_ms: Sequence[float] | None = None, model_source: str | None = None,
                  prior: float = 0.7, prior_weight: float = 2.0, decay: float = 0.9,
-                 rate: float = 0.2, margin: float = 0.02, probe_every: int = 8,
-                 probe_max: int = 64, probe_gamma: int = 2) -> None:
+                 rate: float = 0.2, margin: float = 0.05, probe_every: int = 16,
+                 probe_max: int = 128, probe_gamma: int = 2) -> None:
         if max_gamma < 1:
             raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
         self.name = "adaptive"
@@ -163,13 +165,21 @@ class AdaptiveController:
         g = int(np.argmax(speeds[1:])) + 1
         return g if speeds[g] > speeds[0] * (1.0 + self.margin) else 0
 
+    def could_win(self) -> bool:
+        """Whether any gamma would beat plain decoding if every drafted token were accepted;
+        when not, probing can only lose."""
+        plain = self.predicted_tps(0) * (1.0 + self.margin)
+        return any(1e3 * (g + 1) / self.cost_ms(g) > plain for g in range(1, self.max_gamma + 1))
+
     def next_gamma(self) -> int:
         if not self.calibrated:
             raise SettingsError("the adaptive controller has no calibration; "
                                 "run it through Pair.generate or pass draft_ms/verify_ms")
         g = self.best_gamma()
         self.probing = False
-        if g == 0 and self.zero_run >= self.interval:
+        # Probe at once while nothing is known: the draft has just seen the prompt, so the
+        # first probe pays no catch-up; later probes do, hence the long, growing intervals.
+        if g == 0 and (self.tries.sum() == 0 or self.zero_run >= self.interval) and self.could_win():
             g = min(self.probe_gamma, self.max_gamma)
             self.probing = True
         self.last_prediction = self.predicted_tps(g)

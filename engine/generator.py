@@ -98,7 +98,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
             give_feedback(drafter, proposal, verdict.n_accepted)
 
         new = drafted[:verdict.n_accepted] + [verdict.token]
-        origins = ["draft"] * verdict.n_accepted + [verdict.kind if speculative else "target"]
+        origins = ["draft"] * verdict.n_accepted + [verdict.kind if drafted else "target"]
         r = RoundStats(index=stats.rounds, gamma=gamma, drafted=len(drafted),
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
                        draft_ms=proposal.time_ms, verify_ms=verify_ms, source=proposal.source,

@@ -65,6 +65,14 @@ def test_an_expensive_draft_is_never_used_even_when_it_would_be_accepted():
     assert play(c, 5, accept_all=True, draft_per_token=90.0) == [0] * 5
 
 
+def test_first_round_probes_when_the_prior_alone_predicts_a_loss():
+    # At the prior acceptance this draft loses to plain decoding, so only data can say otherwise.
+    c = controller(per_token=45.0, prior=0.5)
+    assert c.best_gamma() == 0 and c.could_win()
+    gammas = play(c, 12, accept_all=True, draft_per_token=45.0)
+    assert gammas[0] == 2 and gammas[-1] > 0
+
+
 def test_probing_brings_speculation_back_when_acceptance_recovers():
     c = controller(probe_every=4)
     play(c, 12, accept_all=False)

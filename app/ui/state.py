@@ -104,12 +104,7 @@ class PairHolder:
             return self._loader(config)
 
         try:
-            if options.check_budget and draft is not None:
-                from models.budget import require_fits
-                require_fits(target.path, draft.path, n_ctx=target.n_ctx, gpu_layers=target.n_gpu_layers,
-                             draft_gpu_layers=draft.n_gpu_layers)
-            pair = Pair.load(target, draft, LoadOptions(check_compat=options.check_compat, check_budget=False),
-                             loader=staged)
+            pair = Pair.load(target, draft, options, loader=staged)
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
             if self._pair is not None:
