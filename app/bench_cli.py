@@ -49,10 +49,10 @@ def _load_pair(args: argparse.Namespace, drafters: list[str]):
     from app.settings import model_configs
     from engine.pair import LoadOptions, Pair
     tcfg, dcfg = model_configs(args)
-    pair = Pair.load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check),
-                     lookup_ngram=getattr(args, "lookup_ngram", 3),
-                     early_exit="early-exit" in drafters,
-                     early_exit_layers=getattr(args, "early_exit_layers", None))
+    options = LoadOptions(check_budget=not args.no_budget_check,
+                          early_exit="early-exit" in drafters,
+                          early_exit_layers=getattr(args, "early_exit_layers", None))
+    pair = Pair.load(tcfg, dcfg, options, lookup_ngram=getattr(args, "lookup_ngram", 3))
     return pair, tcfg, dcfg
 
 

@@ -16,9 +16,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     config = generation_config(args)
     tcfg, dcfg = model_configs(args)
     drafter = drafter_name(args)
-    pair = Pair.load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check),
-                     p_min=args.draft_p_min, lookup_ngram=args.lookup_ngram,
-                     early_exit=drafter == "early-exit", early_exit_layers=args.early_exit_layers)
+    options = LoadOptions(check_budget=not args.no_budget_check,
+                          early_exit=drafter == "early-exit", early_exit_layers=args.early_exit_layers)
+    pair = Pair.load(tcfg, dcfg, options, p_min=args.draft_p_min, lookup_ngram=args.lookup_ngram)
     try:
         policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None

@@ -15,7 +15,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from engine.pair import LoadOptions
 
     holder = PairHolder()
-    holder.prepare_async(lambda: model_configs(args), LoadOptions(check_budget=not args.no_budget_check))
+    options = LoadOptions(check_budget=not args.no_budget_check, early_exit=args.early_exit,
+                          early_exit_layers=args.early_exit_layers)
+    holder.prepare_async(lambda: model_configs(args), options)
     demo = build_app(holder)
     url = launch(demo, host=args.host, port=args.port)
     print(f"Tandem is running at {url}  (Ctrl-C to stop)", flush=True)
@@ -33,4 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     add_model_args(p)
+    p.add_argument("--early-exit", action="store_true",
+                   help="also offer the early-exit drafter (derives the target's first layers)")
+    p.add_argument("--early-exit-layers", type=int, default=None,
+                   help="target layers in the early-exit draft (default: three quarters)")
     p.set_defaults(func=cmd_ui)

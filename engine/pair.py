@@ -37,6 +37,10 @@ Prompt = str | Sequence[dict]
 class LoadOptions:
     check_compat: bool = True
     check_budget: bool = True
+    # Derive and load the early-exit drafter too (it is another llama.cpp model, so opt-in);
+    # `early_exit_layers` None means three quarters of the target's layers.
+    early_exit: bool = False
+    early_exit_layers: int | None = None
 
 
 def _default_loader(config: ModelConfig) -> Backend:
@@ -71,8 +75,7 @@ class Pair:
     def load(cls, target: ModelConfig, draft: ModelConfig | None,
              options: LoadOptions = LoadOptions(),
              loader: Callable[[ModelConfig], Backend] = _default_loader, p_min: float = 0.0,
-             lookup_ngram: int = 3, early_exit: bool = False,
-             early_exit_layers: int | None = None) -> "Pair":
+             lookup_ngram: int = 3) -> "Pair":
         from models.gguf_info import read_info
         read_info(target.path)
         if draft is not None:
@@ -92,8 +95,8 @@ class Pair:
         try:
             pair = cls(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
                        target_config=target, loader=loader)
-            if early_exit or early_exit_layers is not None:
-                pair.enable_early_exit(early_exit_layers)
+            if options.early_exit or options.early_exit_layers is not None:
+                pair.enable_early_exit(options.early_exit_layers)
         except Exception:
             target_backend.close()
             if draft_backend is not None:

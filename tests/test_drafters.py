@@ -246,8 +246,8 @@ def test_pair_load_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_
         loaded.append(cfg.path)
         return FakeBackend(order=1, n_vocab=16)
 
-    pair = Pair.load(ModelConfig(str(target)), None, LoadOptions(False, False), loader=loader,
-                     early_exit=True)
+    pair = Pair.load(ModelConfig(str(target)), None,
+                     LoadOptions(check_compat=False, check_budget=False, early_exit=True), loader=loader)
     assert default_layers(4) == 3 and block_count(loaded[1]) == 3
     assert loaded[1] == str(derive_early_exit(target, 3))
     assert pair.drafters == ["none", "lookup", "early-exit"]
