@@ -55,13 +55,15 @@ def softmax(x: F64) -> F64:
 
 def probabilities(logits: F32, params: SamplingParams) -> F64:
     """Map one row of logits `[V]` (or rows `[n, V]`) to the sampling distribution."""
-    logits = np.asarray(logits, dtype=np.float64)
+    logits = np.asarray(logits)
     if logits.ndim == 2:
         return np.stack([probabilities(row, params) for row in logits])
     if params.greedy:
-        out = np.zeros_like(logits)
+        # Widening float32 to float64 is exact, so the argmax needs no copy.
+        out = np.zeros(logits.shape, dtype=np.float64)
         out[int(np.argmax(logits))] = 1.0
         return out
+    logits = logits.astype(np.float64)
     probs = softmax(logits / params.temperature)
     keep = np.ones(probs.shape, dtype=bool)
     if params.top_k and params.top_k < probs.size:
