@@ -46,13 +46,10 @@ def _out_dir(args: argparse.Namespace, kind: str) -> Path:
 
 
 def _load_pair(args: argparse.Namespace, drafters: list[str]):
-    from app.settings import model_configs
-    from engine.pair import LoadOptions, Pair
+    from app.settings import load_options, model_configs
+    from engine.pair import Pair
     tcfg, dcfg = model_configs(args)
-    options = LoadOptions(check_budget=not args.no_budget_check,
-                          early_exit="early-exit" in drafters,
-                          early_exit_layers=getattr(args, "early_exit_layers", None))
-    pair = Pair.load(tcfg, dcfg, options, lookup_ngram=getattr(args, "lookup_ngram", 3))
+    pair = Pair.load(tcfg, dcfg, load_options(args, drafters), lookup_ngram=getattr(args, "lookup_ngram", 3))
     return pair, tcfg, dcfg
 
 
@@ -64,7 +61,19 @@ def _model_words(args: argparse.Namespace) -> list[str]:
                         ("--draft-gpu-layers", args.draft_gpu_layers or None)):
         if value is not None:
             words += [flag, str(value)]
+    if getattr(args, "draft_quant", "auto") != "auto":
+        words += ["--draft-quant", args.draft_quant]
     return words + (["--no-budget-check"] if args.no_budget_check else [])
+
+
+def _draft_words(pair, dcfg) -> str:
+    """The draft as given and, when it was requantized at load, the file actually used."""
+    if dcfg is None:
+        return "none"
+    loaded = getattr(pair.draft_backend, "name", None)
+    if loaded and loaded != Path(dcfg.path).name:
+        return f"{dcfg.path} (loaded as derived/{loaded})"
+    return dcfg.path
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -100,6 +109,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed)
     out = _out_dir(args, "bench")
     pair, tcfg, dcfg = _load_pair(args, drafters)
+    draft_words = _draft_words(pair, dcfg)
     started = time.perf_counter()
     try:
         with tqdm(total=plan.total_runs, unit="run", file=sys.stderr) as bar:
@@ -122,7 +132,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if per_cat is None:
         words[words.index("--prompts-per-category"):words.index("--prompts-per-category") + 2] = []
     context = {**run_context(command_line(words)), "target": tcfg.path,
-               "draft": dcfg.path if dcfg else "none",
+               "draft": draft_words,
                "suite": f"{chosen.name} v{chosen.version} ({len(chosen.prompts)} prompts: "
                         f"{', '.join(chosen.categories)})",
                "plan": f"configs {', '.join(c.label for c in configs)}; sampling "
@@ -167,6 +177,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     greedy_texts = [c[i].prompt for i in range(max(len(c) for c in by_cat)) for c in by_cat
                     if i < len(c)][:n_greedy]
     pair, tcfg, dcfg = _load_pair(args, ["draft"])
+    draft_words = _draft_words(pair, dcfg)
     out = _out_dir(args, "exactness")
     started = time.perf_counter()
     try:
@@ -188,7 +199,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
              "--seed", str(plan.seed), "--greedy-prompts", str(n_greedy),
              "--greedy-tokens", str(plan.greedy_tokens)] + _model_words(args)
     context = {**run_context(command_line(words)), "target": tcfg.path,
-               "draft": dcfg.path if dcfg else "none", "prompt": args.prompt, "wall_time": f"{time.perf_counter() - started:.0f} s"}
+               "draft": draft_words, "prompt": args.prompt, "wall_time": f"{time.perf_counter() - started:.0f} s"}
     written = exactness_report.write(report, context, out)
     for line in exactness_report.console_lines(report):
         print(line)

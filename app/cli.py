@@ -9,16 +9,14 @@ from engine.errors import TandemError
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from app.settings import drafter_name, generation_config, model_configs
+    from app.settings import drafter_name, generation_config, load_options, model_configs
     from engine.events import DoneEvent, TokenEvent
-    from engine.pair import LoadOptions, Pair
+    from engine.pair import Pair
 
     config = generation_config(args)
     tcfg, dcfg = model_configs(args)
     drafter = drafter_name(args)
-    options = LoadOptions(check_budget=not args.no_budget_check,
-                          early_exit=drafter == "early-exit", early_exit_layers=args.early_exit_layers)
-    pair = Pair.load(tcfg, dcfg, options, p_min=args.draft_p_min, lookup_ngram=args.lookup_ngram)
+    pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), p_min=args.draft_p_min, lookup_ngram=args.lookup_ngram)
     try:
         policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import Sequence
 
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.generator import GenerationConfig
+from engine.drafters.quantized import CHOICES as QUANT_CHOICES
+from engine.pair import LoadOptions
 from engine.policy import POLICIES
 from engine.sampling import SamplingParams
 
@@ -26,6 +29,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-layers", type=int, default=0, help="target layers on the GPU (-ngl)")
     g.add_argument("--draft-gpu-layers", type=int, default=0, help="draft layers on the GPU (-ngld)")
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
+    g.add_argument("--draft-quant", choices=QUANT_CHOICES, default="auto",
+                   help="load the draft requantized to Q4_0, derived once and kept in the store: "
+                   "auto does it for a draft of more than 5.5 bits per weight on the CPU "
+                   "(default auto)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -56,6 +63,15 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
                    help="longest n-gram prompt lookup matches (down to 1; hybrid down to 2)")
     g.add_argument("--early-exit-layers", type=int, default=None,
                    help="target layers in the early-exit draft (default: three quarters)")
+
+
+def load_options(args: argparse.Namespace, drafters: Sequence[str] = (),
+                 early_exit: bool = False) -> LoadOptions:
+    """What to check and derive at load, from the model options and the drafters in use."""
+    return LoadOptions(check_budget=not args.no_budget_check,
+                       early_exit=early_exit or "early-exit" in drafters,
+                       early_exit_layers=getattr(args, "early_exit_layers", None),
+                       draft_quant=getattr(args, "draft_quant", "auto"))
 
 
 def drafter_name(args: argparse.Namespace) -> str:

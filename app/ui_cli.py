@@ -9,14 +9,12 @@ import argparse
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from app.settings import model_configs
+    from app.settings import load_options, model_configs
     from app.ui import build_app, launch
     from app.ui.state import PairHolder
-    from engine.pair import LoadOptions
 
     holder = PairHolder()
-    options = LoadOptions(check_budget=not args.no_budget_check, early_exit=args.early_exit,
-                          early_exit_layers=args.early_exit_layers)
+    options = load_options(args, early_exit=args.early_exit)
     holder.prepare_async(lambda: model_configs(args), options)
     demo = build_app(holder)
     url = launch(demo, host=args.host, port=args.port)

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import llama_cpp
 import numpy as np
+from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.backend import F32, ModelConfig
@@ -120,6 +121,28 @@ class LlamaBackend:
         if getattr(self, "llm", None) is not None:
             self.llm.close()
             self.llm = None
+
+
+# llama.cpp's file types for the quantizations Tandem derives.
+FTYPES = {"q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0}
+
+
+def quantize(src: Path, dst: Path, kind: str, threads: int | None = None) -> None:
+    """Requantize every tensor of `src` to `kind` with llama.cpp's quantizer ("pure": the
+    embeddings and output head too, since on a draft they are a quarter of the work)."""
+    if kind not in FTYPES:
+        raise SettingsError(f"unknown quantization {kind!r}; choose one of {', '.join(FTYPES)}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = FTYPES[kind]
+    params.allow_requantize = True
+    params.pure = True
+    params.nthread = threads or default_threads()
+    # The quantizer reports every tensor on stderr; a failure is reported by its return code.
+    with suppress_stdout_stderr(disable=False):
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    if rc != 0:
+        raise ModelFileError(f"llama.cpp could not quantize {Path(src).name} to {kind} "
+                             f"(is it a complete GGUF model?)")
 
 
 def load(config: ModelConfig) -> LlamaBackend:

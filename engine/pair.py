@@ -2,7 +2,8 @@
 
 Loading checks the files, the pair's tokenizer compatibility and the memory budget before
 llama.cpp touches memory. llama.cpp contexts are not thread-safe, so a lock serialises
-generations: a second caller waits its turn instead of corrupting the KV caches.
+generations: a second caller waits its turn instead of corrupting the KV caches. A heavy draft
+on the CPU is loaded as its derived Q4_0 copy unless `LoadOptions.draft_quant` says "off".
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
 when a draft is loaded, "lookup" always, "early-exit" once `enable_early_exit(k)` derived and
@@ -21,6 +22,8 @@ from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.quantized import Quantizer, derive_quantized
+from engine.drafters.quantized import resolve as resolve_quant
 from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
@@ -41,6 +44,9 @@ class LoadOptions:
     # `early_exit_layers` None means three quarters of the target's layers.
     early_exit: bool = False
     early_exit_layers: int | None = None
+    # The draft as loaded: "auto" requantizes a heavy draft that runs on the CPU to Q4_0
+    # (engine/drafters/quantized.py), "q4_0" always, "off" uses the file as given.
+    draft_quant: str = "auto"
 
 
 def _default_loader(config: ModelConfig) -> Backend:
@@ -75,7 +81,7 @@ class Pair:
     def load(cls, target: ModelConfig, draft: ModelConfig | None,
              options: LoadOptions = LoadOptions(),
              loader: Callable[[ModelConfig], Backend] = _default_loader, p_min: float = 0.0,
-             lookup_ngram: int = 3) -> "Pair":
+             lookup_ngram: int = 3, quantizer: Quantizer | None = None) -> "Pair":
         from models.gguf_info import read_info
         read_info(target.path)
         if draft is not None:
@@ -86,6 +92,10 @@ class Pair:
         if options.check_budget:
             from models.budget import require_fits
             require_fits(target, draft)
+        if draft is not None:
+            kind = resolve_quant(options.draft_quant, draft.path, draft.n_gpu_layers)
+            if kind is not None:
+                draft = replace(draft, path=str(derive_quantized(draft.path, kind, quantizer)))
         target_backend = loader(target)
         try:
             draft_backend = loader(draft) if draft is not None else None

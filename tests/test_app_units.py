@@ -17,7 +17,7 @@ from engine.stats import GenerationStats
 from tests import tinygguf
 from tests.fakes import FakeBackend
 
-FAKE_OPTS = LoadOptions(check_budget=False)
+FAKE_OPTS = LoadOptions(check_budget=False, draft_quant="off")
 # drafter, policy, gamma, temperature, top-k, top-p, min-p, seed, max tokens
 GREEDY_FAKE = ("draft", "fixed", 2, 0.0, 0, 1.0, 0.0, -1, 8)
 

@@ -17,7 +17,7 @@ def test_bench_quick_writes_every_report(tmp_path, capsys):
     out = tmp_path / "bench"
     rc = main(["bench", "--quick", "--categories", "code-editing", "--max-tokens", "10",
                "--gammas", "2,3", "--target", model, "--draft", model, "--threads", "2",
-               "--ctx", "1024", "--no-budget-check", "--out", str(out)])
+               "--ctx", "1024", "--no-budget-check", "--draft-quant", "off", "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "draft g=2, greedy: median speedup" in printed
@@ -34,8 +34,23 @@ def test_bench_quick_writes_every_report(tmp_path, capsys):
     md = (out / "report.md").read_text()
     assert "## Gamma sweep" in md and "tandem bench --categories code-editing" in md
     assert "--gammas 2,3 --temperatures 0 --top-p 1.0 --max-tokens 10 --prompts-per-category 1" in md
+    assert "--draft-quant off" in md and "loaded as" not in md
     for png in ("speedup_by_category.png", "gamma_sweep.png", "acceptance_by_position.png"):
         assert (out / png).stat().st_size > 1000
+
+
+def test_the_report_names_the_draft_file_actually_loaded():
+    from types import SimpleNamespace
+
+    from app.bench_cli import _draft_words
+    from engine.backend import ModelConfig
+    cfg = ModelConfig("/models/small.gguf")
+    derived = SimpleNamespace(draft_backend=SimpleNamespace(name="small.q4_0.0123456789abcdef.gguf"))
+    assert _draft_words(derived, cfg) == ("/models/small.gguf (loaded as "
+                                          "derived/small.q4_0.0123456789abcdef.gguf)")
+    assert _draft_words(SimpleNamespace(draft_backend=SimpleNamespace(name="small.gguf")), cfg) \
+        == "/models/small.gguf"
+    assert _draft_words(SimpleNamespace(draft_backend=None), None) == "none"
 
 
 def test_bench_rejects_an_unknown_drafter_before_running(tmp_path, capsys):

@@ -10,8 +10,9 @@ import pytest
 
 from engine.drafters.base import Proposal
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.drafters.derived import file_sha256
 from engine.drafters.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
-                                        derive_early_exit, early_exit_drafter, target_sha256)
+                                        derive_early_exit, early_exit_drafter)
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
@@ -203,7 +204,7 @@ def test_early_exit_keeps_the_first_k_blocks_and_rewrites_block_count(store, tmp
     assert block_count(out) == 2 and block_count(target) == 4
     assert tensor_names(out) == ["blk.0.attn_q.weight", "blk.1.attn_q.weight", "token_embd.weight"]
     reader = gguf.GGUFReader(str(out))
-    sha = target_sha256(target)
+    sha = file_sha256(target)
     assert reader.fields[SOURCE_KEY].contents() == sha and sha[:16] in out.name
     assert reader.fields[LAYERS_KEY].contents() == 2
     # Everything else is copied: the tokenizer survives intact.
@@ -225,7 +226,7 @@ def test_early_exit_is_reused_while_the_target_is_unchanged_and_rebuilt_when_it_
     os.utime(target, ns=(stamp + 10**9, stamp + 10**9))
     second = derive_early_exit(target, 3)
     assert second != first and not first.exists()
-    assert gguf.GGUFReader(str(second)).fields[SOURCE_KEY].contents() == target_sha256(target)
+    assert gguf.GGUFReader(str(second)).fields[SOURCE_KEY].contents() == file_sha256(target)
 
 
 def test_early_exit_layer_count_must_leave_the_target_smaller(store, tmp_path):

@@ -20,7 +20,7 @@ def test_exactness_quick_prints_every_setting_and_writes_the_report(tmp_path, ca
     out = tmp_path / "exact"
     rc = main(["exactness", "--quick", "--samples", "20", "--cap", "4", "--greedy-prompts", "1",
                "--greedy-tokens", "8", "--target", model, "--draft", model, "--threads", "2",
-               "--ctx", "512", "--no-budget-check", "--out", str(out)])
+               "--ctx", "512", "--no-budget-check", "--draft-quant", "off", "--out", str(out)])
     printed = capsys.readouterr().out.splitlines()
     data = json.loads((out / "exactness.json").read_text())
     assert rc == (0 if data["passed"] else 1)

@@ -34,6 +34,7 @@ def write(path: Path, *, tokens: list[str] | None = None, arch: str = "llama", t
     w.add_feed_forward_length(n_embd * 4)
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
+    w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(file_type))
     w.add_tokenizer_model(tokenizer_model)
     w.add_tokenizer_pre(pre)

@@ -8,8 +8,6 @@ removed) while an unchanged one is reused. llama.cpp then loads it like any othe
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import gguf
 
 from engine.backend import Backend
+from engine.drafters.derived import derived_dir, file_sha256
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import ModelFileError, SettingsError
 
@@ -30,37 +29,6 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 def default_layers(n_layer: int) -> int:
     return max(1, min(n_layer - 1, round(n_layer * DEFAULT_FRACTION)))
-
-
-def derived_dir() -> Path:
-    from models.store import store_dir
-    d = store_dir() / "derived"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def target_sha256(path: Path) -> str:
-    """SHA-256 of a model file, remembered in a sidecar while its size and mtime are unchanged."""
-    path = Path(path).resolve()
-    st = path.stat()
-    sidecar = derived_dir() / "sha256-cache.json"
-    try:
-        cache: dict = json.loads(sidecar.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    entry = cache.get(str(path))
-    if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
-        return str(entry["sha256"])
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    digest = h.hexdigest()
-    cache[str(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
-    tmp = sidecar.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cache, indent=1))
-    tmp.replace(sidecar)
-    return digest
 
 
 def _field_value(reader: gguf.GGUFReader, key: str):
@@ -118,7 +86,7 @@ def derive_early_exit(target: str | Path, layers: int) -> Path:
         raise ModelFileError(f"model file not found: {target}")
     if layers < 1:
         raise SettingsError(f"early-exit layers must be >= 1, got {layers}")
-    sha = target_sha256(target)
+    sha = file_sha256(target)
     out = derived_path(target, layers, sha)
     # The name carries the target's hash and files appear by atomic rename, so an existing file
     # is current; parsing GGUF metadata (a 150k-token vocabulary) would cost seconds.
