@@ -13,7 +13,18 @@ counts decay so the estimates follow easy and hard stretches of text. While plai
 wins, a small probe round now and then (at growing intervals while probes keep losing) lets
 speculation come back when the text turns predictable. Probes are the controller's own cost
 when speculation loses (each pays the draft's catch-up), so they are rare, and a gamma must be
-predicted to beat plain decoding by `margin` before it is used.
+predicted to beat plain decoding by `margin` before it is used (by `resume_margin` to start
+again after plain rounds).
+
+Plain rounds still say how predictable the text is: the target's top probability at the token
+it commits. Over 18 suite prompts the 0.5B draft's greedy agreement with the 1.5B target tracked
+it closely (0.99 where the target was above 0.97 sure, 0.61 at 0.5-0.7, 0.27 at 0.3-0.5;
+category means 0.66-0.92 against confidences of 0.73-0.94). So every plain round adds a
+fractional pseudo-observation `conf_weight * scale * confidence` to the acceptance counts, where
+`scale` (acceptance per unit of confidence) is learned from the rounds that did draft. This lets
+speculation resume on its own when the text turns predictable, without waiting for a probe.
+A resumption pays the draft's catch-up once and then speculates for several rounds, so that
+cost is spread over `horizon` rounds when choosing gamma.
 """
 from __future__ import annotations
 
@@ -96,8 +107,10 @@ class AdaptiveController:
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
                  verify_ms: Sequence[float] | None = None, model_source: str | None = None,
                  prior: float = 0.7, prior_weight: float = 2.0, decay: float = 0.9,
-                 rate: float = 0.2, margin: float = 0.05, probe_every: int = 16,
-                 probe_max: int = 128, probe_gamma: int = 2) -> None:
+                 rate: float = 0.2, margin: float = 0.05, probe_every: int = 64,
+                 probe_max: int = 256, probe_gamma: int = 2, conf_weight: float = 0.5,
+                 scale_prior_weight: float = 8.0, horizon: float = 4.0,
+                 resume_margin: float = 0.15) -> None:
         if max_gamma < 1:
             raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
         self.name = "adaptive"
@@ -112,6 +125,8 @@ class AdaptiveController:
                                              list(verify_ms), model_source))
         self.prior, self.prior_weight, self.decay, self.rate = prior, prior_weight, decay, rate
         self.margin = margin
+        self.resume_margin = max(resume_margin, margin)
+        self.speculating = False
         self.tries = np.zeros(max_gamma, dtype=np.float64)
         self.hits = np.zeros(max_gamma, dtype=np.float64)
         # Tokens committed that the draft model has not decoded yet; 1 after prefill.
@@ -119,8 +134,15 @@ class AdaptiveController:
         self.probe_every, self.probe_max, self.probe_gamma = probe_every, probe_max, probe_gamma
         self.interval = probe_every
         self.zero_run = 0
+        self.rounds = 0
         self.probing = False
         self.last_prediction: float | None = None
+        # The generator reports the target's confidence per verified row to policies that ask.
+        self.wants_confidence = True
+        self.conf_weight, self.horizon = conf_weight, horizon
+        self.scale_prior_weight = scale_prior_weight
+        self.scale_hits = 0.0
+        self.scale_conf = 0.0
 
     @property
     def calibrated(self) -> bool:
@@ -154,8 +176,14 @@ class AdaptiveController:
     def cost_ms(self, gamma: int) -> float:
         cost = _at(self.verify, gamma + 1)
         if gamma > 0:
-            cost += gamma * self.draft_token + self.catch_up_ms(self.lag)
+            cost += gamma * self.draft_token + self.catch_up_ms(self.lag) / self.horizon
         return cost
+
+    @property
+    def scale(self) -> float:
+        """Acceptance per unit of target confidence, shrunk towards 1 where data is thin."""
+        return ((self.scale_hits + self.scale_prior_weight)
+                / (self.scale_conf + self.scale_prior_weight))
 
     def predicted_tps(self, gamma: int) -> float:
         return 1e3 * self.expected_tokens(gamma) / self.cost_ms(gamma)
@@ -163,7 +191,11 @@ class AdaptiveController:
     def best_gamma(self) -> int:
         speeds = [self.predicted_tps(g) for g in range(self.max_gamma + 1)]
         g = int(np.argmax(speeds[1:])) + 1
-        return g if speeds[g] > speeds[0] * (1.0 + self.margin) else 0
+        # Hysteresis: starting to speculate again is a bet on an estimate partly made of the
+        # target's confidence, and a lost round costs about two target tokens, so it needs a
+        # larger predicted gain than carrying on does.
+        margin = self.margin if self.speculating else self.resume_margin
+        return g if speeds[g] > speeds[0] * (1.0 + margin) else 0
 
     def could_win(self) -> bool:
         """Whether any gamma would beat plain decoding if every drafted token were accepted;
@@ -175,10 +207,17 @@ class AdaptiveController:
         if not self.calibrated:
             raise SettingsError("the adaptive controller has no calibration; "
                                 "run it through Pair.generate or pass draft_ms/verify_ms")
-        g = self.best_gamma()
         self.probing = False
-        # Probe at once while nothing is known: the draft has just seen the prompt, so the
-        # first probe pays no catch-up; later probes do, hence the long, growing intervals.
+        if self.rounds == 0 and self.wants_confidence:
+            # Look before leaping: a plain first round shows for free how sure the target is
+            # (the opening of an answer is often where a draft goes wrong), and leaves the
+            # draft one token behind.
+            self.last_prediction = self.predicted_tps(0)
+            return 0
+        g = self.best_gamma()
+        # Probe while nothing is known (no confidence came either): the draft is at most a
+        # token behind, so this probe pays no catch-up; later probes do, hence the long,
+        # growing intervals. The target's confidence usually brings speculation back first.
         if g == 0 and (self.tries.sum() == 0 or self.zero_run >= self.interval) and self.could_win():
             g = min(self.probe_gamma, self.max_gamma)
             self.probing = True
@@ -186,15 +225,20 @@ class AdaptiveController:
         return g
 
     def update(self, r: RoundStats) -> None:
+        self.rounds += 1
         if r.drafted > 0:
             self._learn_acceptance(r.drafted, r.accepted)
+            self._learn_scale(r)
             self._learn_draft_cost(r)
+        elif r.confidence:
+            self._observe_confidence(r.confidence[-1])
         self._learn_verify_cost(r.drafted + 1, r.verify_ms)
         if self.model_source is not None and r.source == self.model_source and r.drafted > 0:
             # The model decoded all it drafted but the last one when every token was taken.
             self.lag = 2 if r.accepted == r.drafted == r.gamma else 1
         else:
             self.lag += r.committed
+        self.speculating = r.gamma > 0
         if r.gamma == 0:
             self.zero_run += 1
         else:
@@ -210,6 +254,22 @@ class AdaptiveController:
         seen = min(accepted + 1, drafted, self.max_gamma)
         self.tries[:seen] += 1.0
         self.hits[:min(accepted, seen)] += 1.0
+
+    def _learn_scale(self, r: RoundStats) -> None:
+        seen = min(r.accepted + 1, r.drafted)
+        if len(r.confidence) < seen:
+            return
+        self.scale_hits = self.decay * self.scale_hits + min(r.accepted, seen)
+        self.scale_conf = self.decay * self.scale_conf + float(sum(r.confidence[:seen]))
+
+    def _observe_confidence(self, confidence: float) -> None:
+        """A plain round: no draft was tested, but the target's confidence predicts how one
+        would have fared; it counts as a fraction of an observation at every position."""
+        a = min(self.scale * confidence, 1.0)
+        self.tries *= self.decay
+        self.hits *= self.decay
+        self.tries += self.conf_weight
+        self.hits += self.conf_weight * a
 
     def _learn_draft_cost(self, r: RoundStats) -> None:
         per_token = max(r.draft_ms - self.catch_up_ms(self.lag), 0.0) / r.drafted

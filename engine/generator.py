@@ -19,7 +19,7 @@ from engine.drafters.base import Drafter, Proposal, empty_proposal, give_feedbac
 from engine.errors import SettingsError
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.policy import FixedGamma, GammaPolicy
-from engine.sampling import Rows, SamplingParams
+from engine.sampling import Rows, SamplingParams, top_probability
 from engine.session import Session
 from engine.stats import GenerationStats, RoundStats
 from engine.textstream import TextStream
@@ -60,6 +60,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     rng = np.random.default_rng(params.seed)
     speculative = drafter is not None and config.gamma > 0
     policy = policy or FixedGamma(config.gamma if speculative else 0)
+    wants_confidence = speculative and bool(getattr(policy, "wants_confidence", False))
     backend = target.backend
     stats = GenerationStats(mode="speculative" if speculative else "baseline",
                             drafter=drafter.name if speculative else "none",
@@ -93,6 +94,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         p = Rows(logits, params)
         verdict = rule(p, proposal.q, proposal.tokens, rng, params.greedy)
         verify_ms = _clock() - t0
+        confidence = tuple(top_probability(logits).tolist()) if wants_confidence else ()
         target.rollback(len(seq) + verdict.n_accepted)
         if speculative:
             give_feedback(drafter, proposal, verdict.n_accepted)
@@ -102,7 +104,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         r = RoundStats(index=stats.rounds, gamma=gamma, drafted=len(drafted),
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
                        draft_ms=proposal.time_ms, verify_ms=verify_ms, source=proposal.source,
-                       predicted_tps=getattr(policy, "last_prediction", None))
+                       predicted_tps=getattr(policy, "last_prediction", None),
+                       confidence=confidence)
         for tok, origin in zip(new, origins):
             if backend.is_eog(tok):
                 finish = "eos"

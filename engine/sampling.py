@@ -121,3 +121,11 @@ def sample(probs: F64, rng: np.random.Generator) -> int:
     cdf = np.cumsum(probs)
     u = rng.random() * cdf[-1]
     return int(min(np.searchsorted(cdf, u, side="right"), probs.size - 1))
+
+
+def top_probability(logits: F32) -> F64:
+    """Per row, the largest probability of softmax(logits) at temperature 1: how sure the model
+    is of its next token, whatever the sampling settings."""
+    z = np.asarray(logits, dtype=np.float32)
+    z = z - z.max(axis=-1, keepdims=True)
+    return (1.0 / np.exp(z).sum(axis=-1, dtype=np.float64)).astype(np.float64)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from engine.errors import SettingsError
-from engine.sampling import Rows, SamplingParams, probabilities, sample
+from engine.sampling import Rows, SamplingParams, probabilities, sample, top_probability
 
 LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float32))
 
@@ -13,6 +13,12 @@ LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float32))
 def test_greedy_is_one_hot_at_argmax():
     p = probabilities(LOGITS, SamplingParams(temperature=0.0))
     assert p.tolist() == [0, 1, 0, 0, 0]
+
+
+def test_top_probability_is_the_softmax_maximum_per_row_whatever_the_scale():
+    rows = np.stack([LOGITS, LOGITS + 1000.0, np.array([0, 0, 0, 0, 50], dtype=np.float32)])
+    np.testing.assert_allclose(top_probability(rows), [0.4, 0.4, 1.0], rtol=1e-4)
+    assert top_probability(LOGITS) == pytest.approx(0.4)
 
 
 def test_temperature_one_is_softmax():
