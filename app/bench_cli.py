@@ -70,9 +70,9 @@ def _draft_words(pair, dcfg) -> str:
     """The draft as given and, when it was requantized at load, the file actually used."""
     if dcfg is None:
         return "none"
-    loaded = getattr(pair.draft_backend, "name", None)
-    if loaded and loaded != Path(dcfg.path).name:
-        return f"{dcfg.path} (loaded as derived/{loaded})"
+    loaded = getattr(pair, "draft_path", None)
+    if loaded and loaded != dcfg.path:
+        return f"{dcfg.path} (loaded as {loaded})"
     return dcfg.path
 
 

@@ -62,6 +62,8 @@ class Pair:
             raise SettingsError(f"draft p-min must be in [0, 1), got {p_min}")
         self.target = Session(target)
         self.draft_backend = draft
+        # The draft file as loaded (its derived Q4_0 copy when Pair.load requantized it).
+        self.draft_path: str | None = None
         self.target_config = target_config
         self.p_min = p_min
         self.lock = threading.Lock()
@@ -105,6 +107,7 @@ class Pair:
         try:
             pair = cls(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
                        target_config=target, loader=loader)
+            pair.draft_path = draft.path if draft is not None else None
             if options.early_exit or options.early_exit_layers is not None:
                 pair.enable_early_exit(options.early_exit_layers)
         except Exception:

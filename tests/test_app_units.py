@@ -134,6 +134,20 @@ def test_holder_loads_stepwise_and_keeps_old_pair_on_incompatible(tmp_path):
     assert holder.status.state == READY and holder.pair is first and "EOS differs" in status_banner(holder)
 
 
+def test_holder_says_when_the_draft_runs_as_its_requantized_copy(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    t = tinygguf.write(tmp_path / "t.gguf", n_embd=64)
+    d = tinygguf.write(tmp_path / "d.gguf", n_embd=64)
+    holder = PairHolder()
+    holder._loader = lambda config: FakeBackend()
+    assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)),
+                       LoadOptions(check_budget=False, draft_quant="q4_0")) is None
+    assert holder.status.state == READY
+    assert "; draft runs as d.q4_0." in holder.status.message
+    assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)), FAKE_OPTS) is None
+    assert "draft runs as" not in holder.status.message
+
+
 def test_stop_ends_generation_and_frees_the_lock(monkeypatch):
     monkeypatch.setattr(chat, "MIN_REFRESH_S", 0.0)
     holder, flags = fake_holder(), StopFlags()

@@ -45,12 +45,11 @@ def test_the_report_names_the_draft_file_actually_loaded():
     from app.bench_cli import _draft_words
     from engine.backend import ModelConfig
     cfg = ModelConfig("/models/small.gguf")
-    derived = SimpleNamespace(draft_backend=SimpleNamespace(name="small.q4_0.0123456789abcdef.gguf"))
+    derived = SimpleNamespace(draft_path="/store/derived/small.q4_0.0123456789abcdef.gguf")
     assert _draft_words(derived, cfg) == ("/models/small.gguf (loaded as "
-                                          "derived/small.q4_0.0123456789abcdef.gguf)")
-    assert _draft_words(SimpleNamespace(draft_backend=SimpleNamespace(name="small.gguf")), cfg) \
-        == "/models/small.gguf"
-    assert _draft_words(SimpleNamespace(draft_backend=None), None) == "none"
+                                          "/store/derived/small.q4_0.0123456789abcdef.gguf)")
+    assert _draft_words(SimpleNamespace(draft_path="/models/small.gguf"), cfg) == "/models/small.gguf"
+    assert _draft_words(SimpleNamespace(draft_path=None), None) == "none"
 
 
 def test_bench_rejects_an_unknown_drafter_before_running(tmp_path, capsys):

@@ -101,7 +101,7 @@ def test_pair_load_gives_the_loader_the_derived_draft_unless_off(tmp_path, store
 
         pair = Pair.load(ModelConfig(str(target)), ModelConfig(str(draft)),
                          LoadOptions(check_budget=False, draft_quant=choice), loader=loader)
-        assert loaded == [str(target), str(expect)]
+        assert loaded == [str(target), str(expect)] and pair.draft_path == str(expect)
         done = [ev for ev in pair.generate("abcab", GenerationConfig(
             params=SamplingParams(temperature=0.0), gamma=3, max_tokens=8), raw=True)][-1]
         assert isinstance(done, DoneEvent) and len(done.tokens) == 8

@@ -119,6 +119,9 @@ class PairHolder:
         self.status.step = len(steps)
         self.status.state = READY
         self.status.message = f"ready in {self.status.elapsed_s:.1f} s"
+        if draft is not None and pair.draft_path and pair.draft_path != draft.path:
+            # A heavy CPU draft runs as its requantized copy (LoadOptions.draft_quant).
+            self.status.message += f"; draft runs as {Path(pair.draft_path).name}"
         return None
 
     def load_async(self, target: ModelConfig, draft: ModelConfig | None,
