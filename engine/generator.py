@@ -94,7 +94,9 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         p = Rows(logits, params)
         verdict = rule(p, proposal.q, proposal.tokens, rng, params.greedy)
         verify_ms = _clock() - t0
-        confidence = tuple(top_probability(logits).tolist()) if wants_confidence else ()
+        # Rows past the first rejection were not tested and are never read: skip their softmax.
+        confidence = (tuple(top_probability(logits[:verdict.n_accepted + 1]).tolist())
+                      if wants_confidence else ())
         target.rollback(len(seq) + verdict.n_accepted)
         if speculative:
             give_feedback(drafter, proposal, verdict.n_accepted)

@@ -23,8 +23,9 @@ class RoundStats:
     source: str = ""
     # What the gamma policy expected of this round (None when it makes no prediction).
     predicted_tps: float | None = None
-    # The target's top probability at each verified row (drafted positions, then the bonus
-    # row); filled only for policies that ask for it (`wants_confidence`).
+    # The target's top probability at each row up to the committed token (the accepted drafts'
+    # positions, then the correction or bonus row); only for policies that ask for it
+    # (`wants_confidence`).
     confidence: tuple[float, ...] = ()
 
     @property

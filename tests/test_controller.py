@@ -137,28 +137,28 @@ def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
 
 
 def test_only_policies_that_ask_get_the_targets_confidence():
+    class Recording(FixedGamma):
+        def __init__(self, gamma, asks):
+            super().__init__(gamma)
+            self.wants_confidence, self.rounds = asks, []
+
+        def update(self, r):
+            self.rounds.append(r)
+
     seen = {}
-    for name, policy in (("fixed", FixedGamma(3)), ("adaptive", controller())):
-        class Recording:
-            def __init__(self, inner):
-                self.inner, self.rounds = inner, []
-                self.wants_confidence = getattr(inner, "wants_confidence", False)
-
-            def next_gamma(self):
-                return self.inner.next_gamma()
-
-            def update(self, r):
-                self.rounds.append(r)
-                self.inner.update(r)
-
-        rec = Recording(policy)
-        drafter = DraftModelDrafter(FakeBackend(noise=0.5))
-        config = GenerationConfig(params=SamplingParams(), gamma=3, max_tokens=16)
-        list(generate(Session(FakeBackend()), drafter, PROMPT, config, rec))
-        seen[name] = rec.rounds
-    assert all(r.confidence == () for r in seen["fixed"])
-    assert all(len(r.confidence) == r.drafted + 1 for r in seen["adaptive"])
-    assert all(0.0 < x <= 1.0 for r in seen["adaptive"] for x in r.confidence)
+    for asks in (False, True):
+        policy = Recording(3, asks)
+        # A noisy draft, so that some rounds stop at a rejection.
+        drafter = DraftModelDrafter(FakeBackend(noise=3.0))
+        config = GenerationConfig(params=SamplingParams(seed=1), gamma=3, max_tokens=32)
+        list(generate(Session(FakeBackend()), drafter, PROMPT, config, policy))
+        seen[asks] = policy.rounds
+    assert all(r.confidence == () for r in seen[False])
+    # Up to the committed token: the accepted positions and the correction or bonus row.
+    assert all(len(r.confidence) == r.accepted + 1 for r in seen[True])
+    assert any(r.accepted < r.drafted for r in seen[True])
+    assert all(0.0 < x <= 1.0 for r in seen[True] for x in r.confidence)
+    assert controller().wants_confidence
 
 
 def test_online_refinement_moves_the_cost_estimates():
