@@ -1,10 +1,11 @@
 """A cheaper draft model: the user's draft requantized to Q4_0 by llama.cpp's own quantizer.
 
-On a CPU a draft's cost per token is what decides whether speculation pays, and llama.cpp's
-Q4_0 kernels (with runtime repacking) are its fastest. Measured here on the embedded
-Qwen2.5-Coder-0.5B (a Q5_0/Q8_0 mix, 6.2 bits per weight): 42.8 -> 28.2 ms per drafted token,
-while its teacher-forced greedy agreement with the 1.5B target moved from 0.846 to 0.825 over
-18 suite prompts. Exactness does not depend on the draft, only speed does.
+On a CPU a draft's cost per token is what decides whether speculation pays, and llama.cpp's Q4_0
+kernels (with runtime repacking) are its fastest. Measured here on the embedded
+Qwen2.5-Coder-0.5B (a Q5_0/Q8_0 mix, 6.2 bits per weight): 42.8-45.6 -> 28.2-32.6 ms per drafted
+token, while its teacher-forced greedy agreement with the 1.5B target moved from 0.846 to 0.825
+over 18 suite prompts (scripts/measure_costs.py decode / agree). Exactness does not depend on
+the draft, only speed does.
 
 The derived file lives in the store under `derived/`, named with the source's SHA-256, so a
 changed draft gets a new file (the stale one is removed) and an unchanged one is reused.

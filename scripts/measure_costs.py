@@ -1,0 +1,138 @@
+"""The cost and agreement measurements behind docs/BENCHMARKS.md's summary, on the embedded pair.
+
+  verify            target decode time of a batch of 1..8 tokens (all rows' logits), relative to one
+  decode [PATH...]  one-token decode time of each GGUF (default: the draft as shipped and its
+                    derived Q4_0 and pure Q8_0 copies)
+  agree [PATH...]   teacher-forced greedy agreement of each draft with the target on 3 suite
+                    prompts per category (64 target tokens each), by category and by the target's
+                    top probability at the position
+
+Usage: .venv/bin/python scripts/measure_costs.py verify|decode|agree [PATH...]
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.backend import ModelConfig  # noqa: E402
+from engine.benchmark.suite import load_suite  # noqa: E402
+from engine.drafters.quantized import derive_quantized  # noqa: E402
+from engine.llama_backend import LlamaBackend  # noqa: E402
+from engine.pair import Pair  # noqa: E402
+from engine.sampling import top_probability  # noqa: E402
+from models.embedded import ensure  # noqa: E402
+
+TEXT = "Write a Python function that parses a CSV file and returns a list of dicts. " * 8
+BUCKETS = [(0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 0.97), (0.97, 1.01)]
+
+
+def load(path: Path) -> LlamaBackend:
+    return LlamaBackend(ModelConfig(path=str(path), n_ctx=2048, n_threads=2))
+
+
+def verify(target: Path) -> None:
+    be = load(target)
+    prompt = be.tokenize(TEXT)
+    be.decode(prompt, 0, [len(prompt) - 1])
+    n0 = len(prompt)
+    batch = be.tokenize(" def parse_csv(path): with open(path) as f: return list(rows(f))",
+                        add_special=False)
+    times: dict[int, list[float]] = {}
+    for rep in range(6):
+        for k in (1, 2, 3, 4, 5, 6, 8):
+            t0 = time.perf_counter()
+            be.decode(batch[:k], n0, list(range(k)))
+            dt = (time.perf_counter() - t0) * 1e3
+            be.truncate(n0)
+            if rep:
+                times.setdefault(k, []).append(dt)
+    one = statistics.median(times[1])
+    for k, v in times.items():
+        print(f"verify width {k}: {statistics.median(v):6.1f} ms  {statistics.median(v) / one:4.2f}x")
+
+
+def decode(paths: list[Path]) -> None:
+    for path in paths:
+        be = load(path)
+        prompt = be.tokenize(TEXT)
+        be.decode(prompt, 0, [len(prompt) - 1])
+        ms = []
+        for i in range(40):
+            t0 = time.perf_counter()
+            be.decode([1000 + i], len(prompt) + i, [0])
+            ms.append((time.perf_counter() - t0) * 1e3)
+        print(f"{path.name}: one-token decode {statistics.median(ms[5:]):.1f} ms")
+        be.close()
+
+
+def target_texts(target: Path) -> list[tuple[str, list[int], list[int]]]:
+    tb = load(target)
+    pair = Pair(tb)
+    out = []
+    for p in load_suite().select(None, 3).prompts:
+        toks = pair.tokens_for(p.prompt)
+        tb.truncate(0)
+        logits = tb.decode(toks, 0, [len(toks) - 1])
+        gen: list[int] = []
+        for _ in range(64):
+            x = int(np.argmax(logits[-1]))
+            gen.append(x)
+            if tb.is_eog(x):
+                break
+            logits = tb.decode([x], len(toks) + len(gen) - 1, [0])
+        # The target's confidence at each generated position, from one batch decode.
+        tb.truncate(0)
+        rows = list(range(len(toks) - 1, len(toks) + len(gen) - 1))
+        out.append((p.category, toks, gen, top_probability(tb.decode(toks + gen, 0, rows))))
+    pair.close()
+    return out
+
+
+def agree(target: Path, paths: list[Path]) -> None:
+    texts = target_texts(target)
+    for path in paths:
+        db = load(path)
+        by_cat: dict[str, list[float]] = {}
+        confs, hits = [], []
+        for cat, toks, gen, conf in texts:
+            db.truncate(0)
+            rows = list(range(len(toks) - 1, len(toks) + len(gen) - 1))
+            ok = np.argmax(db.decode(toks + gen, 0, rows), axis=1) == np.array(gen)
+            by_cat.setdefault(cat, []).append(float(ok.mean()))
+            confs += list(conf)
+            hits += list(ok)
+        db.close()
+        c, h = np.array(confs), np.array(hits)
+        overall = np.mean([v for vs in by_cat.values() for v in vs])
+        print(f"{path.name}: agreement {overall:.3f} ({len(c)} positions); "
+              + ", ".join(f"{k} {np.mean(v):.2f}" for k, v in by_cat.items()))
+        for lo, hi in BUCKETS:
+            m = (c >= lo) & (c < hi)
+            if m.any():
+                print(f"  target top probability [{lo:.2f}, {min(hi, 1.0):.2f}): "
+                      f"{m.sum():4d} positions, agreement {h[m].mean():.2f}")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("verify", "decode", "agree"):
+        print(__doc__)
+        return 2
+    target, draft = ensure()
+    paths = [Path(a) for a in argv[1:]]
+    if argv[0] == "verify":
+        verify(target)
+    elif argv[0] == "decode":
+        decode(paths or [draft] + [derive_quantized(draft, k) for k in ("q4_0", "q8_0")])
+    else:
+        agree(target, paths or [draft, derive_quantized(draft, "q4_0")])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
