@@ -9,14 +9,16 @@ from engine.errors import TandemError
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from app.settings import drafter_name, generation_config, load_options, model_configs
+    from app.settings import (draft_stops, drafter_name, generation_config, load_options,
+                              model_configs)
     from engine.events import DoneEvent, TokenEvent
     from engine.pair import Pair
 
     config = generation_config(args)
     tcfg, dcfg = model_configs(args)
     drafter = drafter_name(args)
-    pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), p_min=args.draft_p_min, lookup_ngram=args.lookup_ngram)
+    pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), lookup_ngram=args.lookup_ngram,
+                     **draft_stops(args))
     try:
         policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None

@@ -57,12 +57,27 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
                    "(default: draft, or none with --draft none)")
     g.add_argument("--policy", choices=POLICIES, default="adaptive",
                    help="how many tokens to draft each round (default adaptive)")
-    g.add_argument("--draft-p-min", type=float, default=0.0,
-                   help="stop drafting when the draft's probability of its token is below this")
+    add_draft_stop_args(g)
     g.add_argument("--lookup-ngram", type=int, default=3,
                    help="longest n-gram prompt lookup matches (down to 1; hybrid down to 2)")
     g.add_argument("--early-exit-layers", type=int, default=None,
                    help="target layers in the early-exit draft (default: three quarters)")
+
+
+def add_draft_stop_args(g) -> None:
+    from engine.pair import DEFAULT_CHAIN_MIN
+    g.add_argument("--draft-p-min", type=float, default=0.0,
+                   help="stop drafting when the draft's probability of its token is below this")
+    g.add_argument("--draft-chain-min", type=float, default=DEFAULT_CHAIN_MIN,
+                   help="stop drafting once the product of the draft's probabilities of its "
+                   f"tokens is below this (default {DEFAULT_CHAIN_MIN}; 0 drafts the full gamma)")
+
+
+def draft_stops(args: argparse.Namespace) -> dict:
+    """Pair.load's keyword arguments for the draft stopping rules."""
+    from engine.pair import DEFAULT_CHAIN_MIN
+    return {"p_min": getattr(args, "draft_p_min", 0.0),
+            "chain_min": getattr(args, "draft_chain_min", DEFAULT_CHAIN_MIN)}
 
 
 def load_options(args: argparse.Namespace, drafters: Sequence[str] = (),

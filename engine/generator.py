@@ -9,7 +9,7 @@ After verification the target is rolled back to the committed tokens, minus the 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -46,6 +46,22 @@ class GenerationConfig:
 
 def _clock() -> float:
     return time.perf_counter() * 1e3
+
+
+def _trimmed(proposal: Proposal, policy: GammaPolicy) -> Proposal:
+    """The proposal cut to the length the policy wants verified (policies with `trim`, drafters
+    that give a confidence). The cut depends only on the drafter's own numbers, never on the
+    target, so acceptance stays exact."""
+    trim = getattr(policy, "trim", None)
+    n = len(proposal)
+    if trim is None or proposal.confidence is None or n == 0:
+        return proposal
+    k = max(0, min(int(trim(proposal.confidence)), n))
+    if k == n:
+        return proposal
+    return replace(proposal, tokens=proposal.tokens[:k],
+                   q=proposal.q[:k] if k and proposal.q is not None else None,
+                   confidence=proposal.confidence[:k] if k else None)
 
 
 def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
@@ -87,6 +103,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         gamma = min(policy.next_gamma(), room) if speculative else 0
         proposal: Proposal = (drafter.propose(seq, gamma, params, rng) if gamma > 0
                               else empty_proposal("none"))
+        proposed = len(proposal)
+        proposal = _trimmed(proposal, policy)
         drafted = [int(t) for t in proposal.tokens]
 
         t0 = _clock()
@@ -107,7 +125,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
                        draft_ms=proposal.time_ms, verify_ms=verify_ms, source=proposal.source,
                        predicted_tps=getattr(policy, "last_prediction", None),
-                       confidence=confidence)
+                       confidence=confidence, proposed=proposed)
         for tok, origin in zip(new, origins):
             if backend.is_eog(tok):
                 finish = "eos"

@@ -30,6 +30,10 @@ from engine.generator import GenerationConfig, generate
 from engine.policy import GammaPolicy, make_policy
 from engine.session import Session
 
+# Model drafters stop once their run of tokens is, by their own probabilities, less likely than
+# this to be right (engine/drafters/draft_model.py); 0 drafts the full gamma every round.
+DEFAULT_CHAIN_MIN = 0.5
+
 # Calibration decodes this text when a cache is still empty.
 CALIBRATION_TEXT = "def add(a, b):\n    return a + b\n"
 
@@ -57,22 +61,26 @@ def _default_loader(config: ModelConfig) -> Backend:
 class Pair:
     def __init__(self, target: Backend, draft: Backend | None = None, p_min: float = 0.0,
                  lookup_ngram: int = 3, target_config: ModelConfig | None = None,
-                 loader: Callable[[ModelConfig], Backend] | None = None) -> None:
+                 loader: Callable[[ModelConfig], Backend] | None = None,
+                 chain_min: float = DEFAULT_CHAIN_MIN) -> None:
         if not (0.0 <= p_min < 1.0):
             raise SettingsError(f"draft p-min must be in [0, 1), got {p_min}")
+        if not (0.0 <= chain_min < 1.0):
+            raise SettingsError(f"draft chain-min must be in [0, 1), got {chain_min}")
         self.target = Session(target)
         self.draft_backend = draft
         # The draft file as loaded (its derived Q4_0 copy when Pair.load requantized it).
         self.draft_path: str | None = None
         self.target_config = target_config
         self.p_min = p_min
+        self.chain_min = chain_min
         self.lock = threading.Lock()
         self._loader = loader or _default_loader
         self._extra_backends: list[Backend] = []
         self._calibrations: dict[str, Calibration] = {}
         self._drafters: dict[str, Drafter] = {}
         if draft is not None:
-            model = DraftModelDrafter(draft, p_min=p_min)
+            model = DraftModelDrafter(draft, p_min=p_min, chain_min=chain_min)
             self._drafters["draft"] = model
             # A 1-gram match is a weaker bet than the draft model, so hybrid wants 2 or more.
             self._drafters["hybrid"] = HybridDrafter(
@@ -83,7 +91,8 @@ class Pair:
     def load(cls, target: ModelConfig, draft: ModelConfig | None,
              options: LoadOptions = LoadOptions(),
              loader: Callable[[ModelConfig], Backend] = _default_loader, p_min: float = 0.0,
-             lookup_ngram: int = 3, quantizer: Quantizer | None = None) -> "Pair":
+             lookup_ngram: int = 3, quantizer: Quantizer | None = None,
+             chain_min: float = DEFAULT_CHAIN_MIN) -> "Pair":
         from models.gguf_info import read_info
         read_info(target.path)
         if draft is not None:
@@ -106,7 +115,7 @@ class Pair:
             raise
         try:
             pair = cls(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
-                       target_config=target, loader=loader)
+                       target_config=target, loader=loader, chain_min=chain_min)
             pair.draft_path = draft.path if draft is not None else None
             if options.early_exit or options.early_exit_layers is not None:
                 pair.enable_early_exit(options.early_exit_layers)
@@ -134,7 +143,8 @@ class Pair:
                 self._extra_backends.remove(old.session.backend)
                 old.session.backend.close()
             self._extra_backends.append(backend)
-            self._drafters["early-exit"] = early_exit_drafter(backend, p_min=self.p_min)
+            self._drafters["early-exit"] = early_exit_drafter(backend, p_min=self.p_min,
+                                                               chain_min=self.chain_min)
             self._calibrations.pop("early-exit", None)
 
     @property

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 class RoundStats:
     index: int
     gamma: int
+    # Tokens verified; `proposed` counts those drafted before the policy trimmed the proposal.
     drafted: int
     accepted: int
     kind: str
@@ -27,6 +28,7 @@ class RoundStats:
     # positions, then the correction or bonus row); only for policies that ask for it
     # (`wants_confidence`).
     confidence: tuple[float, ...] = ()
+    proposed: int = 0
 
     @property
     def measured_tps(self) -> float:
@@ -43,6 +45,8 @@ class GenerationStats:
     output_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    # Drafted, including tokens the policy trimmed before verification (never verified).
+    proposed_tokens: int = 0
     rejected_rounds: int = 0
     rounds: int = 0
     target_calls: int = 0
@@ -91,6 +95,7 @@ class GenerationStats:
         self.rounds += 1
         self.target_calls += 1
         self.drafted_tokens += r.drafted
+        self.proposed_tokens += max(r.proposed, r.drafted)
         self.accepted_tokens += r.accepted
         self.draft_time_ms += r.draft_ms
         self.verify_time_ms += r.verify_ms

@@ -3,6 +3,7 @@ heuristic policy, policy selection by name, and the CLI's speculation options.""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -210,6 +211,70 @@ def test_plain_rounds_make_the_draft_lag_and_its_catch_up_is_costed():
     assert c.lag == 5
 
 
+def test_trim_verifies_the_prefix_worth_its_verify_width():
+    # VERIFY: one token 100 ms, 2 -> 130, 3 -> 130, 4 -> 135: an extra row costs 0.3, 0.3, 0.35.
+    c = controller()
+    assert c.trim([0.99, 0.98, 0.97]) == 3
+    # 0.2 expected tokens for 0.3 of verify, and the longer prefixes are no better: none.
+    assert c.trim([0.2, 0.4, 0.4]) == 0
+    # A doubtful third token after two sure ones: verify two.
+    assert c.trim([0.95, 0.95, 0.05]) == 2
+    # Width 3 costs the same as width 2 here, so a doubtful second token rides along free.
+    assert c.trim([0.9, 0.1]) == 2
+    # The learned verify curve decides: when a 2-token batch costs two tokens, keep none.
+    c.verify = [100.0, 200.0, 300.0, 400.0]
+    assert c.trim([0.9, 0.9, 0.9]) == 0
+    assert c.trim([]) == 0
+
+
+def test_trimmed_rounds_teach_the_draft_cost_per_proposed_token_and_resync_the_draft():
+    c = controller(per_token=10.0)
+    c.draft_token = 10.0
+    # Three tokens drafted at 20 ms each, one kept and accepted, two trimmed away.
+    c.update(RoundStats(index=0, gamma=3, drafted=1, accepted=1, kind="bonus", committed=2,
+                        draft_ms=60.0, verify_ms=130.0, source="draft-model", proposed=3))
+    assert c.draft_token == pytest.approx(10.0 + c.rate * (20.0 - 10.0))
+    # The draft had decoded the kept token; only the target's token is new to it.
+    assert c.lag == 1
+    # Everything drafted was trimmed: a plain verify, but the draft was still resynchronised.
+    c.update(RoundStats(index=1, gamma=3, drafted=0, accepted=0, kind="target", committed=1,
+                        draft_ms=20.0, verify_ms=100.0, source="draft-model", proposed=1))
+    assert c.lag == 1 and c.tries.sum() > 0
+    # All of a full proposal accepted: the last drafted token and the bonus are still to feed.
+    c.update(RoundStats(index=2, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
+                        draft_ms=30.0, verify_ms=135.0, source="draft-model", proposed=3))
+    assert c.lag == 2
+
+
+def test_generator_trims_proposals_for_policies_that_trim_and_stays_exact():
+    class Trimming(FixedGamma):
+        def __init__(self):
+            super().__init__(4)
+            self.seen = []
+
+        def trim(self, own):
+            self.seen.append(list(own))
+            return int(np.argmax(np.asarray(own) < 0.6)) if min(own) < 0.6 else len(own)
+
+    greedy = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=40)
+    plain = list(generate(Session(FakeBackend()), None, PROMPT, replace(greedy, gamma=0)))[-1]
+    policy = Trimming()
+    done = list(generate(Session(FakeBackend()), DraftModelDrafter(FakeBackend(scale=1.0)),
+                         PROMPT, greedy, policy))[-1]
+    # Greedy q is one-hot, but the draft's untempered probabilities are what it is judged on.
+    assert done.tokens == plain.tokens
+    assert policy.seen and min(min(s) for s in policy.seen) < 0.6
+    s = done.stats
+    assert s.proposed_tokens == sum(s.gammas) and s.drafted_tokens < s.proposed_tokens
+    # Sampling: the draft's probability of the token it sampled.
+    policy = Trimming()
+    done = list(generate(Session(FakeBackend()), DraftModelDrafter(FakeBackend(scale=1.0)),
+                         PROMPT, GenerationConfig(params=SamplingParams(temperature=1.0, seed=1),
+                                                  gamma=4, max_tokens=40), policy))[-1]
+    s = done.stats
+    assert s.proposed_tokens == sum(s.gammas) and s.drafted_tokens < s.proposed_tokens
+
+
 def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
     class Scripted:
         name = "scripted"
@@ -320,6 +385,9 @@ def test_cli_speculation_options():
     assert model_configs(args)[1] is None
     args = parse("--drafter", "early-exit", "--draft-p-min", "0.2", "--early-exit-layers", "9")
     assert args.early_exit_layers == 9 and args.draft_p_min == 0.2
+    from app.settings import draft_stops
+    assert draft_stops(args) == {"p_min": 0.2, "chain_min": 0.5}
+    assert draft_stops(parse("--draft-chain-min", "0"))["chain_min"] == 0.0
     assert model_configs(args)[1] is None
     assert drafter_name(parse("--draft", "none")) == "none"
     with pytest.raises(SettingsError, match="needs a draft model"):

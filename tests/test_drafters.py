@@ -281,3 +281,36 @@ def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedde
         assert drafter.session.tokens == context + p.tokens.tolist()[:-1]
     finally:
         backend.close()
+
+
+# --- draft model: stopping on its own probabilities --------------------------------------------
+
+def test_the_draft_model_stops_once_its_run_is_unlikely_and_keeps_the_token_that_crossed():
+    params = SamplingParams(temperature=1.0)
+    free = DraftModelDrafter(FakeBackend(scale=1.0), chain_min=0.0)
+    stopping = DraftModelDrafter(FakeBackend(scale=1.0), chain_min=0.3)
+    lengths = []
+    for seed in range(20):
+        full = free.propose(PROMPT, 6, params, np.random.default_rng(seed))
+        assert len(full) == 6
+        p = stopping.propose(PROMPT, 6, params, np.random.default_rng(seed))
+        own = p.confidence
+        assert own.tolist() == p.q[np.arange(len(p)), p.tokens].tolist()
+        # Same seed, same model: the stopped proposal is a prefix of the full one.
+        assert p.tokens.tolist() == full.tokens.tolist()[:len(p)]
+        # Every token but the last leaves the run's probability at or above chain_min; the
+        # last one took it under (or gamma was reached).
+        assert np.prod(own[:-1]) >= 0.3
+        assert len(p) == 6 or np.prod(own) < 0.3
+        lengths.append(len(p))
+    # A flat fake (scale 1) is unsure of most tokens: the stop really happens.
+    assert min(lengths) < 6 and sum(lengths) < 6 * 20
+    # Decodes: one to sync plus one per drafted token but the last.
+    assert stopping.session.n_past == len(PROMPT) + len(p) - 1
+
+
+def test_draft_stop_settings_are_checked():
+    with pytest.raises(SettingsError, match="chain-min"):
+        DraftModelDrafter(FakeBackend(), chain_min=1.0)
+    with pytest.raises(SettingsError, match="chain-min"):
+        Pair(FakeBackend(), FakeBackend(), chain_min=-0.1)

@@ -12,7 +12,9 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import SettingsError
 from engine.exactness.biased import biased_verify
 from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
+from engine.exactness.draws import draw
 from engine.exactness.greedy import first_divergence
+from engine.policy import FixedGamma
 from engine.session import Session
 from tests.fakes import FakeBackend
 
@@ -109,3 +111,28 @@ def test_first_divergence():
 def test_plan_validation(kw, msg):
     with pytest.raises(SettingsError, match=msg):
         ExactnessPlan(**kw)
+
+
+class TrimmingPolicy(FixedGamma):
+    """Fixed gamma that verifies only the leading drafted tokens the draft gave >= 0.6."""
+
+    def trim(self, own):
+        k = 0
+        while k < len(own) and own[k] >= 0.6:
+            k += 1
+        return k
+
+
+def test_stopping_and_trimming_on_the_drafts_own_probabilities_stay_exact():
+    target = Session(LineFake(seed=1, scale=2.0))
+    drafter = DraftModelDrafter(LineFake(seed=1, scale=3.5, noise=1.0), chain_min=0.5)
+    settings = ExactnessPlan().settings[:2]
+    draws = draw(target, drafter, PROMPT, settings[0].params, 60, gamma=4, cap=12, seed=0,
+                 policy=lambda: TrimmingPolicy(4))
+    # The policy really trims (the drafter's own stop is covered in test_drafters.py).
+    assert draws.accepted < draws.drafted < draws.proposed
+    plan = ExactnessPlan(samples=600, seed=4, gamma=4, settings=settings)
+    rep = run_exactness(target, drafter, PROMPT, plan, policy=lambda: TrimmingPolicy(4))
+    assert all(r.passed for r in rep.results), [[c.p_value for c in r.comparisons]
+                                                for r in rep.results]
+    assert not rep.control.passed

@@ -2,8 +2,11 @@
 
 `propose(context, gamma, params, rng)` returns up to `gamma` token ids and, when the drafter
 sampled them from a distribution q, the rows of q (`[n, V]`); `q is None` means the tokens carry
-no probabilities and are verified with the one-hot rule. `feedback` (optional) hears how many
-of the proposed tokens the target accepted.
+no probabilities and are verified with the one-hot rule. `confidence` (optional) is the
+drafter's own estimate, per token, that the target will accept it (a model drafter: its
+probability of the token, untempered when decoding greedily, where q is one-hot); policies may
+trim a proposal on it. `feedback` (optional) hears how many of the proposed tokens the target
+accepted.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ class Proposal:
     # Which drafter produced the tokens (the hybrid drafter delegates).
     source: str = ""
     meta: dict = field(default_factory=dict)
+    confidence: F64 | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

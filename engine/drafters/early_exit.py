@@ -115,8 +115,9 @@ def derive_early_exit(target: str | Path, layers: int) -> Path:
     return out
 
 
-def early_exit_drafter(backend: Backend, p_min: float = 0.0) -> DraftModelDrafter:
+def early_exit_drafter(backend: Backend, p_min: float = 0.0,
+                       chain_min: float = 0.0) -> DraftModelDrafter:
     """A draft-model drafter over the derived backend, reporting itself as 'early-exit'."""
-    drafter = DraftModelDrafter(backend, p_min=p_min)
+    drafter = DraftModelDrafter(backend, p_min=p_min, chain_min=chain_min)
     drafter.name = "early-exit"
     return drafter

@@ -21,6 +21,7 @@ from engine.exactness.biased import biased_verify
 from engine.exactness.compare import Comparison, compare
 from engine.exactness.draws import Draws, draw, statistics
 from engine.exactness.greedy import GreedyAgreement, greedy_agreement
+from engine.policy import GammaPolicy
 from engine.sampling import SamplingParams
 from engine.session import Session
 
@@ -107,8 +108,10 @@ def _compare_setting(name: str, params: SamplingParams, rule_name: str, direct: 
 
 def run_exactness(target: Session, drafter: Drafter, prompt: Sequence[int], plan: ExactnessPlan,
                   greedy_prompts: Sequence[Sequence[int]] = (), control: bool = True,
-                  tick: Tick | None = None) -> ExactnessReport:
-    """Run every setting, then the negative control, then greedy agreement on `greedy_prompts`."""
+                  tick: Tick | None = None,
+                  policy: Callable[[], GammaPolicy] | None = None) -> ExactnessReport:
+    """Run every setting, then the negative control, then greedy agreement on `greedy_prompts`.
+    `policy` makes the gamma policy of each speculative sample (default: fixed gamma)."""
     token_bytes = target.backend.token_bytes
     report = ExactnessReport(plan=plan, prompt_tokens=len(prompt))
 
@@ -122,7 +125,8 @@ def run_exactness(target: Session, drafter: Drafter, prompt: Sequence[int], plan
         direct = draw(target, None, prompt, setting.params, plan.samples, gamma=0, cap=plan.cap,
                       seed=base, tick=ticker(f"{setting.name}: direct"))
         spec = draw(target, drafter, prompt, setting.params, plan.samples, gamma=plan.gamma,
-                    cap=plan.cap, seed=base + 500_000, tick=ticker(f"{setting.name}: speculative"))
+                    cap=plan.cap, seed=base + 500_000, tick=ticker(f"{setting.name}: speculative"),
+                    policy=policy)
         report.results.append(_compare_setting(setting.name, setting.params, "exact", direct, spec,
                                                token_bytes, plan, time.perf_counter() - t0))
         if k == 0:
@@ -132,7 +136,7 @@ def run_exactness(target: Session, drafter: Drafter, prompt: Sequence[int], plan
         setting = plan.settings[0]
         biased = draw(target, drafter, prompt, setting.params, plan.samples, gamma=plan.gamma,
                       cap=plan.cap, seed=plan.seed * 10_000_000 + 9_000_000, rule=biased_verify,
-                      tick=ticker("negative control"))
+                      tick=ticker("negative control"), policy=policy)
         report.control = _compare_setting(f"{setting.name} (biased rule: resample from p)",
                                           setting.params, "biased", control_direct, biased,
                                           token_bytes, plan, time.perf_counter() - t0)

@@ -13,6 +13,7 @@ from engine.acceptance import verify
 from engine.drafters.base import Drafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, VerifyRule, generate
+from engine.policy import GammaPolicy
 from engine.sampling import SamplingParams
 from engine.session import Session
 
@@ -24,6 +25,8 @@ class Draws:
     samples: list[tuple[int, ...]] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    # Drafted including tokens a trimming policy cut before verification.
+    proposed: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -32,21 +35,25 @@ class Draws:
 
 def draw(target: Session, drafter: Drafter | None, prompt: Sequence[int], params: SamplingParams,
          n: int, *, gamma: int, cap: int, seed: int, rule: VerifyRule = verify,
-         tick: Callable[[], None] | None = None) -> Draws:
-    """`n` outputs, each from its own seed `seed + i`; plain decoding when drafter is None."""
+         tick: Callable[[], None] | None = None,
+         policy: Callable[[], GammaPolicy] | None = None) -> Draws:
+    """`n` outputs, each from its own seed `seed + i`; plain decoding when drafter is None.
+    `policy` makes a fresh gamma policy per sample (default: fixed `gamma`)."""
     out = Draws()
     for i in range(n):
         config = GenerationConfig(params=replace(params, seed=seed + i),
                                   gamma=gamma if drafter is not None else 0,
                                   max_tokens=cap, stop=("\n",))
         done = None
-        for ev in generate(target, drafter, prompt, config, rule=rule):
+        chosen = policy() if policy is not None and drafter is not None else None
+        for ev in generate(target, drafter, prompt, config, policy=chosen, rule=rule):
             if isinstance(ev, DoneEvent):
                 done = ev
         assert done is not None
         out.samples.append(done.tokens)
         out.drafted += done.stats.drafted_tokens
         out.accepted += done.stats.accepted_tokens
+        out.proposed += done.stats.proposed_tokens
         if tick is not None:
             tick()
     return out
