@@ -46,14 +46,16 @@ def _out_dir(args: argparse.Namespace, kind: str) -> Path:
 
 
 def _load_pair(args: argparse.Namespace, drafters: list[str]):
-    from app.settings import load_options, model_configs
+    from app.settings import draft_stops, load_options, model_configs
     from engine.pair import Pair
     tcfg, dcfg = model_configs(args)
-    pair = Pair.load(tcfg, dcfg, load_options(args, drafters), lookup_ngram=getattr(args, "lookup_ngram", 3))
+    pair = Pair.load(tcfg, dcfg, load_options(args, drafters),
+                     lookup_ngram=getattr(args, "lookup_ngram", 3), **draft_stops(args))
     return pair, tcfg, dcfg
 
 
 def _model_words(args: argparse.Namespace) -> list[str]:
+    from app.settings import draft_stops
     words = []
     for flag, value in (("--target", args.target), ("--draft", args.draft),
                         ("--threads", args.threads), ("--ctx", args.ctx),
@@ -63,6 +65,8 @@ def _model_words(args: argparse.Namespace) -> list[str]:
             words += [flag, str(value)]
     if getattr(args, "draft_quant", "auto") != "auto":
         words += ["--draft-quant", args.draft_quant]
+    for flag, value in draft_stops(args).items():
+        words += [f"--draft-{flag.replace('_', '-')}", str(value)]
     return words + (["--no-budget-check"] if args.no_budget_check else [])
 
 
@@ -106,7 +110,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                  for p in (_numbers(args.top_p, float) if t > 0 else [1.0])]
     samplings = list(dict.fromkeys(samplings))
     plan = BenchPlan(prompts=chosen.prompts, configs=configs, samplings=samplings,
-                     max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed)
+                     max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed,
+                     repeats=args.repeats)
     out = _out_dir(args, "bench")
     pair, tcfg, dcfg = _load_pair(args, drafters)
     draft_words = _draft_words(pair, dcfg)
@@ -128,7 +133,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                               "--gammas", ",".join(map(str, gammas))]) + [
         "--temperatures", args.temperatures, "--top-p", args.top_p,
         "--max-tokens", str(plan.max_tokens), "--prompts-per-category", str(per_cat or 0),
-        "--seed", str(plan.seed)] + _model_words(args)
+        "--seed", str(plan.seed)] + (
+        ["--repeats", str(plan.repeats)] if plan.repeats > 1 else []) + _model_words(args)
     if per_cat is None:
         words[words.index("--prompts-per-category"):words.index("--prompts-per-category") + 2] = []
     context = {**run_context(command_line(words)), "target": tcfg.path,
@@ -137,7 +143,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         f"{', '.join(chosen.categories)})",
                "plan": f"configs {', '.join(c.label for c in configs)}; sampling "
                        f"{', '.join(f't={s.temperature:g} top-p={s.top_p:g}' for s in samplings)}; "
-                       f"max tokens {plan.max_tokens}; seed {plan.seed}; threads {args.threads or 'auto'}",
+                       f"max tokens {plan.max_tokens}; seed {plan.seed}; threads {args.threads or 'auto'}"
+                       + (f"; {plan.repeats} runs of each, speedup of the medians"
+                          if plan.repeats > 1 else ""),
                "wall_time": f"{time.perf_counter() - started:.0f} s"}
     out.mkdir(parents=True, exist_ok=True)
     plots = [bench_plots.speedup_by_category(records, out / "speedup_by_category.png"),
@@ -166,6 +174,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     from app.reports.machine import command_line, run_context
     from engine.benchmark.suite import DEFAULT_SUITE, load_suite
     from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
+    from engine.policy import make_policy
 
     plan = ExactnessPlan(samples=_pick(args, "samples", EXACT_FULL, EXACT_QUICK), gamma=args.gamma,
                          cap=args.cap, alpha=args.alpha, seed=args.seed,
@@ -191,13 +200,19 @@ def cmd_exactness(args: argparse.Namespace) -> int:
                 bar.set_description_str(label, refresh=False)
                 bar.update(1)
             with pair.lock:
-                report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts, tick=tick)
+                policy = None
+                if args.policy == "adaptive":
+                    # The default engine path: the adaptive controller trims proposals too.
+                    calibration = pair.calibration("draft", plan.gamma).as_kwargs()
+                    policy = lambda: make_policy("adaptive", plan.gamma, **calibration)  # noqa: E731
+                report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts,
+                                       tick=tick, policy=policy)
     finally:
         pair.close()
     words = ["exactness", "--samples", str(plan.samples), "--prompt", args.prompt,
              "--gamma", str(plan.gamma), "--cap", str(plan.cap), "--alpha", str(plan.alpha),
              "--seed", str(plan.seed), "--greedy-prompts", str(n_greedy),
-             "--greedy-tokens", str(plan.greedy_tokens)] + _model_words(args)
+             "--greedy-tokens", str(plan.greedy_tokens), "--policy", args.policy] + _model_words(args)
     context = {**run_context(command_line(words)), "target": tcfg.path,
                "draft": draft_words, "prompt": args.prompt, "wall_time": f"{time.perf_counter() - started:.0f} s"}
     written = exactness_report.write(report, context, out)
@@ -208,7 +223,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from app.settings import add_model_args
+    from app.settings import add_draft_stop_args, add_model_args
 
     b = sub.add_parser("bench", help="benchmark speculative decoding against plain decoding")
     b.add_argument("--suite", help="prompt suite JSONL (default: assets/prompts/suite-v1.jsonl)")
@@ -228,12 +243,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--prompts-per-category", type=int,
                    help="first N prompts of each category (default all, quick 1)")
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--repeats", type=int, default=1,
+                   help="runs of every prompt and config; speedup of the median speeds (default 1)")
     b.add_argument("--lookup-ngram", type=int, default=3)
     b.add_argument("--early-exit-layers", type=int, default=None,
                    help="target layers in the early-exit drafter (default: three quarters)")
     b.add_argument("--quick", action="store_true", help="a few-minute run: 1 prompt per category, "
                    "gamma 4, 32 tokens")
     b.add_argument("--out", help="output folder (default out/bench-<date>)")
+    add_draft_stop_args(b)
     add_model_args(b)
     b.set_defaults(func=cmd_bench)
 
@@ -241,7 +259,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--samples", type=int, help=f"samples per arm (default {EXACT_FULL['samples']}, "
                    f"quick {EXACT_QUICK['samples']})")
     e.add_argument("--prompt", default=EXACTNESS_PROMPT, help="the controlled prompt (chat template)")
-    e.add_argument("--gamma", type=int, default=3)
+    e.add_argument("--gamma", type=int, default=3,
+                   help="gamma of the speculative samples (the adaptive controller's maximum)")
+    e.add_argument("--policy", choices=("fixed", "adaptive"), default="fixed",
+                   help="gamma policy of the speculative samples (default fixed)")
     e.add_argument("--cap", type=int, default=12, help="tokens per sample at most (newline statistic cap)")
     e.add_argument("--alpha", type=float, default=0.01)
     e.add_argument("--seed", type=int, default=0)
@@ -250,5 +271,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--greedy-tokens", type=int, help="tokens per greedy agreement run")
     e.add_argument("--quick", action="store_true", help=f"{EXACT_QUICK['samples']} samples per arm")
     e.add_argument("--out", help="output folder (default out/exactness-<date>)")
+    add_draft_stop_args(e)
     add_model_args(e)
     e.set_defaults(func=cmd_exactness)

@@ -53,6 +53,30 @@ def test_every_speculative_run_is_paired_with_its_own_baseline_and_order_alterna
         assert r.prefill_ms > 0 and r.ttft_ms >= r.prefill_ms and r.total_ms >= r.ttft_ms
 
 
+def test_repeats_pair_the_median_speeds_and_count_each_prompt_once():
+    pair = fake_pair()
+    plan = BenchPlan(prompts=prompts(1), samplings=[GREEDY], configs=[SpecConfig("draft", 2)],
+                     max_tokens=12, repeats=3)
+    records = run_benchmark(pair, plan)
+    assert len(records) == plan.total_runs == 2 * 2 * 3
+    for pid in {r.prompt_id for r in records}:
+        mine = [r for r in records if r.prompt_id == pid]
+        assert sorted(r.role for r in mine) == ["baseline", "baseline-repeat", "baseline-repeat",
+                                                "speculative", "speculative-repeat",
+                                                "speculative-repeat"]
+        base = sorted(r.tokens_per_s for r in mine if r.role.startswith("baseline"))[1]
+        spec = sorted(r.tokens_per_s for r in mine if r.role.startswith("speculative"))[1]
+        for r in mine:
+            if r.role.startswith("speculative"):
+                assert r.speedup == pytest.approx(spec / base)
+    # The aggregates see one speedup per prompt, not one per repeat.
+    overall = [row for row in summarize(records).speedups if row.category == "overall"]
+    assert overall[0].speedup.n == 2
+    with pytest.raises(SettingsError, match="repeats"):
+        BenchPlan(prompts=prompts(1), samplings=[GREEDY], configs=[SpecConfig("draft", 2)],
+                  repeats=0)
+
+
 def test_greedy_runs_reproduce_the_baseline_output_and_start_cold():
     pair = fake_pair()
     plan = BenchPlan(prompts=prompts(1, ("chat",)), samplings=[GREEDY],

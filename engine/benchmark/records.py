@@ -8,6 +8,9 @@ end-to-end milliseconds per output token, prefill included.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
 
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
@@ -18,7 +21,8 @@ class RunRecord:
     order: int
     prompt_id: str
     category: str
-    role: str  # "baseline" or "speculative"
+    # "baseline" or "speculative"; "-repeat" appended for the later runs of a repeated group
+    role: str
     config: str
     drafter: str
     policy: str
@@ -53,6 +57,8 @@ class RunRecord:
     acceptance_by_position: list[float] = field(default_factory=list)
     # Origin of every output token ("draft" = an accepted drafted token).
     origins: list[str] = field(default_factory=list)
+    # Drafted, including tokens the policy trimmed before verification.
+    proposed_tokens: int = 0
     baseline_order: int | None = None
     speedup: float | None = None
     e2e_speedup: float | None = None
@@ -95,13 +101,24 @@ def record_from_stats(stats: GenerationStats, *, order: int, prompt_id: str, cat
         finish_reason=stats.finish_reason, drafted_at=list(stats.drafted_at),
         accepted_at=list(stats.accepted_at),
         acceptance_by_position=list(stats.acceptance_by_position),
-        origins=list(stats.origins))
+        origins=list(stats.origins), proposed_tokens=stats.proposed_tokens)
 
 
 def pair_with(run: RunRecord, baseline: RunRecord) -> None:
     """Set the run's speedups over its baseline run."""
-    run.baseline_order = baseline.order
-    run.speedup = (run.tokens_per_s / baseline.tokens_per_s
-                   if baseline.tokens_per_s > 0 else None)
-    run.e2e_speedup = (baseline.ms_per_token_e2e / run.ms_per_token_e2e
-                       if run.output_tokens and baseline.output_tokens else None)
+    pair_with_median([run], [baseline])
+
+
+def pair_with_median(runs: Sequence[RunRecord], baselines: Sequence[RunRecord]) -> None:
+    """Set every run's speedups to those of the medians: median decode tokens/s of `runs` over
+    that of `baselines` (repeats of one prompt), and likewise for end-to-end time per token.
+    With one run each this is the plain ratio."""
+    base_tps = float(np.median([b.tokens_per_s for b in baselines]))
+    spec_tps = float(np.median([r.tokens_per_s for r in runs]))
+    ok = all(r.output_tokens for r in runs) and all(b.output_tokens for b in baselines)
+    base_e2e = float(np.median([b.ms_per_token_e2e for b in baselines]))
+    spec_e2e = float(np.median([r.ms_per_token_e2e for r in runs]))
+    for run in runs:
+        run.baseline_order = baselines[0].order
+        run.speedup = spec_tps / base_tps if base_tps > 0 else None
+        run.e2e_speedup = base_e2e / spec_e2e if ok else None

@@ -5,13 +5,20 @@ Fairness: every run starts from empty KV caches (so prefill and TTFT are measure
 from the previous run); the order inside a group alternates between baseline-first and
 baseline-last so that machine drift and warm CPU caches do not favour one side; a warm-up
 generation per drafter runs before the first measured run and is not recorded.
+
+Repeats: with `repeats` > 1 each group runs that many times in a row (alternating the order
+again). A one-second run on a shared machine is noisy (scripts/noise_floor.py), so the first
+repetition's records carry the speedup of the medians: median decode tokens/s of the
+configuration over median tokens/s of the baseline. The later repetitions are kept in the raw
+data with role "baseline-repeat" / "speculative-repeat" and do not count twice in the
+aggregates.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from engine.benchmark.records import RunRecord, pair_with, record_from_stats
+from engine.benchmark.records import RunRecord, pair_with_median, record_from_stats
 from engine.benchmark.suite import SuitePrompt
 from engine.errors import SettingsError
 from engine.events import DoneEvent
@@ -44,8 +51,11 @@ class BenchPlan:
     max_tokens: int = 64
     seed: int = 0
     warmup_tokens: int = 8
+    repeats: int = 1
 
     def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise SettingsError(f"repeats must be >= 1, got {self.repeats}")
         if not self.prompts:
             raise SettingsError("the benchmark has no prompts")
         if not self.configs:
@@ -59,7 +69,7 @@ class BenchPlan:
 
     @property
     def total_runs(self) -> int:
-        return len(self.prompts) * len(self.samplings) * (1 + len(self.configs))
+        return len(self.prompts) * len(self.samplings) * (1 + len(self.configs)) * self.repeats
 
 
 Progress = Callable[[int, int, RunRecord], None]
@@ -130,22 +140,23 @@ def run_benchmark(pair: Pair, plan: BenchPlan, progress: Progress | None = None)
         for j, sampling in enumerate(plan.samplings):
             params = replace(sampling, seed=None if sampling.greedy
                              else plan.seed * 1_000_003 + i * 101 + j)
-            runs: list[SpecConfig | None] = [None, *plan.configs]
-            if group % 2:
-                runs = [*plan.configs, None]
-            group += 1
-            baseline: RunRecord | None = None
-            speculative: list[RunRecord] = []
-            for config in runs:
-                rec = _one(pair, prompt, params, config, plan.max_tokens, len(records))
-                records.append(rec)
-                if config is None:
-                    baseline = rec
-                else:
-                    speculative.append(rec)
-                if progress is not None:
-                    progress(len(records), total, rec)
-            assert baseline is not None
-            for rec in speculative:
-                pair_with(rec, baseline)
+            by_config: dict[SpecConfig | None, list[RunRecord]] = {}
+            for _ in range(plan.repeats):
+                runs: list[SpecConfig | None] = [None, *plan.configs]
+                if group % 2:
+                    runs = [*plan.configs, None]
+                group += 1
+                for config in runs:
+                    rec = _one(pair, prompt, params, config, plan.max_tokens, len(records))
+                    records.append(rec)
+                    by_config.setdefault(config, []).append(rec)
+                    if progress is not None:
+                        progress(len(records), total, rec)
+            baselines = by_config.pop(None)
+            for rec in baselines[1:]:
+                rec.role = "baseline-repeat"
+            for runs_of_config in by_config.values():
+                pair_with_median(runs_of_config, baselines)
+                for rec in runs_of_config[1:]:
+                    rec.role = "speculative-repeat"
     return records
