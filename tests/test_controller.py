@@ -57,8 +57,8 @@ def test_high_acceptance_and_a_cheap_draft_give_a_large_gamma():
 def test_low_acceptance_falls_back_to_plain_decoding():
     c = controller(probe_every=100)
     gammas = play(c, 10, accept_all=False)
-    # The first round looks before leaping (plain); the second probes, since no confidence came.
-    assert gammas[0] == 0 and gammas[1] > 0 and gammas[-5:] == [0] * 5
+    # The opening rounds look before leaping (plain); the next probes, since no confidence came.
+    assert gammas[:3] == [0, 0, 0] and gammas[3] > 0 and gammas[-5:] == [0] * 5
     assert c.predicted_tps(0) == pytest.approx(1e3 / c.verify[0])
 
 
@@ -72,16 +72,17 @@ def test_it_probes_early_when_the_prior_alone_predicts_a_loss():
     c = controller(per_token=45.0, prior=0.5)
     assert c.best_gamma() == 0 and c.could_win()
     gammas = play(c, 12, accept_all=True, draft_per_token=45.0)
-    assert gammas[:2] == [0, 2] and gammas[-1] > 0
+    assert gammas[:4] == [0, 0, 0, 2] and gammas[-1] > 0
 
 
 def test_probing_brings_speculation_back_when_acceptance_recovers():
     c = controller(probe_every=4)
     play(c, 12, accept_all=False)
     assert c.best_gamma() == 0
+    interval = c.interval
     gammas = play(c, 40, accept_all=True)
     first_probe = next(i for i, g in enumerate(gammas) if g > 0)
-    assert first_probe <= 4 and gammas[first_probe] == 2
+    assert first_probe <= interval and gammas[first_probe] == 2
     assert gammas[-1] >= 4 and gammas[-5:].count(0) == 0
 
 
