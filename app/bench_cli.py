@@ -200,13 +200,14 @@ def cmd_exactness(args: argparse.Namespace) -> int:
                 bar.set_description_str(label, refresh=False)
                 bar.update(1)
             with pair.lock:
-                policy = None
-                if args.policy == "adaptive":
-                    # The default engine path: the adaptive controller trims proposals too.
-                    calibration = pair.calibration("draft", plan.gamma).as_kwargs()
-                    policy = lambda: make_policy("adaptive", plan.gamma, **calibration)  # noqa: E731
+                # The default engine path: the adaptive controller trims proposals too.
+                calibration = (pair.calibration("draft", plan.gamma).as_kwargs()
+                               if args.policy == "adaptive" else None)
+
+                def adaptive():
+                    return make_policy("adaptive", plan.gamma, **calibration)
                 report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts,
-                                       tick=tick, policy=policy)
+                                       tick=tick, policy=adaptive if calibration else None)
     finally:
         pair.close()
     words = ["exactness", "--samples", str(plan.samples), "--prompt", args.prompt,

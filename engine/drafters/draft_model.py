@@ -6,11 +6,10 @@ drafted token when everything was accepted) are fed before drafting again.
 
 Drafting stops early once the product of the draft's probabilities of its own tokens (the chance,
 by the draft's account, that the whole run so far is right; untempered when greedy) falls under
-`chain_min`: past that
-point more tokens cost a draft decode each and are unlikely to be kept. The draft's probability
-of its token predicts agreement closely (scripts/measure_costs.py agree: 0.98-1.00 at q >= 0.9,
-0.61 at 0.5-0.7, 0.22 under 0.3). The stop reads only the draft's own numbers, so the
-verification stays exact.
+`chain_min`: past that point more tokens cost a draft decode each and are unlikely to be kept.
+The draft's probability of its token predicts agreement closely (scripts/policy_sim.py trace of
+the suite: 0.98-1.00 at q >= 0.9, 0.61 at 0.5-0.7, 0.22 under 0.3). The stop reads only the
+draft's own numbers, so the verification stays exact.
 """
 from __future__ import annotations
 
