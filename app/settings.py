@@ -16,7 +16,7 @@ DRAFTERS = ("draft", "none", "lookup", "hybrid", "early-exit")
 # Drafters that need the separate draft model loaded.
 NEEDS_DRAFT_MODEL = ("draft", "hybrid")
 # --gamma when not given: the fixed gamma, the heuristic's start, the adaptive maximum.
-DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8}
+DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8, "plain": 1}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -200,8 +200,13 @@ class AdaptiveController:
     def predicted_tps(self, gamma: int) -> float:
         return 1e3 * self.expected_tokens(gamma) / self.cost_ms(gamma)
 
+    def _speeds(self) -> np.ndarray:
+        """predicted_tps for every gamma 0..max_gamma, with one acceptance estimate."""
+        expected = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.acceptance()))))
+        return 1e3 * expected / np.array([self.cost_ms(g) for g in range(self.max_gamma + 1)])
+
     def best_gamma(self) -> int:
-        speeds = [self.predicted_tps(g) for g in range(self.max_gamma + 1)]
+        speeds = self._speeds()
         g = int(np.argmax(speeds[1:])) + 1
         # Hysteresis: starting to speculate again is a bet on an estimate partly made of the
         # target's confidence, and a lost round costs about two target tokens, so it needs a
@@ -260,7 +265,10 @@ class AdaptiveController:
             self._learn_scale(r)
         elif r.confidence:
             self._observe_confidence(r.confidence[-1])
-        self._learn_verify_cost(r.drafted + 1, r.verify_ms)
+        if r.index > 0:
+            # The first decode after a prefill is slow (93-114 ms against ~80 here): not a cost
+            # any later round pays.
+            self._learn_verify_cost(r.drafted + 1, r.verify_ms)
         if self.model_source is not None and r.source == self.model_source and proposed > 0:
             # The model decoded all it drafted but the last one (all of them after a p_min
             # stop): when every token it drafted was taken, that one and the bonus are still
@@ -309,8 +317,19 @@ class AdaptiveController:
         while len(self.verify) < width:
             self.verify.append(_at(self.verify, len(self.verify) + 1))
         ratio = measured / self.verify[width - 1]
-        # The width seen moves fully; the others follow a fraction (load on the machine shifts
-        # every width alike).
+        if width == 1:
+            # A plain round measures the machine's pace: load (another program, heat) slows
+            # every decode alike, the draft's too, so all costs take the same step and their
+            # ratios, which choose gamma, stay as calibrated. Moving width 1 alone (the old
+            # rule) made a spell of plain rounds 8% slower than calibrated tilt the choice
+            # towards drafting, and speculation resumed where it lost.
+            common = 1.0 + self.rate * (ratio - 1.0)
+            self.verify = [v * common for v in self.verify]
+            self.draft_token *= common
+            self.draft_batch = [d * common for d in self.draft_batch]
+            return
+        # A wide verify also learns the curve's shape: the width seen moves fully, the others
+        # follow a fraction.
         for i in range(len(self.verify)):
             step = self.rate if i == width - 1 else self.rate / 4
             self.verify[i] *= 1.0 + step * (ratio - 1.0)

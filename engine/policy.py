@@ -1,6 +1,8 @@
 """How many tokens to draft each round. The generator asks `next_gamma()` before a round and
 reports the round back through `update(round)`. `FixedGamma` is the plain policy,
-`HeuristicGamma` the transformers-style one; the adaptive controller is in `engine.controller`.
+`HeuristicGamma` the transformers-style one, `NeverDraft` the control that keeps every round of
+the speculative path plain (what that path costs by itself, and the noise floor any policy is
+measured against); the adaptive controller is in `engine.controller`.
 A policy may expose `last_prediction` (tokens/s it expects from the gamma it just chose).
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Protocol
 from engine.errors import SettingsError
 from engine.stats import RoundStats
 
-POLICIES = ("adaptive", "fixed", "heuristic")
+POLICIES = ("adaptive", "fixed", "heuristic", "plain")
 
 
 class GammaPolicy(Protocol):
@@ -28,6 +30,20 @@ class FixedGamma:
 
     def next_gamma(self) -> int:
         return self.gamma
+
+    def update(self, r: RoundStats) -> None:
+        pass
+
+
+class NeverDraft:
+    """Speculative mode with the draft loaded and prefilled, but no round drafts: a benchmark
+    control, an A/A run through the speculative path."""
+
+    def __init__(self) -> None:
+        self.name = "plain"
+
+    def next_gamma(self) -> int:
+        return 0
 
     def update(self, r: RoundStats) -> None:
         pass
@@ -65,6 +81,8 @@ def make_policy(name: str, gamma: int, **calibration) -> GammaPolicy:
         return FixedGamma(gamma)
     if name == "heuristic":
         return HeuristicGamma(gamma)
+    if name == "plain":
+        return NeverDraft()
     if name == "adaptive":
         from engine.controller import AdaptiveController
         return AdaptiveController(max_gamma=gamma, **calibration)

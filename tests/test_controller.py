@@ -167,11 +167,53 @@ def test_online_refinement_moves_the_cost_estimates():
     c = controller()
     before_v1, before_v5, before_d = c.verify[0], c.verify[4], c.draft_token
     for i in range(20):
-        c.update(RoundStats(index=i, gamma=4, drafted=4, accepted=4, kind="bonus", committed=5,
-                            draft_ms=4 * 30.0, verify_ms=2 * VERIFY[4], source="draft-model"))
+        c.update(RoundStats(index=i + 1, gamma=4, drafted=4, accepted=4, kind="bonus",
+                            committed=5, draft_ms=4 * 30.0, verify_ms=2 * VERIFY[4],
+                            source="draft-model"))
     assert c.verify[4] == pytest.approx(2 * before_v5, rel=0.05)
     assert before_v1 < c.verify[0] < 2 * before_v1
     assert c.draft_token == pytest.approx(30.0, rel=0.05) and before_d == 10.0
+
+
+def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
+    def run(scale: float) -> AdaptiveController:
+        c = controller(per_token=25.0)
+        play(c, 6, accept_all=True)
+        n = c.rounds
+        for i in range(12):
+            c.update(RoundStats(index=n + i, gamma=0, drafted=0, accepted=0, kind="target",
+                                committed=1, draft_ms=0.0, verify_ms=VERIFY[0] * scale,
+                                source="none"))
+        return c
+
+    same, slow = run(1.0), run(1.15)
+    assert slow.verify[0] == pytest.approx(1.15 * same.verify[0], rel=0.02)
+    # Every cost moved by the same factor: the predicted gain of each gamma is unchanged.
+    gain = lambda c: c._speeds() / c._speeds()[0]  # noqa: E731
+    assert np.allclose(gain(slow), gain(same), rtol=0.02)
+    assert slow.best_gamma() == same.best_gamma() > 0
+
+
+def test_the_first_round_after_the_prefill_does_not_teach_costs():
+    c = controller()
+    before = list(c.verify)
+    c.update(RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
+    assert c.verify == before
+    c.update(RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
+    assert c.verify[0] > before[0]
+
+
+def test_the_plain_control_policy_runs_the_speculative_path_without_drafting():
+    drafter = DraftModelDrafter(FakeBackend(noise=0.5))
+    config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=24)
+    plain = [e for e in generate(Session(FakeBackend()), drafter, PROMPT, config,
+                                 make_policy("plain", 4)) if isinstance(e, DoneEvent)][0]
+    base = [e for e in generate(Session(FakeBackend()), None, PROMPT, config)
+            if isinstance(e, DoneEvent)][0]
+    assert plain.stats.mode == "speculative" and plain.stats.drafted_tokens == 0
+    assert plain.tokens == base.tokens and plain.stats.gammas == [0] * plain.stats.rounds
 
 
 def test_acceptance_follows_the_text_with_decay():
