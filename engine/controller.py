@@ -48,6 +48,7 @@ import numpy as np
 from engine.errors import SettingsError
 from engine.session import Session
 from engine.stats import RoundStats
+from engine.widths import padded_width
 
 
 @dataclass
@@ -129,6 +130,8 @@ class AdaptiveController:
         self.model_source = model_source
         self.verify: list[float] = []
         self.draft_batch: list[float] = []
+        self.pad_verify: list[float] = []
+        self.pad_draft: list[float] = []
         self.draft_token = 0.0
         if verify_ms is not None:
             self.use_calibration(Calibration(list(draft_ms if draft_ms is not None
@@ -167,6 +170,10 @@ class AdaptiveController:
                                 "for each width")
         self.verify = [float(v) for v in c.verify_ms]
         self.draft_batch = [float(d) for d in c.draft_ms]
+        # The pair pads batches to the cheaper widths of its calibration (engine/widths.py);
+        # costs are read at the width actually decoded.
+        self.pad_verify = list(self.verify)
+        self.pad_draft = list(self.draft_batch)
         self.draft_token = self.draft_batch[0]
         self.model_source = c.model_source
 
@@ -183,10 +190,15 @@ class AdaptiveController:
     def catch_up_ms(self, lag: int) -> float:
         if lag <= 1:
             return 0.0
-        return max(_at(self.draft_batch, lag) - _at(self.draft_batch, 1), 0.0)
+        wide = _at(self.draft_batch, padded_width(self.pad_draft, lag))
+        return max(wide - _at(self.draft_batch, 1), 0.0)
+
+    def verify_cost(self, width: int) -> float:
+        """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
+        return _at(self.verify, padded_width(self.pad_verify, width))
 
     def cost_ms(self, gamma: int) -> float:
-        cost = _at(self.verify, gamma + 1)
+        cost = self.verify_cost(gamma + 1)
         if gamma > 0:
             cost += gamma * self.draft_token + self.catch_up_ms(self.lag) / self.horizon
         return cost
@@ -227,7 +239,7 @@ class AdaptiveController:
         for k, q in enumerate(own, start=1):
             chain *= float(q)
             expected += chain
-            gain = expected - (_at(self.verify, k + 1) - one) / one
+            gain = expected - (self.verify_cost(k + 1) - one) / one
             if gain > best:
                 best_k, best = k, gain
         return best_k
@@ -268,7 +280,7 @@ class AdaptiveController:
         if r.index > 0:
             # The first decode after a prefill is slow (93-114 ms against ~80 here): not a cost
             # any later round pays.
-            self._learn_verify_cost(r.drafted + 1, r.verify_ms)
+            self._learn_verify_cost(r.width or r.drafted + 1, r.verify_ms)
         if self.model_source is not None and r.source == self.model_source and proposed > 0:
             # The model decoded all it drafted but the last one (all of them after a p_min
             # stop): when every token it drafted was taken, that one and the bonus are still

@@ -66,10 +66,12 @@ def _trimmed(proposal: Proposal, policy: GammaPolicy) -> Proposal:
 
 def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
              config: GenerationConfig, policy: GammaPolicy | None = None,
-             rule: VerifyRule = verify) -> Iterator[Event]:
+             rule: VerifyRule = verify,
+             widths: Callable[[int], int] | None = None) -> Iterator[Event]:
     """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent.
 
-    `rule` is the verification rule; only the exactness report's negative control swaps it."""
+    `rule` is the verification rule; only the exactness report's negative control swaps it.
+    `widths` maps a verify batch's size to the width to decode it at (engine/widths.py)."""
     if not prompt:
         raise SettingsError("the prompt is empty")
     params = config.params
@@ -108,7 +110,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         drafted = [int(t) for t in proposal.tokens]
 
         t0 = _clock()
-        logits = target.extend([seq[-1]] + drafted, rows=range(len(drafted) + 1))
+        width = widths(len(drafted) + 1) if widths is not None and drafted else len(drafted) + 1
+        logits = target.extend([seq[-1]] + drafted, rows=range(len(drafted) + 1), pad_to=width)
         p = Rows(logits, params)
         verdict = rule(p, proposal.q, proposal.tokens, rng, params.greedy)
         verify_ms = _clock() - t0
@@ -125,7 +128,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
                        draft_ms=proposal.time_ms, verify_ms=verify_ms, source=proposal.source,
                        predicted_tps=getattr(policy, "last_prediction", None),
-                       confidence=confidence, proposed=proposed)
+                       confidence=confidence, proposed=proposed, width=width)
         for tok, origin in zip(new, origins):
             if backend.is_eog(tok):
                 finish = "eos"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend, ModelConfig
@@ -29,10 +30,14 @@ from engine.events import Event
 from engine.generator import GenerationConfig, generate
 from engine.policy import GammaPolicy, make_policy
 from engine.session import Session
+from engine.widths import padded_width
 
 # Model drafters stop once their run of tokens is, by their own probabilities, less likely than
 # this to be right (engine/drafters/draft_model.py); 0 drafts the full gamma every round.
 DEFAULT_CHAIN_MIN = 0.5
+
+# Calibrations measure at least widths 1..9: enough to see which batch widths are worth padding to.
+PAD_CALIBRATION_GAMMA = 8
 
 # Calibration decodes this text when a cache is still empty.
 CALIBRATION_TEXT = "def add(a, b):\n    return a + b\n"
@@ -176,6 +181,7 @@ class Pair:
     def calibration(self, drafter: str, max_gamma: int) -> Calibration:
         """Measured costs for `drafter` up to `max_gamma`, cached; caches are left unchanged.
         Call with the lock held (generate does)."""
+        max_gamma = max(max_gamma, PAD_CALIBRATION_GAMMA)
         cached = self._calibrations.get(drafter)
         if cached is not None and len(cached.verify_ms) >= max_gamma + 1:
             return cached
@@ -199,16 +205,27 @@ class Pair:
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str = "draft",
                  raw: bool = False, policy: GammaPolicy | None = None) -> Iterator[Event]:
         """Stream events of one generation; holds the pair's lock until it ends or is closed.
-        Without a policy, speculation uses the adaptive controller with max gamma `config.gamma`."""
+        Without a policy, speculation uses the adaptive controller with max gamma `config.gamma`.
+        Speculation pads verify and catch-up batches to the cheaper widths the drafter's
+        calibration measured (engine/widths.py), whatever the policy."""
         chosen = self.drafter(drafter)
         tokens = self.tokens_for(prompt, raw)
         with self.lock:
+            widths = None
             if chosen is not None and config.gamma > 0:
                 if policy is None:
                     policy = make_policy("adaptive", config.gamma)
                 if isinstance(policy, AdaptiveController) and not policy.calibrated:
                     policy.use_calibration(self.calibration(drafter, policy.max_gamma))
-            yield from generate(self.target, chosen, tokens, config, policy)
+                widths = self._pad_widths(drafter, chosen, config.gamma)
+            yield from generate(self.target, chosen, tokens, config, policy, widths=widths)
+
+    def _pad_widths(self, name: str, chosen: Drafter, gamma: int) -> Callable[[int], int]:
+        cal = self.calibration(name, gamma)
+        model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
+        if isinstance(model, DraftModelDrafter):
+            model.widths = partial(padded_width, cal.draft_ms)
+        return partial(padded_width, cal.verify_ms)
 
     def close(self) -> None:
         self.target.backend.close()

@@ -5,7 +5,7 @@ so `len(self.tokens)` is always the number of positions in the cache.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from engine.backend import F32, Backend
 from engine.errors import SettingsError
@@ -22,8 +22,11 @@ class Session:
     def n_past(self) -> int:
         return len(self.tokens)
 
-    def extend(self, tokens: Sequence[int], rows: Sequence[int] | None = None) -> F32:
-        """Decode `tokens` after the cached ones; logits for `rows` (default: the last token)."""
+    def extend(self, tokens: Sequence[int], rows: Sequence[int] | None = None,
+               pad_to: int = 0) -> F32:
+        """Decode `tokens` after the cached ones; logits for `rows` (default: the last token).
+        With `pad_to` above their number, the batch is padded to that width with copies of the
+        last token, which leave the cache right after (engine/widths.py says why)."""
         tokens = [int(t) for t in tokens]
         if not tokens:
             raise ValueError("extend needs at least one token")
@@ -32,7 +35,10 @@ class Session:
                 f"context is full: {self.n_past + len(tokens)} tokens > n_ctx {self.backend.n_ctx}; "
                 "raise --ctx or shorten the prompt/max tokens")
         rows = [len(tokens) - 1] if rows is None else list(rows)
-        logits = self.backend.decode(tokens, self.n_past, rows)
+        pad = max(0, min(pad_to, self.backend.n_ctx - self.n_past) - len(tokens))
+        logits = self.backend.decode(tokens + [tokens[-1]] * pad, self.n_past, rows)
+        if pad:
+            self.backend.truncate(self.n_past + len(tokens))
         self.tokens.extend(tokens)
         return logits
 
@@ -50,10 +56,12 @@ class Session:
             n += 1
         return n
 
-    def sync(self, tokens: Sequence[int], feed_last: bool) -> F32 | None:
+    def sync(self, tokens: Sequence[int], feed_last: bool,
+             widths: Callable[[int], int] | None = None) -> F32 | None:
         """Make the cache hold `tokens` (or all but the last one when not `feed_last`), reusing
         the longest common prefix already cached. Returns the last row of logits when anything
-        was decoded, else None."""
+        was decoded, else None. `widths` maps the number of tokens to feed to the batch width
+        to decode them at (padding)."""
         want = len(tokens) if feed_last else len(tokens) - 1
         keep = min(self.common_prefix(tokens), want)
         if feed_last and keep == want and want > 0:
@@ -62,4 +70,5 @@ class Session:
         self.rollback(keep)
         if keep >= want:
             return None
-        return self.extend(tokens[keep:want])
+        feed = tokens[keep:want]
+        return self.extend(feed, pad_to=widths(len(feed)) if widths is not None else 0)

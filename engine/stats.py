@@ -29,6 +29,8 @@ class RoundStats:
     # (`wants_confidence`).
     confidence: tuple[float, ...] = ()
     proposed: int = 0
+    # The target batch's width as decoded: drafted + 1, or more when padded (engine/widths.py).
+    width: int = 0
 
     @property
     def measured_tps(self) -> float:

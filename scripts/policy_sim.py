@@ -19,6 +19,7 @@ Usage: .venv/bin/python scripts/policy_sim.py record /tmp/trace.json 8 64
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -34,6 +35,7 @@ from engine.backend import ModelConfig  # noqa: E402
 from engine.controller import AdaptiveController  # noqa: E402
 from engine.policy import FixedGamma, GammaPolicy  # noqa: E402
 from engine.stats import RoundStats  # noqa: E402
+from engine.widths import padded_width  # noqa: E402
 
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
@@ -116,20 +118,22 @@ class Costs:
 
 
 def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
-               max_tokens: int = 64) -> float:
+               max_tokens: int = 64, pad: bool = True) -> float:
     """Simulated speedup of one prompt: plain decode time over the policy's rounds' time. Rounds
     follow the engine: the draft stops after the token that takes its chain under chain_min,
     policies with `trim` cut the proposal, the accepted prefix is where the draft's greedy token
-    first differs from the target's."""
+    first differs from the target's, and batches are padded to cheaper widths (`pad`)."""
     gen, dam, dconf, tconf = rec["gen"], rec["dargmax"], rec["dconf"], rec["tconf"]
     n = len(gen)
     i, lag, total, index = 0, 1, 0.0, 0
+    verify_table = costs.verify_ms if pad else []
+    draft_table = [costs.draft_batch(w) for w in range(1, len(costs.verify_ms) + 1)] if pad else []
     while i <= n and i < max_tokens:
         room = min(max_tokens - i - 1, n - i)
         g = min(policy.next_gamma(), max(room, 0))
         draft_ms, own = 0.0, []
         if g > 0:
-            draft_ms = costs.draft_batch(lag)
+            draft_ms = costs.draft_batch(padded_width(draft_table, lag))
             own.append(dconf[i])
             while len(own) < g and float(np.prod(own)) >= chain_min:
                 draft_ms += costs.draft_batch(1)
@@ -138,13 +142,15 @@ def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
         acc = 0
         while acc < kept and dam[i + acc] == gen[i + acc]:
             acc += 1
-        verify_ms = costs.verify(kept + 1)
+        width = padded_width(verify_table, kept + 1) if kept else 1
+        verify_ms = costs.verify(width)
         committed = min(acc + 1, n + 1 - i)
         lag = (2 if acc == len(own) else 1) if g > 0 else lag + 1
         policy.update(RoundStats(index=index, gamma=g, drafted=kept, accepted=acc, kind="",
                                  committed=committed, draft_ms=draft_ms, verify_ms=verify_ms,
                                  source="draft-model" if g else "none",
-                                 confidence=tuple(tconf[i:i + acc + 1]), proposed=len(own)))
+                                 confidence=tuple(tconf[i:i + acc + 1]), proposed=len(own),
+                                 width=width))
         total += draft_ms + verify_ms
         i += committed
         index += 1
@@ -158,26 +164,32 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
         verify = [verify[0] * r for r in verify_ratios]
     costs = Costs(verify, data["draft_ms"])
 
-    def adaptive(trim: bool, opening: int = 3) -> Callable[[], GammaPolicy]:
+    def adaptive(trim: bool, opening: int = 3, pad: bool = True) -> Callable[[], GammaPolicy]:
         def make() -> GammaPolicy:
             c = AdaptiveController(max_gamma=8, verify_ms=list(costs.verify_ms),
                                    draft_ms=[costs.draft_batch(w) for w in range(1, 10)],
                                    model_source="draft-model", opening_plain=opening)
+            if not pad:
+                c.pad_verify, c.pad_draft = [], []
             return c if trim else _NoTrim(c)
         return make
 
-    configs = [("fixed 3, full gamma", lambda: FixedGamma(3), 0.0),
-               ("fixed 3, chain stop 0.5", lambda: FixedGamma(3), 0.5),
+    configs = [("fixed 3, full gamma", lambda: FixedGamma(3), 0.0, True),
+               ("fixed 3, chain stop 0.5, no padding", lambda: FixedGamma(3), 0.5, False),
+               ("fixed 3, chain stop 0.5", lambda: FixedGamma(3), 0.5, True),
                ("adaptive 8, 1 plain opening round, no stop, no trim (midday)",
-                adaptive(False, 1), 0.0),
-               ("adaptive 8, 1 plain opening round, chain stop 0.5, trim", adaptive(True, 1), 0.5),
-               ("adaptive 8, chain stop 0.5, no trim", adaptive(False), 0.5),
-               ("adaptive 8, chain stop 0.3, trim", adaptive(True), 0.3),
-               ("adaptive 8, chain stop 0.5, trim (default)", adaptive(True), 0.5),
-               ("adaptive 8, chain stop 0.7, trim", adaptive(True), 0.7)]
+                adaptive(False, 1), 0.0, True),
+               ("adaptive 8, 1 plain opening round, chain stop 0.5, trim", adaptive(True, 1), 0.5,
+                True),
+               ("adaptive 8, chain stop 0.5, no trim", adaptive(False), 0.5, True),
+               ("adaptive 8, chain stop 0.3, trim", adaptive(True), 0.3, True),
+               ("adaptive 8, chain stop 0.5, trim, no padding", adaptive(True, pad=False), 0.5,
+                False),
+               ("adaptive 8, chain stop 0.5, trim (default)", adaptive(True), 0.5, True),
+               ("adaptive 8, chain stop 0.7, trim", adaptive(True), 0.7, True)]
     for opening in (2, 4, 6):
         configs.append((f"adaptive 8, {opening} plain opening rounds, chain stop 0.5, trim",
-                        adaptive(True, opening), 0.5))
+                        adaptive(True, opening), 0.5, True))
     cats = sorted({r["cat"] for r in data["recs"]})
     print(f"{len(data['recs'])} prompts; verify ms {[round(v) for v in costs.verify_ms]}")
     conf = np.array([c for r in data["recs"] for c in r["dconf"][:len(r["gen"])]])
@@ -190,12 +202,44 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
               f"{agree[m].mean():.2f}")
     print("| config | " + " | ".join(cats) + " | median | p10 | below 0.95x |")
     print("|---" * (len(cats) + 4) + "|")
-    for name, make, chain_min in configs:
-        speed = {r["id"]: replay_one(r, make(), costs, chain_min) for r in data["recs"]}
+    def row(name: str, speed: dict) -> None:
         s = np.array(list(speed.values()))
         per_cat = [np.median([speed[r["id"]] for r in data["recs"] if r["cat"] == c]) for c in cats]
         print(f"| {name} | " + " | ".join(f"{m:.2f}" for m in per_cat)
               + f" | {np.median(s):.2f} | {np.percentile(s, 10):.2f} | {np.mean(s < 0.95):.0%} |")
+
+    for name, make, chain_min, pad in configs:
+        row(name, {r["id"]: replay_one(r, make(), costs, chain_min, pad=pad) for r in data["recs"]})
+    row("oracle: knows which drafted tokens the target keeps (the ceiling)",
+        {r["id"]: oracle_one(r, costs) for r in data["recs"]})
+
+
+def oracle_one(rec: dict, costs: Costs, max_tokens: int = 64, max_gamma: int = 8) -> float:
+    """The fastest schedule of rounds any policy could pick with this draft and these costs,
+    knowing in advance how many drafted tokens the target will keep (dynamic programming over
+    position and the draft's lag): each round drafts no more than will be accepted, so no draft
+    token and no verify row is wasted. An upper bound, not a policy."""
+    gen, dam = rec["gen"], rec["dargmax"]
+    n = len(gen)
+    run = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        run[i] = run[i + 1] + 1 if dam[i] == gen[i] else 0
+    end = min(n + 1, max_tokens)
+    verify_table = costs.verify_ms
+    draft_table = [costs.draft_batch(w) for w in range(1, len(costs.verify_ms) + 1)]
+
+    @functools.lru_cache(maxsize=None)
+    def best(i: int, lag: int) -> float:
+        if i >= end:
+            return 0.0
+        fastest = costs.verify(1) + best(i + 1, lag + 1)
+        for k in range(1, min(run[i], end - 1 - i, max_gamma) + 1):
+            draft = costs.draft_batch(padded_width(draft_table, lag)) + (k - 1) * costs.draft_batch(1)
+            verify = costs.verify(padded_width(verify_table, k + 1))
+            fastest = min(fastest, draft + verify + best(i + k + 1, 2))
+        return fastest
+
+    return costs.verify(1) * end / best(0, 1)
 
 
 class _NoTrim:

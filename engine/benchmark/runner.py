@@ -92,7 +92,11 @@ def cold_start(pair: Pair) -> None:
 
 def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecConfig | None,
          max_tokens: int, order: int) -> RunRecord:
-    # The policy first: an adaptive one may calibrate, which touches the caches.
+    # Calibration first (the adaptive policy reads it, and every speculative run pads its
+    # batches by it): it touches the caches.
+    if config:
+        with pair.lock:
+            pair.calibration(config.drafter, config.gamma)
     policy = pair.make_policy(config.policy, config.drafter, config.gamma) if config else None
     cold_start(pair)
     gen = GenerationConfig(params=params, gamma=config.gamma if config else 0,

@@ -14,7 +14,7 @@ draft's own numbers, so the verification stays exact.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -38,6 +38,9 @@ class DraftModelDrafter:
         # Stop after the token that takes the run's product of probabilities under chain_min
         # (that token is kept: it is paid for, and the policy may still verify it).
         self.chain_min = chain_min
+        # Batch width for catching up on committed tokens (padding, engine/widths.py); set from
+        # the pair's calibration.
+        self.widths: Callable[[int], int] | None = None
 
     def prefill(self, context: Sequence[int]) -> None:
         """Warm the draft's cache on the prompt (so the first round only pays for drafting)."""
@@ -50,7 +53,7 @@ class DraftModelDrafter:
         rows: list[np.ndarray] = []
         own: list[float] = []
         if gamma > 0:
-            logits = self.session.sync(context, feed_last=True)
+            logits = self.session.sync(context, feed_last=True, widths=self.widths)
             assert logits is not None
             chain = 1.0
             for i in range(gamma):
