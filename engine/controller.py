@@ -23,8 +23,8 @@ scripts/measure_costs.py agree). So every plain round adds a pseudo-observation 
 scale * confidence` to the acceptance counts, where `scale` (acceptance per unit of confidence)
 is learned from the rounds that did draft. This lets speculation resume on its own when the text
 turns predictable, without waiting for a probe. A resumption pays the draft's catch-up once and
-then speculates for several rounds, so that cost is spread over `horizon` rounds when choosing
-gamma.
+then speculates for several rounds, so that cost is spread over the rounds the answer so far
+would fill (at least `horizon`) when choosing gamma.
 
 Gamma is the most a round may draft; the draft model stops earlier when its own probabilities
 say the run is unlikely to survive (`chain_min` in engine/drafters/draft_model.py), and `trim`
@@ -122,6 +122,7 @@ class AdaptiveController:
                  rate: float = 0.2, margin: float = 0.05, probe_every: int = 64,
                  probe_max: int = 256, probe_gamma: int = 2, conf_weight: float = 0.5,
                  scale_prior_weight: float = 8.0, horizon: float = 4.0,
+                 horizon_cap: float = 256.0,
                  resume_margin: float = 0.15, opening_plain: int = 3) -> None:
         if max_gamma < 1:
             raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
@@ -153,7 +154,8 @@ class AdaptiveController:
         self.last_prediction: float | None = None
         # The generator reports the target's confidence per verified row to policies that ask.
         self.wants_confidence = True
-        self.conf_weight, self.horizon = conf_weight, horizon
+        self.conf_weight, self.horizon, self.horizon_cap = conf_weight, horizon, horizon_cap
+        self.elapsed = 0
         self.opening_plain = opening_plain
         self.scale_prior_weight = scale_prior_weight
         self.scale_hits = 0.0
@@ -197,10 +199,23 @@ class AdaptiveController:
         """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
         return _at(self.verify, padded_width(self.pad_verify, width))
 
+    def _rounds_ahead(self, gamma: int) -> float:
+        """Rounds over which a resumption's catch-up is spread: at least `horizon`, and as many
+        as the answer so far would fill (up to `horizon_cap` tokens). The length so far is the
+        only guess of what remains (half the time an answer goes on at least as long again, by
+        Gott's rule); early in an answer it may be about to end, so resuming must pay quickly.
+        With a fixed horizon, a long plain stretch made the catch-up grow with the lag until
+        resuming never looked worth it (scripts/policy_sim.py: codegen-01 stayed plain for its
+        last 55 tokens, 0.99x; with this, 1.20x)."""
+        if self.horizon_cap <= 0:
+            return self.horizon
+        ahead = min(self.elapsed, self.horizon_cap) / self.expected_tokens(gamma)
+        return max(self.horizon, ahead)
+
     def cost_ms(self, gamma: int) -> float:
         cost = self.verify_cost(gamma + 1)
         if gamma > 0:
-            cost += gamma * self.draft_token + self.catch_up_ms(self.lag) / self.horizon
+            cost += gamma * self.draft_token + self.catch_up_ms(self.lag) / self._rounds_ahead(gamma)
         return cost
 
     @property
@@ -269,6 +284,7 @@ class AdaptiveController:
 
     def update(self, r: RoundStats) -> None:
         self.rounds += 1
+        self.elapsed += r.committed
         proposed = max(r.proposed, r.drafted)
         if proposed > 0:
             self._learn_draft_cost(r.draft_ms, proposed)

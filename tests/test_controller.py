@@ -239,7 +239,8 @@ def test_plain_rounds_make_the_draft_lag_and_its_catch_up_is_costed():
         c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                             draft_ms=0.0, verify_ms=100.0, source="none"))
     assert c.lag == 6
-    # Resuming pays the catch-up once, then speculates on: it is spread over `horizon` rounds.
+    # Resuming pays the catch-up once, then speculates on: early in an answer it is spread over
+    # `horizon` rounds.
     assert c.cost_ms(3) == pytest.approx(cost + (c.draft_batch[5] - c.draft_batch[0]) / c.horizon)
     # A model round resynchronises: 2 unseen tokens when all were taken, else 1.
     c.update(RoundStats(index=5, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
@@ -252,6 +253,24 @@ def test_plain_rounds_make_the_draft_lag_and_its_catch_up_is_costed():
     c.update(RoundStats(index=7, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
                         draft_ms=0.1, verify_ms=135.0, source="prompt-lookup"))
     assert c.lag == 5
+
+
+def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_fill():
+    c = controller()
+    for i in range(30):
+        c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                            draft_ms=0.0, verify_ms=100.0, source="none"))
+    assert c.elapsed == 30 and c.lag == 31
+    rounds = 30 / c.expected_tokens(3)
+    assert rounds > c.horizon
+    catch_up = c.catch_up_ms(31)
+    assert c.cost_ms(3) == pytest.approx(c.verify_cost(4) + 3 * c.draft_token + catch_up / rounds)
+    # Without the length rule, the fixed horizon prices it dearer per round.
+    fixed = controller(horizon_cap=0.0)
+    fixed.__dict__.update(lag=c.lag, elapsed=c.elapsed, verify=list(c.verify),
+                          draft_token=c.draft_token, draft_batch=list(c.draft_batch))
+    assert fixed.cost_ms(3) == pytest.approx(c.verify_cost(4) + 3 * c.draft_token
+                                             + catch_up / c.horizon)
 
 
 def test_trim_verifies_the_prefix_worth_its_verify_width():
