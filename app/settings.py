@@ -56,7 +56,8 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
                    "draft model), early-exit (the target's first layers), or none "
                    "(default: draft, or none with --draft none)")
     g.add_argument("--policy", choices=POLICIES, default="adaptive",
-                   help="how many tokens to draft each round (default adaptive)")
+                   help="how many tokens to draft each round (default adaptive; 'plain' never "
+                   "drafts: a control for benchmarks)")
     add_draft_stop_args(g)
     g.add_argument("--lookup-ngram", type=int, default=3,
                    help="longest n-gram prompt lookup matches (down to 1; hybrid down to 2)")

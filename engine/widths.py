@@ -1,12 +1,12 @@
 """Batch widths worth padding to.
 
 On CPU, ggml multiplies quantized weights by blocks of 4 rows, with a slower path for the rest,
-so a batch of 3 tokens costs more than one of 4: measured here (2 threads, logits for the real
-rows only), the 1.5B target 141 ms for 3 tokens and 119 ms for 4, the 0.5B draft 36 / 41 / 33 ms
-for 2 / 3 / 4 (scripts/measure_costs.py widths). Decoding such a batch padded with copies of its
-last token up to the cheaper width, then dropping the copies from the cache, is faster and
-changes no real row: attention is causal, so a pad token after the real ones is never seen by
-them. (Like any change of batch width, it can move logits by the batch kernels' rounding.)
+so a batch of 3 tokens costs more than one of 4: measured here (2 threads, logits for 3 rows),
+the 1.5B target 145 ms for 3 tokens and 123 ms for 4, the 0.5B draft 35 / 39 / 32 ms for 2 / 3 /
+4 (`scripts/measure_costs.py widths`, docs/BENCHMARKS.md). Decoding such a batch padded with
+copies of its last token up to the cheaper width, then dropping the copies from the cache, is
+faster and changes no real row: attention is causal, so a pad token after the real ones is never
+seen by them. (Like any change of batch width, it can move logits by the batch kernels' rounding.)
 """
 from __future__ import annotations
 

@@ -1,13 +1,16 @@
 """The cost and agreement measurements behind docs/BENCHMARKS.md's summary, on the embedded pair.
 
   verify            target decode time of a batch of 1..8 tokens (all rows' logits), relative to one
+  widths            decode time by batch width, 1..12, of the target (logits for every row, and for
+                    at most 3 rows as a padded verify of 2 drafted tokens asks) and of the derived
+                    draft (last row, as a catch-up asks), and the width engine/widths.py pads to
   decode [PATH...]  one-token decode time of each GGUF (default: the draft as shipped and its
                     derived Q4_0 and pure Q8_0 copies)
   agree [PATH...]   teacher-forced greedy agreement of each draft with the target on 3 suite
                     prompts per category (64 target tokens each), by category and by the target's
                     top probability at the position
 
-Usage: .venv/bin/python scripts/measure_costs.py verify|decode|agree [PATH...]
+Usage: .venv/bin/python scripts/measure_costs.py verify|widths|decode|agree [PATH...]
 """
 from __future__ import annotations
 
@@ -55,6 +58,40 @@ def verify(target: Path) -> None:
     one = statistics.median(times[1])
     for k, v in times.items():
         print(f"verify width {k}: {statistics.median(v):6.1f} ms  {statistics.median(v) / one:4.2f}x")
+
+
+def _by_width(be: LlamaBackend, rows, widths=range(1, 13), reps: int = 7) -> list[float]:
+    prompt = be.tokenize(TEXT)
+    be.truncate(0)
+    be.decode(prompt, 0, [len(prompt) - 1])
+    n0 = len(prompt)
+    filler = prompt[:max(widths)]
+    times: dict[int, list[float]] = {}
+    for rep in range(reps):
+        for w in widths:
+            t0 = time.perf_counter()
+            be.decode(filler[:w], n0, rows(w))
+            dt = (time.perf_counter() - t0) * 1e3
+            be.truncate(n0)
+            if rep:
+                times.setdefault(w, []).append(dt)
+    return [statistics.median(times[w]) for w in widths]
+
+
+def widths(target: Path, draft: Path) -> None:
+    from engine.widths import padded_width
+    tb = load(target)
+    every = _by_width(tb, lambda w: list(range(w)))
+    three = _by_width(tb, lambda w: list(range(min(w, 3))))
+    tb.close()
+    db = load(derive_quantized(draft, "q4_0"))
+    last = _by_width(db, lambda w: [w - 1])
+    db.close()
+    print("width | target, every row | target, <= 3 rows | draft Q4_0, last row | padded to "
+          "(target) | padded to (draft)")
+    for w in range(1, 13):
+        print(f"{w:5d} | {every[w - 1]:8.1f} | {three[w - 1]:8.1f} | {last[w - 1]:8.1f} | "
+              f"{padded_width(every[:9], w):3d} | {padded_width(last[:9], w):3d}")
 
 
 def decode(paths: list[Path]) -> None:
@@ -120,13 +157,15 @@ def agree(target: Path, paths: list[Path]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("verify", "decode", "agree"):
+    if not argv or argv[0] not in ("verify", "widths", "decode", "agree"):
         print(__doc__)
         return 2
     target, draft = ensure()
     paths = [Path(a) for a in argv[1:]]
     if argv[0] == "verify":
         verify(target)
+    elif argv[0] == "widths":
+        widths(target, draft)
     elif argv[0] == "decode":
         decode(paths or [draft] + [derive_quantized(draft, k) for k in ("q4_0", "q8_0")])
     else:

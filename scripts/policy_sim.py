@@ -164,11 +164,12 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
         verify = [verify[0] * r for r in verify_ratios]
     costs = Costs(verify, data["draft_ms"])
 
-    def adaptive(trim: bool, opening: int = 3, pad: bool = True) -> Callable[[], GammaPolicy]:
+    def adaptive(trim: bool, opening: int = 3, pad: bool = True,
+                 **kw) -> Callable[[], GammaPolicy]:
         def make() -> GammaPolicy:
             c = AdaptiveController(max_gamma=8, verify_ms=list(costs.verify_ms),
                                    draft_ms=[costs.draft_batch(w) for w in range(1, 10)],
-                                   model_source="draft-model", opening_plain=opening)
+                                   model_source="draft-model", opening_plain=opening, **kw)
             if not pad:
                 c.pad_verify, c.pad_draft = [], []
             return c if trim else _NoTrim(c)
@@ -185,6 +186,8 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
                ("adaptive 8, chain stop 0.3, trim", adaptive(True), 0.3, True),
                ("adaptive 8, chain stop 0.5, trim, no padding", adaptive(True, pad=False), 0.5,
                 False),
+               ("adaptive 8, chain stop 0.5, trim, catch-up over a fixed 4 rounds",
+                adaptive(True, horizon_cap=0.0), 0.5, True),
                ("adaptive 8, chain stop 0.5, trim (default)", adaptive(True), 0.5, True),
                ("adaptive 8, chain stop 0.7, trim", adaptive(True), 0.7, True)]
     for opening in (2, 4, 6):

@@ -70,7 +70,8 @@ def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool 
         policies = policy_names()
         policy = gr.Dropdown(choices=policies, value="adaptive" if "adaptive" in policies else policies[0],
                              label="gamma policy", elem_id=eid("policy"),
-                             info="how many tokens to draft each round")
+                             info="how many tokens to draft each round; 'plain' never drafts "
+                                  "(a control: what the speculative path costs by itself)")
         gamma = gr.Slider(0 if not compare else 1, MAX_GAMMA, value=4, step=1, label="gamma", elem_id=eid("gamma"),
                           info="tokens drafted per round: fixed value, heuristic start, adaptive maximum")
     with gr.Row():
