@@ -215,7 +215,8 @@ class AdaptiveController:
     def cost_ms(self, gamma: int) -> float:
         cost = self.verify_cost(gamma + 1)
         if gamma > 0:
-            cost += gamma * self.draft_token + self.catch_up_ms(self.lag) / self._rounds_ahead(gamma)
+            catch_up = self.catch_up_ms(self.lag) / self._rounds_ahead(gamma)
+            cost += gamma * self.draft_token + catch_up
         return cost
 
     @property
