@@ -199,7 +199,7 @@ class AdaptiveController:
         """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
         return _at(self.verify, padded_width(self.pad_verify, width))
 
-    def _rounds_ahead(self, gamma: int) -> float:
+    def _rounds_ahead(self, expected: float) -> float:
         """Rounds over which a resumption's catch-up is spread: at least `horizon`, and as many
         as the answer so far would fill (up to `horizon_cap` tokens). The length so far is the
         only guess of what remains (half the time an answer goes on at least as long again, by
@@ -209,13 +209,16 @@ class AdaptiveController:
         last 55 tokens, 0.99x; with this, 1.20x)."""
         if self.horizon_cap <= 0:
             return self.horizon
-        ahead = min(self.elapsed, self.horizon_cap) / self.expected_tokens(gamma)
-        return max(self.horizon, ahead)
+        return max(self.horizon, min(self.elapsed, self.horizon_cap) / expected)
 
-    def cost_ms(self, gamma: int) -> float:
+    def cost_ms(self, gamma: int, expected: float | None = None) -> float:
+        """Expected ms of a round drafting `gamma`; `expected` is its expected tokens, when the
+        caller has it already."""
         cost = self.verify_cost(gamma + 1)
         if gamma > 0:
-            catch_up = self.catch_up_ms(self.lag) / self._rounds_ahead(gamma)
+            if expected is None:
+                expected = self.expected_tokens(gamma)
+            catch_up = self.catch_up_ms(self.lag) / self._rounds_ahead(expected)
             cost += gamma * self.draft_token + catch_up
         return cost
 
@@ -231,7 +234,8 @@ class AdaptiveController:
     def _speeds(self) -> np.ndarray:
         """predicted_tps for every gamma 0..max_gamma, with one acceptance estimate."""
         expected = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.acceptance()))))
-        return 1e3 * expected / np.array([self.cost_ms(g) for g in range(self.max_gamma + 1)])
+        costs = [self.cost_ms(g, float(expected[g])) for g in range(self.max_gamma + 1)]
+        return 1e3 * expected / np.array(costs)
 
     def best_gamma(self) -> int:
         speeds = self._speeds()

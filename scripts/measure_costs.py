@@ -41,31 +41,23 @@ def load(path: Path) -> LlamaBackend:
 
 def verify(target: Path) -> None:
     be = load(target)
-    prompt = be.tokenize(TEXT)
-    be.decode(prompt, 0, [len(prompt) - 1])
-    n0 = len(prompt)
     batch = be.tokenize(" def parse_csv(path): with open(path) as f: return list(rows(f))",
                         add_special=False)
-    times: dict[int, list[float]] = {}
-    for rep in range(6):
-        for k in (1, 2, 3, 4, 5, 6, 8):
-            t0 = time.perf_counter()
-            be.decode(batch[:k], n0, list(range(k)))
-            dt = (time.perf_counter() - t0) * 1e3
-            be.truncate(n0)
-            if rep:
-                times.setdefault(k, []).append(dt)
-    one = statistics.median(times[1])
-    for k, v in times.items():
-        print(f"verify width {k}: {statistics.median(v):6.1f} ms  {statistics.median(v) / one:4.2f}x")
+    widths = (1, 2, 3, 4, 5, 6, 8)
+    times = _by_width(be, lambda w: list(range(w)), widths, batch=batch)
+    for k, ms in zip(widths, times):
+        print(f"verify width {k}: {ms:6.1f} ms  {ms / times[0]:4.2f}x")
 
 
-def _by_width(be: LlamaBackend, rows, widths=range(1, 13), reps: int = 7) -> list[float]:
+def _by_width(be: LlamaBackend, rows, widths=range(1, 13), reps: int = 7,
+              batch: list[int] | None = None) -> list[float]:
+    """Median ms of decoding w tokens (logits for `rows(w)`) after TEXT, for each width; the first
+    repetition warms up and is dropped."""
     prompt = be.tokenize(TEXT)
     be.truncate(0)
     be.decode(prompt, 0, [len(prompt) - 1])
     n0 = len(prompt)
-    filler = prompt[:max(widths)]
+    filler = (batch or prompt)[:max(widths)]
     times: dict[int, list[float]] = {}
     for rep in range(reps):
         for w in widths:
