@@ -206,8 +206,10 @@ def cmd_exactness(args: argparse.Namespace) -> int:
 
                 def adaptive():
                     return make_policy("adaptive", plan.gamma, **calibration)
+                # Batches padded as every speculative generation pads them (engine/widths.py).
                 report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts,
-                                       tick=tick, policy=adaptive if calibration else None)
+                                       tick=tick, policy=adaptive if calibration else None,
+                                       widths=pair.pad_widths("draft", plan.gamma))
     finally:
         pair.close()
     words = ["exactness", "--samples", str(plan.samples), "--prompt", args.prompt,

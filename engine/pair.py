@@ -217,11 +217,14 @@ class Pair:
                     policy = make_policy("adaptive", config.gamma)
                 if isinstance(policy, AdaptiveController) and not policy.calibrated:
                     policy.use_calibration(self.calibration(drafter, policy.max_gamma))
-                widths = self._pad_widths(drafter, chosen, config.gamma)
+                widths = self.pad_widths(drafter, config.gamma)
             yield from generate(self.target, chosen, tokens, config, policy, widths=widths)
 
-    def _pad_widths(self, name: str, chosen: Drafter, gamma: int) -> Callable[[int], int]:
+    def pad_widths(self, name: str, gamma: int) -> Callable[[int], int]:
+        """The verify batch widths for drafter `name` (the draft model's catch-up widths are set
+        on it too), from its calibration. Call with the lock held."""
         cal = self.calibration(name, gamma)
+        chosen = self.drafter(name)
         model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
         if isinstance(model, DraftModelDrafter):
             model.widths = partial(padded_width, cal.draft_ms)

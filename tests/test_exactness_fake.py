@@ -136,3 +136,22 @@ def test_stopping_and_trimming_on_the_drafts_own_probabilities_stay_exact():
     assert all(r.passed for r in rep.results), [[c.p_value for c in r.comparisons]
                                                 for r in rep.results]
     assert not rep.control.passed
+
+
+def test_padded_batches_stay_exact():
+    """Verify batches of 2 and 3 tokens decoded padded to 4, and the draft's catch-up too, as
+    `Pair.generate` does on this CPU (engine/widths.py)."""
+    from functools import partial
+
+    from engine.widths import padded_width
+    costs = [10.0, 30.0, 35.0, 20.0, 50.0]
+    target, drafter = setup(seed=2)
+    drafter.widths = partial(padded_width, costs)
+    widths = partial(padded_width, costs)
+    plan = ExactnessPlan(samples=600, seed=5, gamma=2, settings=ExactnessPlan().settings[:2])
+    rep = run_exactness(target, drafter, PROMPT, plan, greedy_prompts=[[1, 2]], widths=widths)
+    assert any(n == 4 for _, n in target.backend.calls)
+    assert all(r.passed for r in rep.results), [[c.p_value for c in r.comparisons]
+                                                for r in rep.results]
+    assert not rep.control.passed
+    assert rep.greedy.identical == len(rep.greedy.cases)

@@ -109,9 +109,11 @@ def _compare_setting(name: str, params: SamplingParams, rule_name: str, direct: 
 def run_exactness(target: Session, drafter: Drafter, prompt: Sequence[int], plan: ExactnessPlan,
                   greedy_prompts: Sequence[Sequence[int]] = (), control: bool = True,
                   tick: Tick | None = None,
-                  policy: Callable[[], GammaPolicy] | None = None) -> ExactnessReport:
+                  policy: Callable[[], GammaPolicy] | None = None,
+                  widths: Callable[[int], int] | None = None) -> ExactnessReport:
     """Run every setting, then the negative control, then greedy agreement on `greedy_prompts`.
-    `policy` makes the gamma policy of each speculative sample (default: fixed gamma)."""
+    `policy` makes the gamma policy of each speculative sample (default: fixed gamma); `widths`
+    pads the speculative runs' batches as `Pair.generate` does."""
     token_bytes = target.backend.token_bytes
     report = ExactnessReport(plan=plan, prompt_tokens=len(prompt))
 
@@ -126,7 +128,7 @@ def run_exactness(target: Session, drafter: Drafter, prompt: Sequence[int], plan
                       seed=base, tick=ticker(f"{setting.name}: direct"))
         spec = draw(target, drafter, prompt, setting.params, plan.samples, gamma=plan.gamma,
                     cap=plan.cap, seed=base + 500_000, tick=ticker(f"{setting.name}: speculative"),
-                    policy=policy)
+                    policy=policy, widths=widths)
         report.results.append(_compare_setting(setting.name, setting.params, "exact", direct, spec,
                                                token_bytes, plan, time.perf_counter() - t0))
         if k == 0:
@@ -136,13 +138,14 @@ def run_exactness(target: Session, drafter: Drafter, prompt: Sequence[int], plan
         setting = plan.settings[0]
         biased = draw(target, drafter, prompt, setting.params, plan.samples, gamma=plan.gamma,
                       cap=plan.cap, seed=plan.seed * 10_000_000 + 9_000_000, rule=biased_verify,
-                      tick=ticker("negative control"), policy=policy)
+                      tick=ticker("negative control"), policy=policy, widths=widths)
         report.control = _compare_setting(f"{setting.name} (biased rule: resample from p)",
                                           setting.params, "biased", control_direct, biased,
                                           token_bytes, plan, time.perf_counter() - t0)
     if greedy_prompts:
         report.greedy = greedy_agreement(target, drafter, greedy_prompts, plan.greedy_tokens,
-                                         plan.gamma, tick=ticker("greedy agreement"))
+                                         plan.gamma, tick=ticker("greedy agreement"),
+                                         widths=widths)
     return report
 
 

@@ -36,9 +36,11 @@ class Draws:
 def draw(target: Session, drafter: Drafter | None, prompt: Sequence[int], params: SamplingParams,
          n: int, *, gamma: int, cap: int, seed: int, rule: VerifyRule = verify,
          tick: Callable[[], None] | None = None,
-         policy: Callable[[], GammaPolicy] | None = None) -> Draws:
+         policy: Callable[[], GammaPolicy] | None = None,
+         widths: Callable[[int], int] | None = None) -> Draws:
     """`n` outputs, each from its own seed `seed + i`; plain decoding when drafter is None.
-    `policy` makes a fresh gamma policy per sample (default: fixed `gamma`)."""
+    `policy` makes a fresh gamma policy per sample (default: fixed `gamma`); `widths` pads
+    batches as the engine does (engine/widths.py)."""
     out = Draws()
     for i in range(n):
         config = GenerationConfig(params=replace(params, seed=seed + i),
@@ -46,7 +48,8 @@ def draw(target: Session, drafter: Drafter | None, prompt: Sequence[int], params
                                   max_tokens=cap, stop=("\n",))
         done = None
         chosen = policy() if policy is not None and drafter is not None else None
-        for ev in generate(target, drafter, prompt, config, policy=chosen, rule=rule):
+        for ev in generate(target, drafter, prompt, config, policy=chosen, rule=rule,
+                           widths=widths):
             if isinstance(ev, DoneEvent):
                 done = ev
         assert done is not None

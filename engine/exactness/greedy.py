@@ -45,9 +45,10 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def _tokens(target: Session, drafter: Drafter | None, prompt: Sequence[int],
-            config: GenerationConfig) -> tuple[int, ...]:
+            config: GenerationConfig,
+            widths: Callable[[int], int] | None = None) -> tuple[int, ...]:
     done = None
-    for ev in generate(target, drafter, prompt, config):
+    for ev in generate(target, drafter, prompt, config, widths=widths):
         if isinstance(ev, DoneEvent):
             done = ev
     assert done is not None
@@ -56,14 +57,15 @@ def _tokens(target: Session, drafter: Drafter | None, prompt: Sequence[int],
 
 def greedy_agreement(target: Session, drafter: Drafter, prompts: Sequence[Sequence[int]],
                      max_tokens: int, gamma: int,
-                     tick: Callable[[], None] | None = None) -> GreedyAgreement:
+                     tick: Callable[[], None] | None = None,
+                     widths: Callable[[int], int] | None = None) -> GreedyAgreement:
     greedy = SamplingParams(temperature=0.0)
     cases = []
     for i, prompt in enumerate(prompts):
         plain = _tokens(target, None, prompt, GenerationConfig(params=greedy, gamma=0,
                                                                max_tokens=max_tokens))
         spec = _tokens(target, drafter, prompt, GenerationConfig(params=greedy, gamma=gamma,
-                                                                 max_tokens=max_tokens))
+                                                                 max_tokens=max_tokens), widths)
         cases.append(GreedyCase(i, len(plain), len(spec), first_divergence(plain, spec)))
         if tick is not None:
             tick()
