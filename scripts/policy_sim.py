@@ -106,6 +106,18 @@ class Costs:
         self.widths = sorted(int(k) for k in draft_ms)
         self.draft = [float(draft_ms[str(k)] if str(k) in draft_ms else draft_ms[k])
                       for k in self.widths]
+        # The draft's cost at the widths the verify table covers: what the engine's calibration
+        # measures, and what its padding reads.
+        self.draft_table = [self.draft_batch(w) for w in range(1, len(verify_ms) + 1)]
+
+    def padded_verify(self, w: int, pad: bool = True) -> tuple[int, float]:
+        """The width a verify of w tokens is decoded at (engine/widths.py), and its cost."""
+        width = padded_width(self.verify_ms, w) if pad else w
+        return width, self.verify(width)
+
+    def padded_draft(self, w: int, pad: bool = True) -> float:
+        """The cost of a draft decode of w tokens (a catch-up), padded as the engine pads it."""
+        return self.draft_batch(padded_width(self.draft_table, w) if pad else w)
 
     def verify(self, w: int) -> float:
         v = self.verify_ms
@@ -126,14 +138,12 @@ def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
     gen, dam, dconf, tconf = rec["gen"], rec["dargmax"], rec["dconf"], rec["tconf"]
     n = len(gen)
     i, lag, total, index = 0, 1, 0.0, 0
-    verify_table = costs.verify_ms if pad else []
-    draft_table = [costs.draft_batch(w) for w in range(1, len(costs.verify_ms) + 1)] if pad else []
     while i <= n and i < max_tokens:
         room = min(max_tokens - i - 1, n - i)
         g = min(policy.next_gamma(), max(room, 0))
         draft_ms, own = 0.0, []
         if g > 0:
-            draft_ms = costs.draft_batch(padded_width(draft_table, lag))
+            draft_ms = costs.padded_draft(lag, pad)
             own.append(dconf[i])
             while len(own) < g and float(np.prod(own)) >= chain_min:
                 draft_ms += costs.draft_batch(1)
@@ -142,8 +152,7 @@ def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
         acc = 0
         while acc < kept and dam[i + acc] == gen[i + acc]:
             acc += 1
-        width = padded_width(verify_table, kept + 1) if kept else 1
-        verify_ms = costs.verify(width)
+        width, verify_ms = costs.padded_verify(kept + 1, pad and kept > 0)
         committed = min(acc + 1, n + 1 - i)
         lag = (2 if acc == len(own) else 1) if g > 0 else lag + 1
         policy.update(RoundStats(index=index, gamma=g, drafted=kept, accepted=acc, kind="",
@@ -168,7 +177,7 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
                  **kw) -> Callable[[], GammaPolicy]:
         def make() -> GammaPolicy:
             c = AdaptiveController(max_gamma=8, verify_ms=list(costs.verify_ms),
-                                   draft_ms=[costs.draft_batch(w) for w in range(1, 10)],
+                                   draft_ms=list(costs.draft_table),
                                    model_source="draft-model", opening_plain=opening, **kw)
             if not pad:
                 c.pad_verify, c.pad_draft = [], []
@@ -228,8 +237,6 @@ def oracle_one(rec: dict, costs: Costs, max_tokens: int = 64, max_gamma: int = 8
     for i in range(n - 1, -1, -1):
         run[i] = run[i + 1] + 1 if dam[i] == gen[i] else 0
     end = min(n + 1, max_tokens)
-    verify_table = costs.verify_ms
-    draft_table = [costs.draft_batch(w) for w in range(1, len(costs.verify_ms) + 1)]
 
     @functools.lru_cache(maxsize=None)
     def best(i: int, lag: int) -> float:
@@ -237,9 +244,8 @@ def oracle_one(rec: dict, costs: Costs, max_tokens: int = 64, max_gamma: int = 8
             return 0.0
         fastest = costs.verify(1) + best(i + 1, lag + 1)
         for k in range(1, min(run[i], end - 1 - i, max_gamma) + 1):
-            draft = costs.draft_batch(padded_width(draft_table, lag)) + (k - 1) * costs.draft_batch(1)
-            verify = costs.verify(padded_width(verify_table, k + 1))
-            fastest = min(fastest, draft + verify + best(i + k + 1, 2))
+            draft = costs.padded_draft(lag) + (k - 1) * costs.draft_batch(1)
+            fastest = min(fastest, draft + costs.padded_verify(k + 1)[1] + best(i + k + 1, 2))
         return fastest
 
     return costs.verify(1) * end / best(0, 1)
