@@ -155,3 +155,19 @@ def test_padded_batches_stay_exact():
                                                 for r in rep.results]
     assert not rep.control.passed
     assert rep.greedy.identical == len(rep.greedy.cases)
+
+
+def test_a_setting_where_nothing_was_drafted_is_not_evidence():
+    """A policy that stays plain (here the `plain` control) makes both arms plain decoding: the
+    comparison passes and shows nothing, so it is reported as not exercised and the report
+    does not pass."""
+    from app.reports.exactness_report import verdict
+    from engine.policy import make_policy
+    target, drafter = setup()
+    plan = ExactnessPlan(samples=40, seed=0, gamma=3, settings=ExactnessPlan().settings[:1])
+    rep = run_exactness(target, drafter, PROMPT, plan, control=False,
+                        policy=lambda: make_policy("plain", 3))
+    r = rep.results[0]
+    assert r.drafted == 0 and not r.exercised and r.passed
+    assert verdict(r).startswith("NOT EXERCISED") and not rep.passed
+    assert "(0 tokens drafted)" in markdown(rep, {})

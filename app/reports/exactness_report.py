@@ -9,6 +9,8 @@ from engine.exactness.check import ExactnessReport, SettingResult
 
 
 def verdict(r: SettingResult) -> str:
+    if not r.exercised:
+        return "NOT EXERCISED (nothing drafted)"
     return "PASS" if r.passed else "FAIL"
 
 
@@ -38,8 +40,8 @@ def console_lines(rep: ExactnessReport) -> list[str]:
 
 def _setting_md(r: SettingResult) -> list[str]:
     out = [f"### {r.name}: **{verdict(r)}**", "",
-           f"Rule {r.rule}; params {r.params}; speculative acceptance rate {r.acceptance_rate:.2f}; "
-           f"p-value threshold {r.threshold:.4g}; {r.seconds:.0f} s.", "",
+           f"Rule {r.rule}; params {r.params}; speculative acceptance rate {r.acceptance_rate:.2f} "
+           f"({r.drafted} tokens drafted); p-value threshold {r.threshold:.4g}; {r.seconds:.0f} s.", "",
            "| statistic | n direct | n speculative | categories (pooled) | chi2 | dof | p-value | "
            "TV | TV 95% CI (bootstrap) | TV from noise alone (95th pct) |",
            "|---|---|---|---|---|---|---|---|---|---|"]

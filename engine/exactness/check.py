@@ -70,10 +70,17 @@ class SettingResult:
     threshold: float
     acceptance_rate: float
     seconds: float
+    # Tokens the speculative arm verified: with none (a policy that stayed plain for every
+    # sample), the two arms ran the same plain decoding and the comparison shows nothing.
+    drafted: int = 0
 
     @property
     def passed(self) -> bool:
         return all(c.p_value >= self.threshold for c in self.comparisons)
+
+    @property
+    def exercised(self) -> bool:
+        return self.drafted > 0
 
 
 @dataclass
@@ -86,8 +93,8 @@ class ExactnessReport:
 
     @property
     def passed(self) -> bool:
-        """Every exact setting passes and the biased control is caught."""
-        return (all(r.passed for r in self.results)
+        """Every exact setting drafts and passes, and the biased control is caught."""
+        return (all(r.passed and r.exercised for r in self.results)
                 and (self.control is None or not self.control.passed))
 
 
@@ -103,7 +110,8 @@ def _compare_setting(name: str, params: SamplingParams, rule_name: str, direct: 
     comparisons = [compare(sa[k], sb[k], k, rng) for k in sa]
     return SettingResult(name=name, params=params.as_dict(), rule=rule_name,
                          comparisons=comparisons, threshold=plan.alpha / len(comparisons),
-                         acceptance_rate=spec.acceptance_rate, seconds=seconds)
+                         acceptance_rate=spec.acceptance_rate, seconds=seconds,
+                         drafted=spec.drafted)
 
 
 def run_exactness(target: Session, drafter: Drafter, prompt: Sequence[int], plan: ExactnessPlan,
