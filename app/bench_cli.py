@@ -65,6 +65,8 @@ def _model_words(args: argparse.Namespace) -> list[str]:
             words += [flag, str(value)]
     if getattr(args, "draft_quant", "auto") != "auto":
         words += ["--draft-quant", args.draft_quant]
+    if getattr(args, "draft_vocab", "full") != "full":
+        words += ["--draft-vocab", args.draft_vocab]
     for flag, value in draft_stops(args).items():
         words += [f"--draft-{flag.replace('_', '-')}", str(value)]
     return words + (["--no-budget-check"] if args.no_budget_check else [])

@@ -8,7 +8,7 @@ from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.generator import GenerationConfig
 from engine.drafters.quantized import CHOICES as QUANT_CHOICES
-from engine.pair import LoadOptions
+from engine.pair import DRAFT_VOCAB_CHOICES, LoadOptions
 from engine.policy import POLICIES
 from engine.sampling import SamplingParams
 
@@ -33,6 +33,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="load the draft requantized to Q4_0, derived once and kept in the store: "
                    "auto does it for a draft of more than 5.5 bits per weight on the CPU "
                    "(default auto)")
+    g.add_argument("--draft-vocab", choices=DRAFT_VOCAB_CHOICES, default="full",
+                   help="trim: load the draft with a trimmed output vocabulary (derived once and "
+                   "kept in the store), cheaper per token on a CPU at some acceptance "
+                   "(default full)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -87,7 +91,8 @@ def load_options(args: argparse.Namespace, drafters: Sequence[str] = (),
     return LoadOptions(check_budget=not args.no_budget_check,
                        early_exit=early_exit or "early-exit" in drafters,
                        early_exit_layers=getattr(args, "early_exit_layers", None),
-                       draft_quant=getattr(args, "draft_quant", "auto"))
+                       draft_quant=getattr(args, "draft_quant", "auto"),
+                       draft_vocab=getattr(args, "draft_vocab", "full"))
 
 
 def drafter_name(args: argparse.Namespace) -> str:

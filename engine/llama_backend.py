@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llama_cpp
 import numpy as np
@@ -48,6 +48,9 @@ class LlamaBackend:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._n_batch = config.n_batch
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self.n_embd: int = llama_cpp.llama_model_n_embd(self.llm._model.model)
+        # Allocated on first use: only a draft with a trimmed vocabulary decodes embeddings.
+        self._embd_batch = None
         self._piece_cache: dict[int, bytes] = {}
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -85,30 +88,55 @@ class LlamaBackend:
         return fmt(messages=list(messages)).prompt
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
-        want = sorted(set(int(r) for r in rows))
-        out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
-        index = {r: i for i, r in enumerate(rows)}
         b = self._batch
-        for start in range(0, len(tokens), self._n_batch):
-            chunk = tokens[start:start + self._n_batch]
-            for j, tok in enumerate(chunk):
-                b.token[j] = int(tok)
+
+        def fill(start: int, n: int) -> None:
+            for j in range(n):
+                b.token[j] = int(tokens[start + j])
+
+        return self._run(b, len(tokens), pos, rows, fill)
+
+    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32:
+        """As `decode`, with input embeddings `[n, n_embd]` in place of token ids (a draft whose
+        vocabulary was trimmed embeds tokens it no longer has; engine/drafters/trimmed.py)."""
+        embd = np.ascontiguousarray(embd, dtype=np.float32)
+        if embd.ndim != 2 or embd.shape[1] != self.n_embd:
+            raise SettingsError(f"embeddings must be [n, {self.n_embd}], got {embd.shape}")
+        if self._embd_batch is None:
+            self._embd_batch = llama_cpp.llama_batch_init(self._n_batch, self.n_embd, 1)
+        b = self._embd_batch
+        base = ctypes.addressof(b.embd.contents)
+
+        def fill(start: int, n: int) -> None:
+            ctypes.memmove(base, embd[start:start + n].ctypes.data, n * self.n_embd * 4)
+
+        return self._run(b, len(embd), pos, rows, fill)
+
+    def _run(self, b, n_total: int, pos: int, rows: Sequence[int],
+             fill: Callable[[int, int], None]) -> F32:
+        """Decode n_total inputs in chunks of n_batch (`fill(start, n)` writes a chunk's inputs
+        into `b`) and copy the logits of `rows` only."""
+        out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
+        for start in range(0, n_total, self._n_batch):
+            n = min(self._n_batch, n_total - start)
+            fill(start, n)
+            for j in range(n):
                 b.pos[j] = pos + start + j
                 b.n_seq_id[j] = 1
                 b.seq_id[j][0] = 0
-                b.logits[j] = (start + j) in index
-            b.n_tokens = len(chunk)
+                b.logits[j] = False
+            for r in rows:
+                if start <= r < start + n:
+                    b.logits[r - start] = True
+            b.n_tokens = n
             rc = llama_cpp.llama_decode(self._ctx, b)
             if rc != 0:
                 raise RuntimeError(f"llama_decode failed with code {rc} at position {pos + start}")
-            for r in want:
-                if start <= r < start + len(chunk):
+            for i, r in enumerate(rows):
+                if start <= r < start + n:
                     ptr = llama_cpp.llama_get_logits_ith(self._ctx, r - start)
-                    row = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
-                                                shape=(self.n_vocab,))
-                    for i, rr in enumerate(rows):
-                        if rr == r:
-                            out[i] = row
+                    out[i] = np.ctypeslib.as_array(
+                        ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.n_vocab,))
         return out
 
     def truncate(self, n: int) -> None:
@@ -118,6 +146,48 @@ class LlamaBackend:
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
+        if getattr(self, "_embd_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._embd_batch)
+            self._embd_batch = None
+        if getattr(self, "llm", None) is not None:
+            self.llm.close()
+            self.llm = None
+
+
+class Vocabulary:
+    """A model file's tokenizer alone (llama.cpp's vocab-only load: no weights, no context)."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise ModelFileError(f"model file not found: {path}")
+        try:
+            self.llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelFileError(f"llama.cpp could not read the vocabulary of {path.name}: "
+                                 f"{exc}") from None
+        self._vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
+        self.n_vocab: int = self.llm.n_vocab()
+
+    def tokenize(self, data: bytes) -> list[int]:
+        """Plain text to ids: no BOS, special-token text left as text."""
+        return self.llm.tokenize(data, add_bos=False, special=False)
+
+    def piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[:n]
+
+    def is_control(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_control(self._vocab, token))
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def close(self) -> None:
         if getattr(self, "llm", None) is not None:
             self.llm.close()
             self.llm = None

@@ -3,7 +3,8 @@
 Loading checks the files, the pair's tokenizer compatibility and the memory budget before
 llama.cpp touches memory. llama.cpp contexts are not thread-safe, so a lock serialises
 generations: a second caller waits its turn instead of corrupting the KV caches. A heavy draft
-on the CPU is loaded as its derived Q4_0 copy unless `LoadOptions.draft_quant` says "off".
+on the CPU is loaded as its derived Q4_0 copy unless `LoadOptions.draft_quant` says "off", and
+with a trimmed output vocabulary when `LoadOptions.draft_vocab` says "trim".
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
 when a draft is loaded, "lookup" always, "early-exit" once `enable_early_exit(k)` derived and
@@ -56,6 +57,12 @@ class LoadOptions:
     # The draft as loaded: "auto" requantizes a heavy draft that runs on the CPU to Q4_0
     # (engine/drafters/quantized.py), "q4_0" always, "off" uses the file as given.
     draft_quant: str = "auto"
+    # "trim" loads the draft with a trimmed output vocabulary (engine/drafters/vocab_trim.py):
+    # cheaper per token on a CPU, at some acceptance; "full" as given.
+    draft_vocab: str = "full"
+
+
+DRAFT_VOCAB_CHOICES = ("full", "trim")
 
 
 def _default_loader(config: ModelConfig) -> Backend:
@@ -105,23 +112,40 @@ class Pair:
             if options.check_compat:
                 from models.compat import require_compatible
                 require_compatible(target.path, draft.path)
+        if options.draft_vocab not in DRAFT_VOCAB_CHOICES:
+            raise SettingsError(f"unknown draft vocabulary {options.draft_vocab!r}; choose one "
+                                f"of {', '.join(DRAFT_VOCAB_CHOICES)}")
         if options.check_budget:
             from models.budget import require_fits
             require_fits(target, draft)
+        trimmed = None
         if draft is not None:
             kind = resolve_quant(options.draft_quant, draft.path, draft.n_gpu_layers)
             if kind is not None:
                 draft = replace(draft, path=str(derive_quantized(draft.path, kind, quantizer)))
+            if options.draft_vocab == "trim":
+                from engine.drafters.vocab_trim import derive_trimmed
+                trimmed = replace(draft, path=str(derive_trimmed(draft.path)))
         target_backend = loader(target)
         try:
-            draft_backend = loader(draft) if draft is not None else None
+            draft_backend = None
+            if trimmed is not None:
+                from engine.drafters.trimmed import load_trimmed
+                inner = loader(trimmed)
+                try:
+                    draft_backend = load_trimmed(draft.path, trimmed.path, inner)
+                except Exception:
+                    inner.close()
+                    raise
+            elif draft is not None:
+                draft_backend = loader(draft)
         except Exception:
             target_backend.close()
             raise
         try:
             pair = cls(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
                        target_config=target, loader=loader, chain_min=chain_min)
-            pair.draft_path = draft.path if draft is not None else None
+            pair.draft_path = (trimmed or draft).path if draft is not None else None
             if options.early_exit or options.early_exit_layers is not None:
                 pair.enable_early_exit(options.early_exit_layers)
         except Exception:

@@ -1,11 +1,15 @@
 """Trace-driven simulation of gamma policies on the embedded pair (greedy), the evidence behind the
 adaptive controller's proposal trimming and the drafter's chain stop.
 
-  record OUT.json [PER_CATEGORY] [MAX_TOKENS]
+  record OUT.json [PER_CATEGORY] [MAX_TOKENS] [--draft-vocab trim]
       Decode suite prompts plainly on the target (its greedy tokens and its top probability at
       each), run the draft (as loaded by default: its Q4_0 copy) teacher-forced over the same
       text (its greedy token and untempered top probability at each position), and time target
       verify widths 1..9 and draft batch widths: everything a greedy round depends on.
+  redraft TRACE.json OUT.json
+      Keep a trace's target side and measure the draft's columns and costs again (with
+      `--draft-vocab trim`, the draft with a trimmed output vocabulary: scripts/benchmarks'
+      what-if for engine/drafters/vocab_trim.py).
   replay TRACE.json
       Replay the engine's own policies over the trace, with round costs from the timings (or
       with `--verify-ratios r1,r2,...` to try another verify curve, relative to one token): a
@@ -55,15 +59,46 @@ def _timed(backend, prefix: list[int], filler: list[int], widths, all_rows: bool
     return [statistics.median(times[w]) for w in widths]
 
 
-def record(out: Path, per_category: int, max_tokens: int) -> None:
-    from engine.benchmark.suite import load_suite
+def _draft_backend(draft: Path, vocab: str):
+    """The draft as the engine loads it by default (its Q4_0 copy), its vocabulary trimmed when
+    `vocab` is "trim"."""
     from engine.drafters.quantized import derive_quantized
+    from engine.llama_backend import LlamaBackend
+    source = derive_quantized(draft, "q4_0")
+    if vocab == "full":
+        return LlamaBackend(ModelConfig(path=str(source), n_ctx=4096, n_threads=2))
+    from engine.drafters.trimmed import load_trimmed
+    from engine.drafters.vocab_trim import derive_trimmed
+    trimmed = derive_trimmed(source)
+    inner = LlamaBackend(ModelConfig(path=str(trimmed), n_ctx=4096, n_threads=2))
+    return load_trimmed(source, trimmed, inner)
+
+
+def _draft_columns(recs: list[dict], vocab: str) -> dict:
+    """Teacher-force the draft over each record's text: its greedy token and untempered top
+    probability at every position, and its batch costs."""
+    from engine.sampling import top_probability
+    from models.embedded import ensure
+    db = _draft_backend(ensure()[1], vocab)
+    for r in recs:
+        db.truncate(0)
+        rows = list(range(len(r["toks"]) - 1, len(r["toks"]) + len(r["gen"])))
+        lg = db.decode(r["toks"] + r["gen"], 0, rows)
+        r["dargmax"] = [int(a) for a in np.argmax(lg, axis=1)]
+        r["dconf"] = [float(c) for c in top_probability(lg)]
+    draft_ms = _timed(db, recs[0]["toks"], recs[0]["gen"], DRAFT_WIDTHS, all_rows=False)
+    db.close()
+    return dict(zip(DRAFT_WIDTHS, draft_ms))
+
+
+def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -> None:
+    from engine.benchmark.suite import load_suite
     from engine.llama_backend import LlamaBackend
     from engine.pair import Pair
     from engine.sampling import top_probability
     from models.embedded import ensure
 
-    target, draft = ensure()
+    target, _ = ensure()
     tb = LlamaBackend(ModelConfig(path=str(target), n_ctx=4096, n_threads=2))
     pair = Pair(tb)
     recs = []
@@ -84,20 +119,19 @@ def record(out: Path, per_category: int, max_tokens: int) -> None:
         print(f"{p.id}: {len(gen)} tokens", file=sys.stderr, flush=True)
     verify = _timed(tb, recs[0]["toks"], recs[0]["gen"], range(1, 10), all_rows=True)
     pair.close()
-    db = LlamaBackend(ModelConfig(path=str(derive_quantized(draft, "q4_0")), n_ctx=4096,
-                                  n_threads=2))
-    for r in recs:
-        db.truncate(0)
-        rows = list(range(len(r["toks"]) - 1, len(r["toks"]) + len(r["gen"])))
-        lg = db.decode(r["toks"] + r["gen"], 0, rows)
-        r["dargmax"] = [int(a) for a in np.argmax(lg, axis=1)]
-        r["dconf"] = [float(c) for c in top_probability(lg)]
-    draft_ms = _timed(db, recs[0]["toks"], recs[0]["gen"], DRAFT_WIDTHS, all_rows=False)
-    db.close()
-    out.write_text(json.dumps({"recs": recs, "verify_ms": verify,
-                               "draft_ms": dict(zip(DRAFT_WIDTHS, draft_ms))}))
+    _write(out, recs, verify, _draft_columns(recs, vocab))
+
+
+def redraft(trace: Path, out: Path, vocab: str) -> None:
+    """The trace's target side kept, the draft's columns and costs measured again."""
+    data = json.loads(trace.read_text())
+    _write(out, data["recs"], data["verify_ms"], _draft_columns(data["recs"], vocab))
+
+
+def _write(out: Path, recs: list[dict], verify: list[float], draft_ms: dict) -> None:
+    out.write_text(json.dumps({"recs": recs, "verify_ms": verify, "draft_ms": draft_ms}))
     print(f"verify ms {[round(v, 1) for v in verify]}; draft batch ms "
-          f"{[round(d, 1) for d in draft_ms]} at widths {DRAFT_WIDTHS}")
+          f"{[round(d, 1) for d in draft_ms.values()]} at widths {DRAFT_WIDTHS}")
 
 
 class Costs:
@@ -265,12 +299,22 @@ class _NoTrim:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("record", "replay"):
+    vocab = "full"
+    if "--draft-vocab" in argv:
+        i = argv.index("--draft-vocab")
+        vocab = argv[i + 1] if i + 1 < len(argv) else ""
+        argv = argv[:i] + argv[i + 2:]
+    if len(argv) < 2 or argv[0] not in ("record", "redraft", "replay") or vocab not in ("full", "trim"):
         print(__doc__)
         return 2
     if argv[0] == "record":
         record(Path(argv[1]), int(argv[2]) if len(argv) > 2 else 8,
-               int(argv[3]) if len(argv) > 3 else 64)
+               int(argv[3]) if len(argv) > 3 else 64, vocab)
+    elif argv[0] == "redraft":
+        if len(argv) < 3:
+            print(__doc__)
+            return 2
+        redraft(Path(argv[1]), Path(argv[2]), vocab)
     else:
         ratios = None
         if len(argv) > 3 and argv[2] == "--verify-ratios":

@@ -19,10 +19,14 @@ def write(path: Path, *, tokens: list[str] | None = None, arch: str = "llama", t
           pre: str = "qwen2", bos: int = 0, eos: int = 2, eot: int | None = None, add_bos: bool = False,
           template: str | None = TEMPLATE, n_layer: int = 2, n_embd: int = 16, n_head: int = 4,
           n_head_kv: int = 2, n_ctx_train: int = 4096, file_type: int = gguf.LlamaFileType.ALL_F32,
-          pad_bytes: int = 0) -> Path:
+          pad_bytes: int = 0, token_embd: np.ndarray | None = None,
+          output: np.ndarray | None = None,
+          embd_type: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32) -> Path:
     """Write a GGUF with the given tokenizer metadata and one f32 tensor per layer plus embeddings.
 
     `pad_bytes` adds a zero tensor of about that size, for tests that need a file of many MB.
+    `token_embd` ([n_vocab, n_embd]) and `output` give those tensors values, stored as
+    `embd_type`.
     """
     tokens = vocab() if tokens is None else tokens
     path = Path(path)
@@ -48,7 +52,15 @@ def write(path: Path, *, tokens: list[str] | None = None, arch: str = "llama", t
     w.add_add_bos_token(add_bos)
     if template is not None:
         w.add_chat_template(template)
-    w.add_tensor("token_embd.weight", np.zeros((len(tokens), n_embd), dtype=np.float32))
+    for name, rows in (("token_embd.weight", token_embd), ("output.weight", output)):
+        if rows is None and name == "output.weight":
+            continue
+        rows = np.zeros((len(tokens), n_embd), dtype=np.float32) if rows is None else rows
+        if embd_type == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(name, rows.astype(np.float32))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(rows.astype(np.float32), embd_type),
+                         raw_dtype=embd_type)
     for i in range(n_layer):
         w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((n_embd, n_embd), dtype=np.float32))
     if pad_bytes:

@@ -1,0 +1,109 @@
+"""The backend of a draft with a trimmed vocabulary (engine/drafters/vocab_trim.py).
+
+It looks like any backend with the source's full vocabulary: inputs are embedded from the
+source's own `token_embd` table (so tokens the trimmed head dropped can still be read), and the
+head's logits are scattered into a full-width row with -inf for every dropped token, which the
+sampling transforms turn into q = 0. Tokenizer questions go to the source's vocabulary.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import gguf
+import numpy as np
+
+from engine.backend import F32
+from engine.errors import ModelFileError
+
+
+class EmbeddingTable:
+    """Rows of a GGUF's `token_embd.weight`, dequantized on demand from the mapped file."""
+
+    def __init__(self, path: str | Path) -> None:
+        reader = gguf.GGUFReader(str(path))
+        found = [t for t in reader.tensors if t.name == "token_embd.weight"]
+        if not found:
+            raise ModelFileError(f"{Path(path).name} has no token_embd.weight")
+        self._tensor = found[0]
+        self.n_vocab = int(self._tensor.shape[1])
+        self.n_embd = int(self._tensor.shape[0])
+
+    def rows(self, tokens: Sequence[int]) -> F32:
+        data = self._tensor.data[np.asarray(tokens, dtype=np.int64)]
+        out = gguf.quants.dequantize(data, self._tensor.tensor_type)
+        return np.asarray(out, dtype=np.float32).reshape(len(tokens), self.n_embd)
+
+
+class EmbeddingBackend(Protocol):
+    n_vocab: int
+    n_ctx: int
+    name: str
+
+    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32: ...
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str: ...
+
+    def truncate(self, n: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Tokenizer(Protocol):
+    def tokenize(self, data: bytes) -> list[int]: ...
+
+    def piece(self, token: int) -> bytes: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class TrimmedBackend:
+    def __init__(self, inner: EmbeddingBackend, ids: np.ndarray, table: EmbeddingTable,
+                 vocab: Tokenizer) -> None:
+        if len(ids) != inner.n_vocab:
+            raise ModelFileError(f"{inner.name}: {len(ids)} kept ids for a head of "
+                                 f"{inner.n_vocab} tokens")
+        self.inner = inner
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.table = table
+        self.vocab = vocab
+        self.n_vocab: int = table.n_vocab
+        self.n_ctx: int = inner.n_ctx
+        self.name = inner.name
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.vocab.tokenize(text.encode("utf-8"))
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.vocab.piece(token)
+
+    def is_eog(self, token: int) -> bool:
+        return self.vocab.is_eog(token)
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str:
+        return self.inner.chat_prompt(messages)
+
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
+        kept = self.inner.decode_embeddings(self.table.rows(tokens), pos, rows)
+        out = np.full((len(rows), self.n_vocab), -np.inf, dtype=np.float32)
+        out[:, self.ids] = kept
+        return out
+
+    def truncate(self, n: int) -> None:
+        self.inner.truncate(n)
+
+    def close(self) -> None:
+        self.inner.close()
+        self.vocab.close()
+
+
+def load_trimmed(source: str | Path, trimmed: str | Path, inner: EmbeddingBackend,
+                 vocab: Tokenizer | None = None) -> TrimmedBackend:
+    """Wrap `inner` (the loaded trimmed file) with `source`'s embeddings and tokenizer."""
+    from engine.drafters.vocab_trim import kept_ids
+    if vocab is None:
+        from engine.llama_backend import Vocabulary
+        vocab = Vocabulary(source)
+    return TrimmedBackend(inner, kept_ids(trimmed), EmbeddingTable(source), vocab)

@@ -1,0 +1,182 @@
+"""A draft with a trimmed output vocabulary: the GGUF Tandem derives, and which tokens it keeps.
+
+On a CPU the draft's output head is a large share of its work: Qwen2.5's 151,936-token head is
+28% of the 0.5B draft's weights read per token. A draft may propose only the tokens its head
+keeps; any proposal stays exact (the acceptance rule holds for every q, and q is 0 elsewhere),
+so trimming trades some acceptance, where the target's next token was cut, for a cheaper draft.
+
+Kept, by rules that read only the draft's own tokenizer (never the benchmark's prompts):
+- every control, user-defined or byte token (chat markers, end of turn);
+- every token without a letter (whitespace, digits, punctuation: code's indentation, fences and
+  operators);
+- the first `rank_keep` ids: byte-level BPE vocabularies number tokens in merge order, so low ids
+  are the pieces most frequent in the tokenizer's own training text;
+- every token of Python's standard library sources as this tokenizer encodes them (code and
+  English docstrings), a corpus every Python install carries.
+The derived file keeps every key and tensor of the source except the vocabulary arrays and the
+rows of `token_embd` and `output` (sliced in their stored quantization), and records the kept
+ids (`tandem.vocab_trim.ids`). Inputs still need every token: the draft is fed embeddings read
+from the source's table (engine/drafters/trimmed.py).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sysconfig
+from pathlib import Path
+from typing import Callable, Iterable
+
+import gguf
+import numpy as np
+import numpy.typing as npt
+
+from engine.drafters.derived import derived_dir, file_sha256
+from engine.errors import ModelFileError, SettingsError
+
+I32 = npt.NDArray[np.int32]
+
+DEFAULT_RANK_KEEP = 49152
+# ggml's CPU kernels repack a quantized matrix into interleaved tiles only when its row count is
+# a multiple of 8 (Q4_0 on AVX2/AVX-512); without it the trimmed head ran on the slower path and
+# gave back half the saving (63,661 rows: 26.0 ms a token against 28.3 untrimmed).
+ROW_MULTIPLE = 32
+SOURCE_KEY = "tandem.vocab_trim.source_sha256"
+IDS_KEY = "tandem.vocab_trim.ids"
+_VOCAB_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+_ROW_TENSORS = ("token_embd.weight", "output.weight")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def has_letter(piece: bytes) -> bool:
+    return bool(_LETTER.search(piece.decode("utf-8", errors="ignore")))
+
+
+def corpus_files() -> list[Path]:
+    """Python's standard library sources, without its test suites."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idle_test", "site-packages", "dist-packages"}
+    return sorted(f for f in root.rglob("*.py") if not skip & set(f.relative_to(root).parts))
+
+
+def select_tokens(n_vocab: int, pieces: Callable[[int], bytes], special: Callable[[int], bool],
+                  corpus_ids: Iterable[int], rank_keep: int = DEFAULT_RANK_KEEP) -> I32:
+    """Sorted ids the trimmed head keeps (the rules in the module docstring)."""
+    if rank_keep < 1:
+        raise SettingsError(f"rank_keep must be >= 1, got {rank_keep}")
+    keep = np.zeros(n_vocab, dtype=bool)
+    keep[:min(rank_keep, n_vocab)] = True
+    ids = np.fromiter(corpus_ids, dtype=np.int64)
+    keep[ids[(ids >= 0) & (ids < n_vocab)]] = True
+    for t in np.flatnonzero(~keep):
+        if special(int(t)) or not has_letter(pieces(int(t))):
+            keep[t] = True
+    return np.flatnonzero(keep).astype(np.int32)
+
+
+def round_up(ids: I32, n_vocab: int, multiple: int = ROW_MULTIPLE) -> I32:
+    """`ids` plus the lowest ids not in it, up to a multiple of `multiple` rows (or all)."""
+    missing = np.setdiff1d(np.arange(n_vocab), ids)
+    extra = (-len(ids)) % multiple
+    return np.union1d(ids, missing[:extra]).astype(np.int32)
+
+
+def _token_types(reader: gguf.GGUFReader) -> np.ndarray | None:
+    field = reader.fields.get("tokenizer.ggml.token_type")
+    return None if field is None else np.asarray(field.contents(), dtype=np.int64)
+
+
+def write_trimmed(reader: gguf.GGUFReader, out: Path, ids: I32, sha: str) -> None:
+    """Write `reader`'s model with only the vocabulary entries and head rows in `ids`."""
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    index = {int(t): i for i, t in enumerate(ids)}
+    writer = gguf.GGUFWriter(str(out), arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name in _VOCAB_ARRAYS:
+            value = [value[int(t)] for t in ids]
+        elif field.name.startswith("tokenizer.ggml.") and field.name.endswith("_token_id"):
+            if int(value) not in index:
+                continue
+            value = index[int(value)]
+        writer.add_key_value(field.name, value, vtype, sub_type=sub)
+    writer.add_string(SOURCE_KEY, sha)
+    writer.add_key_value(IDS_KEY, [int(t) for t in ids], gguf.GGUFValueType.ARRAY,
+                         sub_type=gguf.GGUFValueType.UINT32)
+    tensors = []
+    for t in reader.tensors:
+        data = t.data
+        if t.name in _ROW_TENSORS:
+            data = np.ascontiguousarray(data[ids])
+        tensors.append((t, data))
+    for t, data in tensors:
+        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for _, data in tensors:
+        writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+    writer.close()
+
+
+def kept_ids(path: str | Path) -> I32:
+    """The source ids a trimmed GGUF keeps, in its own id order."""
+    field = gguf.GGUFReader(str(path)).fields.get(IDS_KEY)
+    if field is None:
+        raise ModelFileError(f"{Path(path).name} is not a vocabulary-trimmed draft")
+    return np.asarray(field.contents(), dtype=np.int32)
+
+
+def derived_path(source: Path, rank_keep: int, sha: str) -> Path:
+    return derived_dir() / f"{Path(source).stem}.vocab-{rank_keep}.{sha[:16]}.gguf"
+
+
+def _llama_selection(source: Path, rank_keep: int) -> I32:
+    from engine.llama_backend import Vocabulary
+    vocab = Vocabulary(source)
+    try:
+        corpus = (t for f in corpus_files() for t in vocab.tokenize(f.read_bytes()))
+        return select_tokens(vocab.n_vocab, vocab.piece, vocab.is_control, corpus, rank_keep)
+    finally:
+        vocab.close()
+
+
+def derive_trimmed(source: str | Path, rank_keep: int = DEFAULT_RANK_KEEP,
+                   selection: Callable[[Path, int], I32] | None = None) -> Path:
+    """Path of `source` with a trimmed vocabulary, building it unless a current one exists."""
+    source = Path(source)
+    if not source.is_file():
+        raise ModelFileError(f"model file not found: {source}")
+    sha = file_sha256(source)
+    out = derived_path(source, rank_keep, sha)
+    # Named by the source's hash and written by atomic rename: an existing file is current.
+    if out.is_file():
+        return out
+    try:
+        reader = gguf.GGUFReader(str(source))
+    except (ValueError, OSError) as exc:
+        raise ModelFileError(f"cannot read {source.name} as GGUF: {exc}") from None
+    names = {t.name for t in reader.tensors}
+    if "token_embd.weight" not in names:
+        raise ModelFileError(f"{source.name} has no token_embd.weight to trim")
+    ids = (selection or _llama_selection)(source, rank_keep)
+    types = _token_types(reader)
+    if types is not None:
+        # Whatever the selection said, the tokenizer's own special tokens stay.
+        kinds = [int(k) for k in (gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL,
+                                  gguf.TokenType.USER_DEFINED, gguf.TokenType.BYTE)]
+        ids = np.union1d(ids, np.flatnonzero(np.isin(types, kinds))).astype(np.int32)
+    ids = round_up(ids, len(types) if types is not None else int(ids.max()) + 1)
+    for stale in derived_dir().glob(f"{source.stem}.vocab-{rank_keep}.*.gguf"):
+        stale.unlink()
+    tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
+    try:
+        write_trimmed(reader, tmp, ids, sha)
+        tmp.replace(out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
