@@ -58,7 +58,7 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drafter", choices=DRAFTERS, default=None,
                    help="who drafts: the draft model, prompt lookup, hybrid (lookup, else the "
                    "draft model), early-exit (the target's first layers), or none "
-                   "(default: draft, or none with --draft none)")
+                   "(default: hybrid, or none with --draft none)")
     g.add_argument("--policy", choices=POLICIES, default="adaptive",
                    help="how many tokens to draft each round (default adaptive; 'plain' never "
                    "drafts: a control for benchmarks)")
@@ -99,7 +99,8 @@ def drafter_name(args: argparse.Namespace) -> str:
     chosen = getattr(args, "drafter", None)
     if chosen is not None:
         return chosen
-    return "none" if args.draft == "none" else "draft"
+    from engine.pair import DEFAULT_DRAFTER
+    return "none" if args.draft == "none" else DEFAULT_DRAFTER
 
 
 def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, ModelConfig | None]:

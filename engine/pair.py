@@ -8,8 +8,11 @@ with a trimmed output vocabulary when `LoadOptions.draft_vocab` says "trim".
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
 when a draft is loaded, "lookup" always, "early-exit" once `enable_early_exit(k)` derived and
-loaded the target's first k layers. Without an explicit policy a generation uses the adaptive
-controller, calibrated once per drafter on first use.
+loaded the target's first k layers. The default is hybrid when a draft is loaded (plain decoding
+otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
+slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
+(docs/BENCHMARKS.md). Without an explicit policy a generation uses the adaptive controller,
+calibrated once per drafter on first use.
 """
 from __future__ import annotations
 
@@ -44,6 +47,9 @@ PAD_CALIBRATION_GAMMA = 8
 CALIBRATION_TEXT = "def add(a, b):\n    return a + b\n"
 
 Prompt = str | Sequence[dict]
+
+# Who drafts when nobody says: prompt lookup where the text so far repeats, else the draft model.
+DEFAULT_DRAFTER = "hybrid"
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,10 @@ class Pair:
     def drafters(self) -> list[str]:
         return ["none", *self._drafters]
 
+    @property
+    def default_drafter(self) -> str:
+        return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else "none"
+
     def add_drafter(self, name: str, drafter: Drafter) -> None:
         self._drafters[name] = drafter
         self._calibrations.pop(name, None)
@@ -226,12 +236,14 @@ class Pair:
                 policy.use_calibration(self.calibration(drafter, gamma))
         return policy
 
-    def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str = "draft",
+    def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str | None = None,
                  raw: bool = False, policy: GammaPolicy | None = None) -> Iterator[Event]:
         """Stream events of one generation; holds the pair's lock until it ends or is closed.
+        `drafter` None is the pair's default drafter.
         Without a policy, speculation uses the adaptive controller with max gamma `config.gamma`.
         Speculation pads verify and catch-up batches to the cheaper widths the drafter's
         calibration measured (engine/widths.py), whatever the policy."""
+        drafter = self.default_drafter if drafter is None else drafter
         chosen = self.drafter(drafter)
         tokens = self.tokens_for(prompt, raw)
         with self.lock:

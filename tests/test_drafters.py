@@ -171,6 +171,18 @@ def test_pair_offers_lookup_without_a_draft_model_and_hybrid_only_with_one():
         Pair(FakeBackend()).enable_early_exit(2)
 
 
+def test_the_default_drafter_is_hybrid_with_a_draft_model_and_plain_without():
+    pair = Pair(FakeBackend(order=1, n_vocab=16), FakeBackend(order=1, n_vocab=16, noise=2.0))
+    assert pair.default_drafter == "hybrid"
+    config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=12)
+    done = [ev for ev in pair.generate(TEXT, config, raw=True)][-1]
+    assert done.stats.drafter == pair.drafter("hybrid").name and "hybrid" in pair._calibrations
+    alone = Pair(FakeBackend(order=1, n_vocab=16))
+    assert alone.default_drafter == "none"
+    done = [ev for ev in alone.generate(TEXT, config, raw=True)][-1]
+    assert done.stats.mode == "baseline"
+
+
 def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_drafter():
     pair = Pair(FakeBackend(order=1, n_vocab=16), FakeBackend(order=1, n_vocab=16, noise=2.0))
     config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=20)

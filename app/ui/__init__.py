@@ -51,16 +51,18 @@ def _drafter_updates(holder: PairHolder) -> tuple[dict, dict]:
         return gr.update(), gr.update()
     names = holder.pair.drafters
     speculative = [d for d in names if d != "none"]
-    default = speculative[0] if speculative else "none"
+    default = holder.pair.default_drafter
     return (gr.update(choices=names, value=default),
-            gr.update(choices=speculative, value=speculative[0] if speculative else None))
+            gr.update(choices=speculative,
+                      value=default if default in speculative else (speculative[0] if speculative else None)))
 
 
 def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
     """The whole page for `holder`'s pair; it works (and says so) while loading or after a failure."""
     flags = flags or StopFlags()
-    drafters = holder.pair.drafters if holder.status.state == READY else ["draft", "none"]
-    default = next((d for d in drafters if d != "none"), "none")
+    ready = holder.status.state == READY
+    drafters = holder.pair.drafters if ready else ["hybrid", "draft", "none"]
+    default = holder.pair.default_drafter if ready else "hybrid"
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         gr.Markdown(f"## {TITLE}\nA small draft model proposes tokens; the target checks them in one "
                     "batch and keeps exactly its own distribution.")
