@@ -4,8 +4,9 @@
   widths            decode time by batch width, 1..12, of the target (logits for every row, and for
                     at most 3 rows as a padded verify of 2 drafted tokens asks) and of the derived
                     draft (last row, as a catch-up asks), and the width engine/widths.py pads to
-  decode [PATH...]  one-token decode time of each GGUF (default: the draft as shipped and its
-                    derived Q4_0 and pure Q8_0 copies)
+  decode [PATH...]  one-token decode time of each GGUF (default: the draft as shipped, its
+                    derived Q4_0 and pure Q8_0 copies, and the Q4_0 copy with a trimmed
+                    vocabulary as the engine loads it: embeddings in, logits widened out)
   agree [PATH...]   teacher-forced greedy agreement of each draft with the target on 3 suite
                     prompts per category (64 target tokens each), by category and by the target's
                     top probability at the position
@@ -17,7 +18,9 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -86,18 +89,27 @@ def widths(target: Path, draft: Path) -> None:
               f"{padded_width(every[:9], w):3d} | {padded_width(last[:9], w):3d}")
 
 
-def decode(paths: list[Path]) -> None:
-    for path in paths:
-        be = load(path)
-        prompt = be.tokenize(TEXT)
+def decode(models: list[tuple[str, Callable[[], object]]]) -> None:
+    """`models`: (name, loader) pairs; every model decodes the same token ids, all below the
+    first 49,152 (which a trimmed vocabulary keeps at the same index)."""
+    prompt = [int(t) for t in np.random.default_rng(0).integers(300, 40000, size=120)]
+    for name, loader in models:
+        be = loader()
         be.decode(prompt, 0, [len(prompt) - 1])
         ms = []
         for i in range(40):
             t0 = time.perf_counter()
             be.decode([1000 + i], len(prompt) + i, [0])
             ms.append((time.perf_counter() - t0) * 1e3)
-        print(f"{path.name}: one-token decode {statistics.median(ms[5:]):.1f} ms")
+        print(f"{name}: one-token decode {statistics.median(ms[5:]):.1f} ms")
         be.close()
+
+
+def _trimmed(source: Path):
+    from engine.drafters.trimmed import load_trimmed
+    from engine.drafters.vocab_trim import derive_trimmed
+    path = derive_trimmed(source)
+    return load_trimmed(source, path, load(path))
 
 
 def target_texts(target: Path) -> list[tuple[str, list[int], list[int]]]:
@@ -159,7 +171,13 @@ def main(argv: list[str]) -> int:
     elif argv[0] == "widths":
         widths(target, draft)
     elif argv[0] == "decode":
-        decode(paths or [draft] + [derive_quantized(draft, k) for k in ("q4_0", "q8_0")])
+        if paths:
+            decode([(p.name, partial(load, p)) for p in paths])
+        else:
+            q4 = derive_quantized(draft, "q4_0")
+            files = [draft, q4, derive_quantized(draft, "q8_0")]
+            decode([(p.name, partial(load, p)) for p in files]
+                   + [(f"{q4.name} with a trimmed vocabulary", partial(_trimmed, q4))])
     else:
         agree(target, paths or [draft, derive_quantized(draft, "q4_0")])
     return 0
