@@ -1,11 +1,13 @@
-"""Model files Tandem derives from the user's GGUFs (early-exit and requantized drafts): where
-they live in the store, and the SHA-256 that ties each one to the file it came from."""
+"""Model files Tandem derives from the user's GGUFs (early-exit, requantized and
+vocabulary-trimmed drafts): where they live in the store, the SHA-256 that ties each one to the
+file it came from, and how one is put in place."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 
 def derived_dir() -> Path:
@@ -37,3 +39,19 @@ def file_sha256(path: Path) -> str:
     tmp.write_text(json.dumps(cache, indent=1))
     tmp.replace(sidecar)
     return digest
+
+
+def publish(out: Path, stale: str, write: Callable[[Path], None]) -> Path:
+    """Put a derived file at `out`: remove older builds (files of the store's derived folder
+    matching the glob `stale`), `write` a temporary file and rename it into place, so a file
+    that exists under its hash-bearing name is always complete. Nothing is left on failure."""
+    for old in derived_dir().glob(stale):
+        old.unlink()
+    tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
+    try:
+        write(tmp)
+        tmp.replace(out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out

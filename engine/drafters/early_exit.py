@@ -8,14 +8,13 @@ removed) while an unchanged one is reused. llama.cpp then loads it like any othe
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import gguf
 
 from engine.backend import Backend
-from engine.drafters.derived import derived_dir, file_sha256
+from engine.drafters.derived import derived_dir, file_sha256, publish
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import ModelFileError, SettingsError
 
@@ -103,16 +102,8 @@ def derive_early_exit(target: str | Path, layers: int) -> Path:
     if layers >= int(total):
         raise SettingsError(f"early-exit layers must be between 1 and {int(total) - 1} "
                             f"for {target.name}, got {layers}")
-    for stale in derived_dir().glob(f"{target.stem}.early-exit-{layers}.*.gguf"):
-        stale.unlink()
-    tmp = out.with_suffix(f".{os.getpid()}.part")
-    try:
-        _write(reader, tmp, layers, sha)
-        tmp.replace(out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return out
+    return publish(out, f"{target.stem}.early-exit-{layers}.*.gguf",
+                   lambda tmp: _write(reader, tmp, layers, sha))
 
 
 def early_exit_drafter(backend: Backend, p_min: float = 0.0,

@@ -12,11 +12,10 @@ changed draft gets a new file (the stale one is removed) and an unchanged one is
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
-from engine.drafters.derived import derived_dir, file_sha256
+from engine.drafters.derived import derived_dir, file_sha256, publish
 from engine.errors import ModelFileError, SettingsError
 
 # --draft-quant values: "auto" requantizes a heavy draft that runs on the CPU; "off" never.
@@ -72,13 +71,5 @@ def derive_quantized(source: str | Path, kind: str, quantizer: Quantizer | None 
     # is complete and current.
     if out.is_file():
         return out
-    for stale in derived_dir().glob(f"{source.stem}.{kind}.*.gguf"):
-        stale.unlink()
-    tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
-    try:
-        (quantizer or _llama_quantize)(source, tmp, kind)
-        tmp.replace(out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return out
+    return publish(out, f"{source.stem}.{kind}.*.gguf",
+                   lambda tmp: (quantizer or _llama_quantize)(source, tmp, kind))

@@ -20,7 +20,6 @@ from the source's table (engine/drafters/trimmed.py).
 """
 from __future__ import annotations
 
-import os
 import re
 import sysconfig
 from pathlib import Path
@@ -30,7 +29,7 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-from engine.drafters.derived import derived_dir, file_sha256
+from engine.drafters.derived import derived_dir, file_sha256, publish
 from engine.errors import ModelFileError, SettingsError
 
 I32 = npt.NDArray[np.int32]
@@ -170,13 +169,5 @@ def derive_trimmed(source: str | Path, rank_keep: int = DEFAULT_RANK_KEEP,
                                   gguf.TokenType.USER_DEFINED, gguf.TokenType.BYTE)]
         ids = np.union1d(ids, np.flatnonzero(np.isin(types, kinds))).astype(np.int32)
     ids = round_up(ids, len(types) if types is not None else int(ids.max()) + 1)
-    for stale in derived_dir().glob(f"{source.stem}.vocab-{rank_keep}.*.gguf"):
-        stale.unlink()
-    tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
-    try:
-        write_trimmed(reader, tmp, ids, sha)
-        tmp.replace(out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return out
+    return publish(out, f"{source.stem}.vocab-{rank_keep}.*.gguf",
+                   lambda tmp: write_trimmed(reader, tmp, ids, sha))
