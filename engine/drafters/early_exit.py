@@ -15,6 +15,7 @@ import gguf
 
 from engine.backend import Backend
 from engine.drafters.derived import derived_dir, file_sha256, publish
+from engine.drafters.gguf_copy import open_gguf, write_copy
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import ModelFileError, SettingsError
 
@@ -50,32 +51,14 @@ def derived_path(target: Path, layers: int, sha: str) -> Path:
 
 def _write(reader: gguf.GGUFReader, out: Path, layers: int, sha: str) -> None:
     arch = str(_field_value(reader, gguf.Keys.General.ARCHITECTURE))
-    count_key = f"{arch}.block_count"
     name = _field_value(reader, gguf.Keys.General.NAME) or Path(out).stem
-    writer = gguf.GGUFWriter(str(out), arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if field.name == count_key:
-            value = layers
-        elif field.name == gguf.Keys.General.NAME:
-            value = f"{name} (early exit {layers} layers)"
-        writer.add_key_value(field.name, value, vtype, sub_type=sub)
-    writer.add_string(SOURCE_KEY, sha)
-    writer.add_uint32(LAYERS_KEY, layers)
-    kept = [t for t in reader.tensors
+    changed = {f"{arch}.block_count": layers,
+               gguf.Keys.General.NAME: f"{name} (early exit {layers} layers)"}
+    kept = [(t, t.data) for t in reader.tensors
             if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
-    for t in kept:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in kept:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
+    write_copy(reader, out, lambda key, value: changed.get(key, value),
+               [(SOURCE_KEY, sha, gguf.GGUFValueType.STRING, None),
+                (LAYERS_KEY, layers, gguf.GGUFValueType.UINT32, None)], kept)
 
 
 def derive_early_exit(target: str | Path, layers: int) -> Path:
@@ -91,10 +74,7 @@ def derive_early_exit(target: str | Path, layers: int) -> Path:
     # is current; parsing GGUF metadata (a 150k-token vocabulary) would cost seconds.
     if out.is_file():
         return out
-    try:
-        reader = gguf.GGUFReader(str(target))
-    except (ValueError, OSError) as exc:
-        raise ModelFileError(f"cannot read {target.name} as GGUF: {exc}") from None
+    reader = open_gguf(target)
     arch = _field_value(reader, gguf.Keys.General.ARCHITECTURE)
     total = _field_value(reader, f"{arch}.block_count")
     if total is None:

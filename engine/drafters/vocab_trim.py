@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.drafters.derived import derived_dir, file_sha256, publish
+from engine.drafters.gguf_copy import DROP, open_gguf, write_copy
 from engine.errors import ModelFileError, SettingsError
 
 I32 = npt.NDArray[np.int32]
@@ -86,39 +87,21 @@ def _token_types(reader: gguf.GGUFReader) -> np.ndarray | None:
 
 def write_trimmed(reader: gguf.GGUFReader, out: Path, ids: I32, sha: str) -> None:
     """Write `reader`'s model with only the vocabulary entries and head rows in `ids`."""
-    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
     index = {int(t): i for i, t in enumerate(ids)}
-    writer = gguf.GGUFWriter(str(out), arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if field.name in _VOCAB_ARRAYS:
-            value = [value[int(t)] for t in ids]
-        elif field.name.startswith("tokenizer.ggml.") and field.name.endswith("_token_id"):
-            if int(value) not in index:
-                continue
-            value = index[int(value)]
-        writer.add_key_value(field.name, value, vtype, sub_type=sub)
-    writer.add_string(SOURCE_KEY, sha)
-    writer.add_key_value(IDS_KEY, [int(t) for t in ids], gguf.GGUFValueType.ARRAY,
-                         sub_type=gguf.GGUFValueType.UINT32)
-    tensors = []
-    for t in reader.tensors:
-        data = t.data
-        if t.name in _ROW_TENSORS:
-            data = np.ascontiguousarray(data[ids])
-        tensors.append((t, data))
-    for t, data in tensors:
-        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for _, data in tensors:
-        writer.write_tensor_data(data, tensor_endianess=reader.endianess)
-    writer.close()
+
+    def edit(key: str, value):
+        if key in _VOCAB_ARRAYS:
+            return [value[int(t)] for t in ids]
+        if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"):
+            return index.get(int(value), DROP)
+        return value
+
+    tensors = [(t, np.ascontiguousarray(t.data[ids]) if t.name in _ROW_TENSORS else t.data)
+               for t in reader.tensors]
+    write_copy(reader, out, edit,
+               [(SOURCE_KEY, sha, gguf.GGUFValueType.STRING, None),
+                (IDS_KEY, [int(t) for t in ids], gguf.GGUFValueType.ARRAY,
+                 gguf.GGUFValueType.UINT32)], tensors)
 
 
 def kept_ids(path: str | Path) -> I32:
@@ -154,10 +137,7 @@ def derive_trimmed(source: str | Path, rank_keep: int = DEFAULT_RANK_KEEP,
     # Named by the source's hash and written by atomic rename: an existing file is current.
     if out.is_file():
         return out
-    try:
-        reader = gguf.GGUFReader(str(source))
-    except (ValueError, OSError) as exc:
-        raise ModelFileError(f"cannot read {source.name} as GGUF: {exc}") from None
+    reader = open_gguf(source)
     names = {t.name for t in reader.tensors}
     if "token_embd.weight" not in names:
         raise ModelFileError(f"{source.name} has no token_embd.weight to trim")
