@@ -102,8 +102,10 @@ class Pair:
             self._drafters["draft"] = model
             # A 1-gram match is a weaker bet than the draft model, so hybrid wants 2 or more.
             self._drafters["hybrid"] = HybridDrafter(
-                PromptLookupDrafter(ngram_max=max(lookup_ngram, 2), ngram_min=2), model)
-        self._drafters["lookup"] = PromptLookupDrafter(ngram_max=lookup_ngram)
+                PromptLookupDrafter(ngram_max=max(lookup_ngram, 2), ngram_min=2,
+                                    is_eog=target.is_eog), model)
+        self._drafters["lookup"] = PromptLookupDrafter(ngram_max=lookup_ngram,
+                                                       is_eog=target.is_eog)
 
     @classmethod
     def load(cls, target: ModelConfig, draft: ModelConfig | None,

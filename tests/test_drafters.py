@@ -72,6 +72,16 @@ def test_lookup_takes_the_latest_match_with_enough_continuation():
     assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 3) == [1, 2, 3]
 
 
+def test_lookup_copy_ends_at_an_end_of_generation_token():
+    # The prompt's own turn end (63 here) follows the matched bigram: copying past it would only
+    # widen the verify batch, since nothing after an end of generation is committed.
+    ctx = [1, 2, 63, 5, 6, 7, 1, 2]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=2), ctx, 4) == [63, 5, 6, 7]
+    ending = PromptLookupDrafter(ngram_max=2, is_eog=lambda t: t == 63)
+    assert lookup_tokens(ending, ctx, 4) == [63]
+    assert lookup_tokens(ending, [1, 2, 5, 6, 7, 1, 2], 3) == [5, 6, 7]
+
+
 def test_lookup_refuses_bad_sizes():
     with pytest.raises(SettingsError):
         PromptLookupDrafter(ngram_max=1, ngram_min=2)
@@ -322,6 +332,20 @@ def test_the_draft_model_stops_once_its_run_is_unlikely_and_keeps_the_token_that
     assert min(lengths) < 6 and sum(lengths) < 6 * 20
     # Decodes: one to sync plus one per drafted token but the last.
     assert stopping.session.n_past == len(PROMPT) + len(p) - 1
+
+
+def test_the_draft_model_stops_after_an_end_of_generation_token():
+    full = DraftModelDrafter(FakeBackend()).propose(PROMPT, 6, GREEDY, RNG).tokens.tolist()
+    end = full[2]
+    assert end not in full[:2]
+    backend = FakeBackend()
+    backend.is_eog = lambda t: t == end
+    drafter = DraftModelDrafter(backend)
+    p = drafter.propose(PROMPT, 6, GREEDY, RNG)
+    # The end token is proposed (the target may accept it and finish), nothing after it; no
+    # decode was spent on it.
+    assert p.tokens.tolist() == full[:3]
+    assert drafter.session.n_past == len(PROMPT) + 2
 
 
 def test_draft_stop_settings_are_checked():

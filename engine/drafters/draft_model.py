@@ -8,8 +8,9 @@ Drafting stops early once the product of the draft's probabilities of its own to
 by the draft's account, that the whole run so far is right; untempered when greedy) falls under
 `chain_min`: past that point more tokens cost a draft decode each and are unlikely to be kept.
 The draft's probability of its token predicts agreement closely (scripts/policy_sim.py trace of
-the suite: 0.98-1.00 at q >= 0.9, 0.61 at 0.5-0.7, 0.22 under 0.3). The stop reads only the
-draft's own numbers, so the verification stays exact.
+the suite: 0.98-1.00 at q >= 0.9, 0.61 at 0.5-0.7, 0.22 under 0.3). Drafting also stops after an
+end-of-generation token: nothing after it can be committed. Both stops read only the draft's own
+tokens and numbers, so the verification stays exact.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class DraftModelDrafter:
         if gamma > 0:
             logits = self.session.sync(context, feed_last=True, widths=self.widths)
             assert logits is not None
+            eog = self.session.backend.is_eog
             chain = 1.0
             for i in range(gamma):
                 q = probabilities(logits[-1], params)
@@ -67,7 +69,7 @@ class DraftModelDrafter:
                 own.append(float(top_probability(logits[-1:])[0]) if params.greedy
                            else float(q[x]))
                 chain *= own[-1]
-                if i + 1 < gamma and chain >= self.chain_min:
+                if i + 1 < gamma and chain >= self.chain_min and not eog(x):
                     logits = self.session.extend([x])
                 else:
                     break

@@ -3,12 +3,14 @@
 No model runs, so a proposal costs microseconds. The last n tokens of the context (prompt plus
 text so far) are searched for earlier in the context, longest n first; the tokens that followed
 the match are the draft. Tokens carry no probabilities (q is None), so the target verifies them
-with the one-hot rule, which keeps the output exact.
+with the one-hot rule, which keeps the output exact. A copy ends at an end-of-generation token
+(`is_eog`, when given): the chat template's turn ends are in the prompt, and nothing after one can
+be committed.
 """
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -19,7 +21,8 @@ from engine.sampling import SamplingParams
 
 
 class PromptLookupDrafter:
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_draft: int = 16) -> None:
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_draft: int = 16,
+                 is_eog: Callable[[int], bool] | None = None) -> None:
         if not (1 <= ngram_min <= ngram_max):
             raise SettingsError(f"lookup n-gram sizes must satisfy 1 <= min <= max, "
                                 f"got min {ngram_min}, max {ngram_max}")
@@ -29,6 +32,7 @@ class PromptLookupDrafter:
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         self.max_draft = max_draft
+        self.is_eog = is_eog
 
     def find(self, context: Sequence[int], want: int) -> tuple[int, int, int]:
         """(n, start, length) of the continuation to copy; length 0 when nothing matches."""
@@ -53,5 +57,9 @@ class PromptLookupDrafter:
         t0 = time.perf_counter()
         n, start, length = self.find(context, min(gamma, self.max_draft)) if gamma > 0 else (0, 0, 0)
         tokens = np.asarray(context[start:start + length], dtype=np.int32)
+        if self.is_eog is not None:
+            ends = [i for i, t in enumerate(tokens.tolist()) if self.is_eog(t)]
+            if ends:
+                tokens = tokens[:ends[0] + 1]
         return Proposal(tokens=tokens, q=None, time_ms=(time.perf_counter() - t0) * 1e3,
                         source=self.name, meta={"ngram": n, "match": start - n if length else -1})
