@@ -300,8 +300,8 @@ def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedde
         drafter = early_exit_drafter(backend)
         context = backend.tokenize("def add(a, b):\n    return", True, True)
         p = drafter.propose(context, 3, GREEDY, np.random.default_rng(0))
-        assert len(p) == 3 and p.source == "early-exit"
-        assert p.q is not None and np.allclose(p.q.sum(axis=1), 1.0)
+        assert len(p) == 3 and p.source == "early-exit" and p.q is None
+        assert p.confidence is not None and np.all((0 < p.confidence) & (p.confidence <= 1))
         assert all(0 <= t < backend.n_vocab for t in p.tokens)
         assert drafter.session.tokens == context + p.tokens.tolist()[:-1]
     finally:
@@ -346,6 +346,28 @@ def test_the_draft_model_stops_after_an_end_of_generation_token():
     # decode was spent on it.
     assert p.tokens.tolist() == full[:3]
     assert drafter.session.n_past == len(PROMPT) + 2
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=1.0)])
+def test_p_min_drops_the_first_token_the_draft_is_unsure_of(params):
+    # A flat fake (scale 1, 64 tokens) is never half sure of a token: with p_min 0.5 only the
+    # first token, which p_min never drops, is proposed. Greedy reads the untempered
+    # probability (q is one-hot there), sampling q(x).
+    unsure = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.5).propose(
+        PROMPT, 4, params, np.random.default_rng(0))
+    assert len(unsure) == 1 and unsure.confidence[0] < 0.5
+    free = DraftModelDrafter(FakeBackend(scale=1.0)).propose(PROMPT, 4, params,
+                                                             np.random.default_rng(0))
+    assert len(free) == 4 and free.tokens[0] == unsure.tokens[0]
+    loose = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.01).propose(
+        PROMPT, 4, params, np.random.default_rng(0))
+    assert loose.tokens.tolist() == free.tokens.tolist()
+
+
+def test_a_greedy_draft_gives_its_tokens_without_q_rows():
+    p = DraftModelDrafter(FakeBackend()).propose(PROMPT, 3, GREEDY, RNG)
+    # q one-hot at each token: the same as no q under the one-hot rule.
+    assert p.q is None and len(p) == 3 and p.confidence is not None
 
 
 def test_draft_stop_settings_are_checked():

@@ -2,7 +2,8 @@
 
 `propose(context, gamma, params, rng)` returns up to `gamma` token ids and, when the drafter
 sampled them from a distribution q, the rows of q (`[n, V]`); `q is None` means the tokens carry
-no probabilities and are verified with the one-hot rule. `confidence` (optional) is the
+no probabilities and are verified with the one-hot rule (q one-hot at each token, which is also
+what a model drafting greedily has, so it gives no rows). `confidence` (optional) is the
 drafter's own estimate, per token, that the target will accept it (a model drafter: its
 probability of the token, untempered when decoding greedily, where q is one-hot); policies may
 trim a proposal on it. `feedback` (optional) hears how many of the proposed tokens the target

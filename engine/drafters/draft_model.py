@@ -34,7 +34,8 @@ class DraftModelDrafter:
         self.name = "draft-model"
         self.session = Session(backend)
         # Stop drafting once the draft's probability of its own token drops under p_min
-        # (llama.cpp's --draft-p-min; that token is dropped); 0 never stops early.
+        # (llama.cpp's --draft-p-min; that token is dropped; untempered when greedy, as for
+        # chain_min); 0 never stops early.
         self.p_min = p_min
         # Stop after the token that takes the run's product of probabilities under chain_min
         # (that token is kept: it is paid for, and the policy may still verify it).
@@ -59,16 +60,22 @@ class DraftModelDrafter:
             eog = self.session.backend.is_eog
             chain = 1.0
             for i in range(gamma):
-                q = probabilities(logits[-1], params)
-                x = sample(q, rng)
-                if self.p_min > 0.0 and i > 0 and q[x] < self.p_min:
+                if params.greedy:
+                    # q is one-hot at the argmax, which is what a proposal without q rows means;
+                    # the untempered probability still says how sure the draft is.
+                    x = int(np.argmax(logits[-1]))
+                    sure = float(top_probability(logits[-1:])[0])
+                else:
+                    q = probabilities(logits[-1], params)
+                    x = sample(q, rng)
+                    sure = float(q[x])
+                if self.p_min > 0.0 and i > 0 and sure < self.p_min:
                     break
                 tokens.append(x)
-                rows.append(q)
-                # Greedy q is one-hot; the untempered probability still says how sure it is.
-                own.append(float(top_probability(logits[-1:])[0]) if params.greedy
-                           else float(q[x]))
-                chain *= own[-1]
+                own.append(sure)
+                if not params.greedy:
+                    rows.append(q)
+                chain *= sure
                 if i + 1 < gamma and chain >= self.chain_min and not eog(x):
                     logits = self.session.extend([x])
                 else:
