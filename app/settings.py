@@ -72,7 +72,8 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
 def add_draft_stop_args(g) -> None:
     from engine.pair import DEFAULT_CHAIN_MIN
     g.add_argument("--draft-p-min", type=float, default=0.0,
-                   help="stop drafting when the draft's probability of its token is below this")
+                   help="stop drafting before a token the draft gives a probability below this "
+                   "(untempered when greedy; 0, the default, never stops)")
     g.add_argument("--draft-chain-min", type=float, default=DEFAULT_CHAIN_MIN,
                    help="stop drafting once the product of the draft's probabilities of its "
                    f"tokens is below this (default {DEFAULT_CHAIN_MIN}; 0 drafts the full gamma)")

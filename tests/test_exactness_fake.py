@@ -171,3 +171,37 @@ def test_a_setting_where_nothing_was_drafted_is_not_evidence():
     assert r.drafted == 0 and not r.exercised and r.passed
     assert verdict(r).startswith("NOT EXERCISED") and not rep.passed
     assert "(0 tokens drafted)" in markdown(rep, {})
+
+
+class EndingFake(LineFake):
+    """A LineFake where six tokens in 64 end the generation, so answers often end early and the
+    draft often stops after proposing an end."""
+
+    def is_eog(self, token: int) -> bool:
+        return token % 11 == 5
+
+
+def test_stopping_the_draft_at_an_end_of_generation_token_stays_exact():
+    target = Session(EndingFake(seed=1, scale=2.0))
+    drafter = DraftModelDrafter(EndingFake(seed=1, scale=3.5, noise=1.0))
+    settings = ExactnessPlan().settings[:2]
+    proposals = []
+    propose = drafter.propose
+
+    def recording(*args, **kwargs):
+        p = propose(*args, **kwargs)
+        proposals.append(p.tokens.tolist())
+        return p
+
+    drafter.propose = recording
+    draw(target, drafter, PROMPT, settings[0].params, 100, gamma=4, cap=12, seed=0)
+    del drafter.propose
+    ends = drafter.session.backend.is_eog
+    # The draft really stops after an end token, and never drafts past one.
+    assert any(len(t) < 4 and ends(t[-1]) for t in proposals)
+    assert not any(ends(x) for t in proposals for x in t[:-1])
+    plan = ExactnessPlan(samples=600, seed=6, gamma=4, settings=settings)
+    rep = run_exactness(target, drafter, PROMPT, plan)
+    assert all(r.passed for r in rep.results), [[c.p_value for c in r.comparisons]
+                                                for r in rep.results]
+    assert not rep.control.passed
