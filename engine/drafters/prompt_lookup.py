@@ -58,8 +58,8 @@ class PromptLookupDrafter:
         n, start, length = self.find(context, min(gamma, self.max_draft)) if gamma > 0 else (0, 0, 0)
         tokens = np.asarray(context[start:start + length], dtype=np.int32)
         if self.is_eog is not None:
-            ends = [i for i, t in enumerate(tokens.tolist()) if self.is_eog(t)]
-            if ends:
-                tokens = tokens[:ends[0] + 1]
+            end = next((i for i, t in enumerate(tokens.tolist()) if self.is_eog(t)), None)
+            if end is not None:
+                tokens = tokens[:end + 1]
         return Proposal(tokens=tokens, q=None, time_ms=(time.perf_counter() - t0) * 1e3,
                         source=self.name, meta={"ngram": n, "match": start - n if length else -1})
