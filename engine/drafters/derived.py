@@ -1,6 +1,8 @@
 """Model files Tandem derives from the user's GGUFs (early-exit, requantized and
 vocabulary-trimmed drafts): where they live in the store, the SHA-256 that ties each one to the
-file it came from, and how one is put in place."""
+file it came from, and how one is put in place. A derived file's name carries its source's hash
+and appears only by atomic rename, so one that exists is complete and current: callers return it
+without reading the source again."""
 from __future__ import annotations
 
 import hashlib
@@ -9,12 +11,22 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from engine.errors import ModelFileError
+
 
 def derived_dir() -> Path:
     from models.store import store_dir
     d = store_dir() / "derived"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def source_sha256(source: str | Path) -> tuple[Path, str]:
+    """The model file a derived file is built from, and its SHA-256; a clear error if missing."""
+    source = Path(source)
+    if not source.is_file():
+        raise ModelFileError(f"model file not found: {source}")
+    return source, file_sha256(source)
 
 
 def file_sha256(path: Path) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import gguf
 
 from engine.backend import Backend
-from engine.drafters.derived import derived_dir, file_sha256, publish
+from engine.drafters.derived import derived_dir, publish, source_sha256
 from engine.drafters.gguf_copy import open_gguf, write_copy
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import ModelFileError, SettingsError
@@ -63,15 +63,12 @@ def _write(reader: gguf.GGUFReader, out: Path, layers: int, sha: str) -> None:
 
 def derive_early_exit(target: str | Path, layers: int) -> Path:
     """Path of the k-layer early-exit GGUF of `target`, building it unless a current one exists."""
-    target = Path(target)
-    if not target.is_file():
-        raise ModelFileError(f"model file not found: {target}")
     if layers < 1:
         raise SettingsError(f"early-exit layers must be >= 1, got {layers}")
-    sha = file_sha256(target)
+    target, sha = source_sha256(target)
     out = derived_path(target, layers, sha)
-    # The name carries the target's hash and files appear by atomic rename, so an existing file
-    # is current; parsing GGUF metadata (a 150k-token vocabulary) would cost seconds.
+    # Current (engine/drafters/derived.py); parsing the target's metadata (a 150k-token
+    # vocabulary) would cost seconds.
     if out.is_file():
         return out
     reader = open_gguf(target)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from engine.drafters.derived import derived_dir, file_sha256, publish
+from engine.drafters.derived import derived_dir, publish, source_sha256
 from engine.errors import ModelFileError, SettingsError
 
 # --draft-quant values: "auto" requantizes a heavy draft that runs on the CPU; "off" never.
@@ -62,13 +62,8 @@ def _llama_quantize(src: Path, dst: Path, kind: str) -> None:
 
 def derive_quantized(source: str | Path, kind: str, quantizer: Quantizer | None = None) -> Path:
     """Path of `source` requantized to `kind`, building it unless a current one exists."""
-    source = Path(source)
-    if not source.is_file():
-        raise ModelFileError(f"model file not found: {source}")
-    sha = file_sha256(source)
+    source, sha = source_sha256(source)
     out = derived_path(source, kind, sha)
-    # Files appear by atomic rename and their names carry the source's hash: one that exists
-    # is complete and current.
     if out.is_file():
         return out
     return publish(out, f"{source.stem}.{kind}.*.gguf",

@@ -29,7 +29,7 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-from engine.drafters.derived import derived_dir, file_sha256, publish
+from engine.drafters.derived import derived_dir, publish, source_sha256
 from engine.drafters.gguf_copy import DROP, open_gguf, write_copy
 from engine.errors import ModelFileError, SettingsError
 
@@ -129,12 +129,8 @@ def _llama_selection(source: Path, rank_keep: int) -> I32:
 def derive_trimmed(source: str | Path, rank_keep: int = DEFAULT_RANK_KEEP,
                    selection: Callable[[Path, int], I32] | None = None) -> Path:
     """Path of `source` with a trimmed vocabulary, building it unless a current one exists."""
-    source = Path(source)
-    if not source.is_file():
-        raise ModelFileError(f"model file not found: {source}")
-    sha = file_sha256(source)
+    source, sha = source_sha256(source)
     out = derived_path(source, rank_keep, sha)
-    # Named by the source's hash and written by atomic rename: an existing file is current.
     if out.is_file():
         return out
     reader = open_gguf(source)
