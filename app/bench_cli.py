@@ -82,6 +82,20 @@ def _draft_words(pair, dcfg) -> str:
     return dcfg.path
 
 
+def parse_configs(text: str) -> list:
+    """`--configs`: DRAFTER:POLICY:GAMMA[:OPENING] items, comma separated."""
+    from engine.benchmark.runner import SpecConfig
+    items = [c.split(":") for c in _csv(text)]
+    if any(len(t) not in (3, 4) for t in items):
+        raise SettingsError("--configs takes DRAFTER:POLICY:GAMMA[:OPENING] items, e.g. "
+                            "draft:fixed:3 or hybrid:adaptive:8:16")
+    try:
+        return [SpecConfig(t[0], int(t[2]), t[1], int(t[3]) if len(t) == 4 else None)
+                for t in items]
+    except ValueError as e:
+        raise SettingsError(f"--configs: GAMMA and OPENING are whole numbers ({e})") from None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -98,11 +112,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     chosen = suite.select(categories or None, per_cat)
     gammas = _numbers(_pick(args, "gammas", BENCH_FULL, BENCH_QUICK), int)
     if args.configs:
-        triples = [c.split(":") for c in _csv(args.configs)]
-        if any(len(t) != 3 for t in triples):
-            raise SettingsError("--configs takes DRAFTER:POLICY:GAMMA items, e.g. draft:fixed:3")
-        configs = [SpecConfig(d, int(g), pol) for d, pol, g in triples]
-        drafters = list(dict.fromkeys(d for d, _, _ in triples))
+        configs = parse_configs(args.configs)
+        drafters = list(dict.fromkeys(c.drafter for c in configs))
     else:
         drafters = _csv(args.drafters)
         policies = _csv(args.policies)
@@ -130,7 +141,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     summary = summarize(records)
     words = ["bench"] + (["--suite", str(args.suite)] if args.suite else []) + [
         "--categories", ",".join(chosen.categories)] + (
-        ["--configs", ",".join(f"{c.drafter}:{c.policy}:{c.gamma}" for c in configs)]
+        ["--configs", ",".join(f"{c.drafter}:{c.policy}:{c.gamma}"
+                                + (f":{c.opening}" if c.opening is not None else "")
+                                for c in configs)]
         if args.configs else ["--drafter", ",".join(drafters), "--policies", ",".join(policies),
                               "--gammas", ",".join(map(str, gammas))]) + [
         "--temperatures", args.temperatures, "--top-p", args.top_p,
@@ -235,8 +248,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--categories", nargs="+", help="categories to run (space or comma separated)")
     b.add_argument("--drafter", dest="drafters", default="draft",
                    help="comma-separated drafters: draft, lookup, hybrid, early-exit (default draft)")
-    b.add_argument("--configs", help="explicit DRAFTER:POLICY:GAMMA list instead of the "
-                   "drafter x policy x gamma product, e.g. draft:fixed:3,hybrid:adaptive:8")
+    b.add_argument("--configs", help="explicit DRAFTER:POLICY:GAMMA[:OPENING] list instead of "
+                   "the drafter x policy x gamma product, e.g. draft:fixed:3,hybrid:adaptive:8; "
+                   "OPENING sets the adaptive policy's plain opening tokens")
     b.add_argument("--policies", default="fixed",
                    help="comma-separated gamma policies: fixed, heuristic, adaptive (default fixed)")
     b.add_argument("--gammas", help=f"comma-separated gammas (default {BENCH_FULL['gammas']}, "

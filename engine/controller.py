@@ -126,6 +126,8 @@ class AdaptiveController:
                  resume_margin: float = 0.15, opening_plain: int = 3) -> None:
         if max_gamma < 1:
             raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
+        if opening_plain < 0:
+            raise SettingsError(f"plain opening tokens must be >= 0, got {opening_plain}")
         self.name = "adaptive"
         self.max_gamma = max_gamma
         self.model_source = model_source

@@ -230,9 +230,11 @@ class Pair:
         self._calibrations[drafter] = result
         return result
 
-    def make_policy(self, name: str, drafter: str, gamma: int) -> GammaPolicy:
-        """A fresh policy by name; the adaptive one gets this pair's calibration for `drafter`."""
-        policy = make_policy(name, gamma)
+    def make_policy(self, name: str, drafter: str, gamma: int,
+                    opening: int | None = None) -> GammaPolicy:
+        """A fresh policy by name; the adaptive one gets this pair's calibration for `drafter`,
+        and `opening` plain opening tokens when given."""
+        policy = make_policy(name, gamma, opening=opening)
         if isinstance(policy, AdaptiveController) and drafter != "none":
             with self.lock:
                 policy.use_calibration(self.calibration(drafter, gamma))

@@ -73,10 +73,11 @@ class HeuristicGamma:
             self.gamma = max(self.gamma - 1, 1)
 
 
-def make_policy(name: str, gamma: int, **calibration) -> GammaPolicy:
+def make_policy(name: str, gamma: int, opening: int | None = None, **calibration) -> GammaPolicy:
     """A policy by name. `gamma` is the fixed gamma, the heuristic's start, or the adaptive
-    controller's maximum; `calibration` (Calibration.as_kwargs()) feeds the adaptive one, which
-    without it is calibrated by `Pair.generate` before its first round."""
+    controller's maximum; `opening` its plain opening tokens (None: the default);
+    `calibration` (Calibration.as_kwargs()) feeds the adaptive one, which without it is
+    calibrated by `Pair.generate` before its first round."""
     if name == "fixed":
         return FixedGamma(gamma)
     if name == "heuristic":
@@ -85,5 +86,7 @@ def make_policy(name: str, gamma: int, **calibration) -> GammaPolicy:
         return NeverDraft()
     if name == "adaptive":
         from engine.controller import AdaptiveController
+        if opening is not None:
+            calibration["opening_plain"] = opening
         return AdaptiveController(max_gamma=gamma, **calibration)
     raise SettingsError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

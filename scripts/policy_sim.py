@@ -233,7 +233,7 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
                 adaptive(True, horizon_cap=0.0), 0.5, True),
                ("adaptive 8, chain stop 0.5, trim (default)", adaptive(True), 0.5, True),
                ("adaptive 8, chain stop 0.7, trim", adaptive(True), 0.7, True)]
-    for opening in (2, 4, 6):
+    for opening in (2, 4, 6, 10, 16):
         configs.append((f"adaptive 8, {opening} plain opening rounds, chain stop 0.5, trim",
                         adaptive(True, opening), 0.5, True))
     cats = sorted({r["cat"] for r in data["recs"]})

@@ -154,3 +154,35 @@ def test_reports_are_written(tmp_path):
                     "Acceptance by position", "![a.png](a.png)", "tandem bench --quick"):
         assert heading in md
     assert "| overall |" in md and "latency-optimal gamma" in md
+
+
+def test_a_config_can_set_the_adaptive_policys_plain_opening():
+    pair = fake_pair()
+    made = []
+    make = pair.make_policy
+    pair.make_policy = lambda *a, **kw: made.append(make(*a, **kw)) or made[-1]
+    configs = [SpecConfig("draft", 4, "adaptive", opening=5), SpecConfig("draft", 4, "adaptive")]
+    plan = BenchPlan(prompts=prompts(1, ("math",)), samplings=[GREEDY], configs=configs,
+                     max_tokens=12, warmup_tokens=0)
+    spec = [r for r in run_benchmark(pair, plan) if r.role == "speculative"]
+    assert [c.label for c in configs] == ["draft g=4 adaptive open=5", "draft g=4 adaptive"]
+    assert sorted(r.config for r in spec) == sorted(c.label for c in configs)
+    assert [p.opening_plain for p in made] == [5, 3]
+
+
+def test_plain_opening_is_refused_for_policies_other_than_adaptive():
+    with pytest.raises(SettingsError, match="adaptive policy only"):
+        SpecConfig("draft", 3, "fixed", opening=4)
+    with pytest.raises(SettingsError, match=">= 0"):
+        SpecConfig("draft", 3, "adaptive", opening=-1)
+
+
+def test_configs_parse_an_optional_opening():
+    from app.bench_cli import parse_configs
+    assert parse_configs("draft:fixed:3, hybrid:adaptive:8:16") == [
+        SpecConfig("draft", 3, "fixed"), SpecConfig("hybrid", 8, "adaptive", 16)]
+    for bad in ("draft:fixed", "hybrid:adaptive:8:16:2", "hybrid:adaptive:eight"):
+        with pytest.raises(SettingsError, match="--configs"):
+            parse_configs(bad)
+    with pytest.raises(SettingsError, match="adaptive policy only"):
+        parse_configs("draft:fixed:3:4")

@@ -454,3 +454,13 @@ def test_cli_speculation_options():
     assert drafter_name(parse("--draft", "none")) == "none"
     with pytest.raises(SettingsError, match="needs a draft model"):
         model_configs(parse("--draft", "none", "--drafter", "hybrid"))
+
+
+def test_the_plain_opening_is_a_setting():
+    c = make_policy("adaptive", 8, opening=6, draft_ms=draft_table(10.0), verify_ms=VERIFY,
+                    model_source="draft-model")
+    gammas = play(c, 10, accept_all=True)
+    assert gammas[:6] == [0] * 6 and gammas[6] > 0
+    assert make_policy("adaptive", 8).opening_plain == 3
+    with pytest.raises(SettingsError, match="opening"):
+        make_policy("adaptive", 8, opening=-1)

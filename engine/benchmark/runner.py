@@ -31,15 +31,26 @@ from engine.session import Session
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """One speculative configuration: a drafter, a gamma and a gamma policy."""
+    """One speculative configuration: a drafter, a gamma and a gamma policy; `opening` sets the
+    adaptive controller's plain opening tokens (None: its default)."""
 
     drafter: str
     gamma: int
     policy: str = "fixed"
+    opening: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.opening is not None and self.policy != "adaptive":
+            raise SettingsError(f"{self.label}: plain opening tokens are a setting of the "
+                                "adaptive policy only")
+        if self.opening is not None and self.opening < 0:
+            raise SettingsError(f"{self.label}: plain opening tokens must be >= 0")
 
     @property
     def label(self) -> str:
         tail = "" if self.policy == "fixed" else f" {self.policy}"
+        if self.opening is not None:
+            tail += f" open={self.opening}"
         return f"{self.drafter} g={self.gamma}{tail}"
 
 
@@ -97,7 +108,8 @@ def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecCo
     if config:
         with pair.lock:
             pair.calibration(config.drafter, config.gamma)
-    policy = pair.make_policy(config.policy, config.drafter, config.gamma) if config else None
+    policy = (pair.make_policy(config.policy, config.drafter, config.gamma, config.opening)
+              if config else None)
     cold_start(pair)
     gen = GenerationConfig(params=params, gamma=config.gamma if config else 0,
                            max_tokens=max_tokens)
