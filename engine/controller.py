@@ -35,7 +35,10 @@ by then, so a round whose first token the draft itself doubts costs one draft de
 wasted verify as well. Replayed over a teacher-forced trace of the 48 suite prompts (greedy,
 costs measured here; scripts/policy_sim.py), the draft's stop and this trim took the share of
 prompts below 0.95x from 12% to 6% and p10 from 0.94 to 0.97, the code medians unchanged;
-three plain opening rounds instead of one (`opening_plain`) took it to 2%, p10 0.98.
+three plain opening rounds instead of one (`opening_plain`) took it to 2%, p10 0.98. Longer
+openings (8, 12, 16 tokens, measured on the real pair) cost code and math 0.04-0.11 of median and
+only move the loss to the short answers that end just after them: the draft must first swallow
+every token of the opening, which such an answer cannot win back (docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
