@@ -7,8 +7,12 @@ import datetime as dt
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.errors import SettingsError
+
+if TYPE_CHECKING:
+    from engine.benchmark.runner import SpecConfig
 
 # Short first lines ("Dog\n", "Elephant\n") keep samples cheap; the first animal varies a lot.
 EXACTNESS_PROMPT = "Write a list of five animals, one per line."
@@ -82,7 +86,7 @@ def _draft_words(pair, dcfg) -> str:
     return dcfg.path
 
 
-def parse_configs(text: str) -> list:
+def parse_configs(text: str) -> list[SpecConfig]:
     """`--configs`: DRAFTER:POLICY:GAMMA[:OPENING] items, comma separated."""
     from engine.benchmark.runner import SpecConfig
     items = [c.split(":") for c in _csv(text)]
@@ -141,9 +145,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     summary = summarize(records)
     words = ["bench"] + (["--suite", str(args.suite)] if args.suite else []) + [
         "--categories", ",".join(chosen.categories)] + (
-        ["--configs", ",".join(f"{c.drafter}:{c.policy}:{c.gamma}"
-                                + (f":{c.opening}" if c.opening is not None else "")
-                                for c in configs)]
+        ["--configs", ",".join(c.item for c in configs)]
         if args.configs else ["--drafter", ",".join(drafters), "--policies", ",".join(policies),
                               "--gammas", ",".join(map(str, gammas))]) + [
         "--temperatures", args.temperatures, "--top-p", args.top_p,

@@ -179,8 +179,9 @@ def test_plain_opening_is_refused_for_policies_other_than_adaptive():
 
 def test_configs_parse_an_optional_opening():
     from app.bench_cli import parse_configs
-    assert parse_configs("draft:fixed:3, hybrid:adaptive:8:16") == [
-        SpecConfig("draft", 3, "fixed"), SpecConfig("hybrid", 8, "adaptive", 16)]
+    configs = parse_configs("draft:fixed:3, hybrid:adaptive:8:16")
+    assert configs == [SpecConfig("draft", 3, "fixed"), SpecConfig("hybrid", 8, "adaptive", 16)]
+    assert [c.item for c in configs] == ["draft:fixed:3", "hybrid:adaptive:8:16"]
     for bad in ("draft:fixed", "hybrid:adaptive:8:16:2", "hybrid:adaptive:eight"):
         with pytest.raises(SettingsError, match="--configs"):
             parse_configs(bad)

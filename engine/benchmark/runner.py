@@ -47,6 +47,12 @@ class SpecConfig:
             raise SettingsError(f"{self.label}: plain opening tokens must be >= 0")
 
     @property
+    def item(self) -> str:
+        """The config as `tandem bench --configs` spells it."""
+        tail = f":{self.opening}" if self.opening is not None else ""
+        return f"{self.drafter}:{self.policy}:{self.gamma}{tail}"
+
+    @property
     def label(self) -> str:
         tail = "" if self.policy == "fixed" else f" {self.policy}"
         if self.opening is not None:
