@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from engine.sampling import F64, sample
+from engine.errors import DraftLawError
+from engine.sampling import F64, Rng
 
 I32 = npt.NDArray[np.int32]
 
@@ -41,7 +42,7 @@ def residual(p: F64, q: F64) -> F64:
     return r / total if total > 0 else p
 
 
-def speculative_verify(p: F64, q: F64, draft: I32, rng: np.random.Generator) -> Verdict:
+def speculative_verify(p: F64, q: F64, draft: I32, rng: Rng) -> Verdict:
     """Leviathan/Chen rule. `p`: [γ+1, V] target rows, `q`: [γ, V] draft rows, `draft`: [γ]."""
     gamma = len(draft)
     for i in range(gamma):
@@ -49,27 +50,29 @@ def speculative_verify(p: F64, q: F64, draft: I32, rng: np.random.Generator) -> 
         pi, qi = p[i], q[i]
         px, qx = pi[x], qi[x]
         if qx <= 0.0:
-            # The draft cannot have sampled x; treat it as a rejection rather than divide by 0.
-            return Verdict(i, sample(residual(pi, qi), rng), "correction")
-        if px >= qx or rng.random() < px / qx:
+            # x did not come from q_i, so the rule's premise is false and no emission from it
+            # would be exact (always taking the residual, as this once did, biases the output).
+            raise DraftLawError(f"drafted token {x} at position {i} has probability 0 under the "
+                                "draft's declared distribution: the drafter and its q disagree")
+        if px >= qx or rng.coin(px / qx):
             continue
-        return Verdict(i, sample(residual(pi, qi), rng), "correction")
-    return Verdict(gamma, sample(p[gamma], rng), "bonus")
+        return Verdict(i, rng.draw(residual(pi, qi)), "correction")
+    return Verdict(gamma, rng.draw(p[gamma]), "bonus")
 
 
-def one_hot_verify(p: F64, draft: I32, rng: np.random.Generator) -> Verdict:
+def one_hot_verify(p: F64, draft: I32, rng: Rng) -> Verdict:
     """The rule for drafters that give no probabilities: q_i is one-hot at x_i."""
     gamma = len(draft)
     for i in range(gamma):
         x = int(draft[i])
         pi = p[i]
-        if rng.random() < pi[x]:
+        if rng.coin(pi[x]):
             continue
         r = pi.copy()
         r[x] = 0.0
         total = r.sum()
-        return Verdict(i, sample(r / total if total > 0 else pi, rng), "correction")
-    return Verdict(gamma, sample(p[gamma], rng), "bonus")
+        return Verdict(i, rng.draw(r / total if total > 0 else pi), "correction")
+    return Verdict(gamma, rng.draw(p[gamma]), "bonus")
 
 
 def greedy_verify(p: F64, draft: I32) -> Verdict:
@@ -82,7 +85,7 @@ def greedy_verify(p: F64, draft: I32) -> Verdict:
     return Verdict(gamma, int(np.argmax(p[gamma])), "bonus")
 
 
-def verify(p: "Rows | F64", q: F64 | None, draft: I32, rng: np.random.Generator, greedy: bool) -> Verdict:
+def verify(p: "Rows | F64", q: F64 | None, draft: I32, rng: Rng, greedy: bool) -> Verdict:
     """Pick the rule: greedy, one-hot (no q), or full speculative sampling."""
     if greedy:
         return greedy_verify(p, draft)

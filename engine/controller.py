@@ -27,18 +27,12 @@ then speculates for several rounds, so that cost is spread over the rounds the a
 would fill (at least `horizon`) when choosing gamma.
 
 Gamma is the most a round may draft; the draft model stops earlier when its own probabilities
-say the run is unlikely to survive (`chain_min` in engine/drafters/draft_model.py), and `trim`
-then verifies only the prefix worth its verify width: with the draft's probability of each of its
-tokens as the chance it is accepted, the prefix length k that maximises expected accepted tokens
-minus the extra verify cost (verify(k+1) - verify(1), in target tokens). The draft is paid for
-by then, so a round whose first token the draft itself doubts costs one draft decode, not a
-wasted verify as well. Replayed over a teacher-forced trace of the 48 suite prompts (greedy,
-costs measured here; scripts/policy_sim.py), the draft's stop and this trim took the share of
-prompts below 0.95x from 12% to 6% and p10 from 0.94 to 0.97, the code medians unchanged;
-three plain opening rounds instead of one (`opening_plain`) took it to 2%, p10 0.98. Longer
-openings (8, 12, 16 tokens, measured on the real pair) cost code and math 0.04-0.11 of median and
-only move the loss to the short answers that end just after them: the draft must first swallow
-every token of the opening, which such an answer cannot win back (docs/BENCHMARKS.md).
+say the run is unlikely to survive (`chain_min` in engine/drafters/draft_model.py), and
+`keep_drafting` stops it when the next token is not worth its verify width and draft decode.
+Both are stopping rules that read only what comes before the token they decide on, which is
+what keeps the output exact (docs/EXACTNESS.md). Three plain opening rounds (`opening_plain`)
+let the target show how predictable an answer's start is before the first draft
+(docs/BENCHMARKS.md has the measurements behind these choices).
 """
 from __future__ import annotations
 
@@ -49,6 +43,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.errors import SettingsError
+from engine.policy import GammaPolicy
 from engine.session import Session
 from engine.stats import RoundStats
 from engine.widths import padded_width
@@ -115,7 +110,7 @@ def _at(table: Sequence[float], w: int) -> float:
     return float(table[-1] + max(step, 0.0) * (w - len(table)))
 
 
-class AdaptiveController:
+class AdaptiveController(GammaPolicy):
     """Without costs at construction it is uncalibrated; `Pair.generate` supplies the pair's
     cached calibration via `use_calibration` before the first round."""
 
@@ -257,24 +252,31 @@ class AdaptiveController:
         plain = self.predicted_tps(0) * (1.0 + self.margin)
         return any(1e3 * (g + 1) / self.cost_ms(g) > plain for g in range(1, self.max_gamma + 1))
 
-    def trim(self, own: Sequence[float]) -> int:
-        """How many of the drafted tokens to verify, given the draft's probability of each."""
+    def keep_drafting(self, own: Sequence[float], sure: float, limit: int) -> bool:
+        """Before the draft draws token k = len(own): draw it when some round of m tokens,
+        k < m <= limit, is worth more than stopping at k. A token counts as accepted with the draft's own
+        probability (of the tokens drawn, then `sure` for each further one); a round's worth is
+        its expected accepted tokens less its extra verify width and draft decodes, in target
+        tokens (the draft's row for token k is paid for already)."""
         one = self.verify[0]
-        best_k, best, expected, chain = 0, 0.0, 0.0, 1.0
-        for k, q in enumerate(own, start=1):
-            chain *= float(q)
-            expected += chain
-            gain = expected - (self.verify_cost(k + 1) - one) / one
-            if gain > best:
-                best_k, best = k, gain
-        return best_k
+        k = len(own)
+        chain = float(np.prod(own)) if k else 1.0
+        stop_cost = self.verify_cost(k + 1)
+        gain = 0.0
+        for m in range(k + 1, max(limit, k + 1) + 1):
+            chain *= sure
+            gain += chain
+            extra = self.verify_cost(m + 1) - stop_cost + (m - k - 1) * self.draft_token
+            if gain > extra / one:
+                return True
+        return False
 
     def next_gamma(self) -> int:
         if not self.calibrated:
             raise SettingsError("the adaptive controller has no calibration; "
                                 "run it through Pair.generate or pass draft_ms/verify_ms")
         self.probing = False
-        if self.rounds < self.opening_plain and self.wants_confidence:
+        if self.rounds < self.opening_plain:
             # Look before leaping: the opening of an answer is where a draft goes wrong most
             # (greedy agreement over the 48 suite prompts: 0.50 at the first token, 0.73 at the
             # second, 0.79 at the third and fourth, 0.83 after; scripts/policy_sim.py), and one
@@ -295,9 +297,8 @@ class AdaptiveController:
     def update(self, r: RoundStats) -> None:
         self.rounds += 1
         self.elapsed += r.committed
-        proposed = max(r.proposed, r.drafted)
-        if proposed > 0:
-            self._learn_draft_cost(r.draft_ms, proposed)
+        if r.drafted > 0:
+            self._learn_draft_cost(r.draft_ms, r.drafted)
         if r.drafted > 0:
             self._learn_acceptance(r.drafted, r.accepted)
             self._learn_scale(r)
@@ -307,11 +308,11 @@ class AdaptiveController:
             # The first decode after a prefill is slow (93-114 ms against ~80 here): not a cost
             # any later round pays.
             self._learn_verify_cost(r.width or r.drafted + 1, r.verify_ms)
-        if self.model_source is not None and r.source == self.model_source and proposed > 0:
-            # The model decoded all it drafted but the last one (all of them after a p_min
-            # stop): when every token it drafted was taken, that one and the bonus are still
-            # to feed.
-            self.lag = 2 if r.accepted == proposed else 1
+        if self.model_source is not None and r.source == self.model_source and r.gamma > 0:
+            # The model caught up on the text and decoded all it drafted but (usually) the
+            # last token: when every drafted token was taken, that one and the bonus are still
+            # to feed; otherwise only the target's token.
+            self.lag = 2 if r.drafted and r.accepted == r.drafted else 1
         else:
             self.lag += r.committed
         self.speculating = r.gamma > 0

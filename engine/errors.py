@@ -24,3 +24,8 @@ class DoesNotFitError(TandemError):
 
 class HubError(TandemError):
     """The model hub could not be reached or refused a request."""
+
+
+class DraftLawError(TandemError):
+    """A drafter's tokens and the distribution it declared for them disagree (an engine bug:
+    verifying such a proposal with the p/q rule would not be exact)."""

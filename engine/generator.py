@@ -9,17 +9,16 @@ After verification the target is rolled back to the committed tokens, minus the 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterator, Sequence
 
-import numpy as np
-
 from engine.acceptance import Verdict, verify
-from engine.drafters.base import Drafter, Proposal, empty_proposal, give_feedback
+from engine.drafters.base import Drafter, Proposal, empty_proposal
 from engine.errors import SettingsError
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.policy import FixedGamma, GammaPolicy
-from engine.sampling import Rows, SamplingParams, top_probability
+from engine.sampling import Rng, Rows, SamplingParams, top_probability
 from engine.session import Session
 from engine.stats import GenerationStats, RoundStats
 from engine.textstream import TextStream
@@ -48,37 +47,28 @@ def _clock() -> float:
     return time.perf_counter() * 1e3
 
 
-def _trimmed(proposal: Proposal, policy: GammaPolicy) -> Proposal:
-    """The proposal cut to the length the policy wants verified (policies with `trim`, drafters
-    that give a confidence). The cut depends only on the drafter's own numbers, never on the
-    target, so acceptance stays exact."""
-    trim = getattr(policy, "trim", None)
-    n = len(proposal)
-    if trim is None or proposal.confidence is None or n == 0:
-        return proposal
-    k = max(0, min(int(trim(proposal.confidence)), n))
-    if k == n:
-        return proposal
-    return replace(proposal, tokens=proposal.tokens[:k],
-                   q=proposal.q[:k] if k and proposal.q is not None else None,
-                   confidence=proposal.confidence[:k] if k else None)
+def _keep(policy: GammaPolicy, limit: int, own: Sequence[float], sure: float) -> bool:
+    return policy.keep_drafting(own, sure, limit)
 
 
 def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
              config: GenerationConfig, policy: GammaPolicy | None = None,
              rule: VerifyRule = verify,
-             widths: Callable[[int], int] | None = None) -> Iterator[Event]:
+             widths: Callable[[int], int] | None = None, rng: Rng | None = None,
+             clock: Callable[[], float] = _clock) -> Iterator[Event]:
     """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent.
 
     `rule` is the verification rule; only the exactness report's negative control swaps it.
-    `widths` maps a verify batch's size to the width to decode it at (engine/widths.py)."""
+    `widths` maps a verify batch's size to the width to decode it at (engine/widths.py).
+    `rng` (default: seeded from the sampling params) makes every random choice; `clock` (ms)
+    times the phases. Tests inject both: an enumerating rng, a clock driven by a cost profile."""
     if not prompt:
         raise SettingsError("the prompt is empty")
     params = config.params
-    rng = np.random.default_rng(params.seed)
+    rng = rng if rng is not None else Rng(params.seed)
     speculative = drafter is not None and config.gamma > 0
     policy = policy or FixedGamma(config.gamma if speculative else 0)
-    wants_confidence = speculative and bool(getattr(policy, "wants_confidence", False))
+    wants_confidence = speculative and policy.wants_confidence
     backend = target.backend
     stats = GenerationStats(mode="speculative" if speculative else "baseline",
                             drafter=drafter.name if speculative else "none",
@@ -87,13 +77,13 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     seq = [int(t) for t in prompt]
     out: list[int] = []
 
-    t_start = _clock()
+    t_start = clock()
     if len(seq) + 1 > backend.n_ctx:
         raise SettingsError(f"the prompt ({len(seq)} tokens) does not fit in n_ctx {backend.n_ctx}")
     target.sync(seq, feed_last=False)
-    if speculative and hasattr(drafter, "prefill"):
+    if speculative:
         drafter.prefill(seq)
-    t_prefill = _clock()
+    t_prefill = clock()
     stats.prefill_ms = t_prefill - t_start
 
     finish = ""
@@ -103,32 +93,33 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
             finish = "length"
             break
         gamma = min(policy.next_gamma(), room) if speculative else 0
-        proposal: Proposal = (drafter.propose(seq, gamma, params, rng) if gamma > 0
-                              else empty_proposal("none"))
-        proposed = len(proposal)
-        proposal = _trimmed(proposal, policy)
+        t0 = clock()
+        proposal: Proposal = (drafter.propose(seq, gamma, params, rng,
+                                              partial(_keep, policy, gamma))
+                              if gamma > 0 else empty_proposal("none"))
         drafted = [int(t) for t in proposal.tokens]
+        draft_ms = clock() - t0
 
-        t0 = _clock()
+        t0 = clock()
         width = widths(len(drafted) + 1) if widths is not None and drafted else len(drafted) + 1
         logits = target.extend([seq[-1]] + drafted, rows=range(len(drafted) + 1), pad_to=width)
         p = Rows(logits, params)
         verdict = rule(p, proposal.q, proposal.tokens, rng, params.greedy)
-        verify_ms = _clock() - t0
+        verify_ms = clock() - t0
         # Rows past the first rejection were not tested and are never read: skip their softmax.
         confidence = (tuple(top_probability(logits[:verdict.n_accepted + 1]).tolist())
                       if wants_confidence else ())
         target.rollback(len(seq) + verdict.n_accepted)
         if speculative:
-            give_feedback(drafter, proposal, verdict.n_accepted)
+            drafter.feedback(proposal, verdict.n_accepted)
 
         new = drafted[:verdict.n_accepted] + [verdict.token]
         origins = ["draft"] * verdict.n_accepted + [verdict.kind if drafted else "target"]
         r = RoundStats(index=stats.rounds, gamma=gamma, drafted=len(drafted),
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
-                       draft_ms=proposal.time_ms, verify_ms=verify_ms, source=proposal.source,
-                       predicted_tps=getattr(policy, "last_prediction", None),
-                       confidence=confidence, proposed=proposed, width=width)
+                       draft_ms=draft_ms, verify_ms=verify_ms, source=proposal.source,
+                       predicted_tps=policy.last_prediction, confidence=confidence,
+                       width=width)
         for tok, origin in zip(new, origins):
             if backend.is_eog(tok):
                 finish = "eos"
@@ -139,7 +130,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
             r.committed += 1
             text = stream.push(tok)
             if not stats.ttft_ms:
-                stats.ttft_ms = _clock() - t_start
+                stats.ttft_ms = clock() - t_start
             yield TokenEvent(token=tok, text=text, origin=origin, index=len(out) - 1)
             if stream.stopped:
                 finish = "stop"
@@ -157,7 +148,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         yield TokenEvent(token=-1, text=tail, origin="flush", index=len(out) - 1)
     # Leave the target's cache holding every committed token but the last, as between rounds.
     target.rollback(len(seq) - 1)
-    t_end = _clock()
+    t_end = clock()
     stats.output_tokens = len(out)
     stats.total_time_ms = t_end - t_start
     stats.decode_time_ms = t_end - t_prefill

@@ -3,11 +3,10 @@ reports the round back through `update(round)`. `FixedGamma` is the plain policy
 `HeuristicGamma` the transformers-style one, `NeverDraft` the control that keeps every round of
 the speculative path plain (what that path costs by itself, and the noise floor any policy is
 measured against); the adaptive controller is in `engine.controller`.
-A policy may expose `last_prediction` (tokens/s it expects from the gamma it just chose).
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Sequence
 
 from engine.errors import SettingsError
 from engine.stats import RoundStats
@@ -15,15 +14,30 @@ from engine.stats import RoundStats
 POLICIES = ("adaptive", "fixed", "heuristic", "plain")
 
 
-class GammaPolicy(Protocol):
-    name: str
+class GammaPolicy:
+    """Base class: `next_gamma` and `update` are required; the rest are hooks with defaults."""
 
-    def next_gamma(self) -> int: ...
+    name: str = "policy"
+    # Tokens/s the policy expects from the gamma it just chose, when it predicts one.
+    last_prediction: float | None = None
+    # Whether the generator should report the target's top probability per verified row.
+    wants_confidence: bool = False
 
-    def update(self, r: RoundStats) -> None: ...
+    def next_gamma(self) -> int:
+        raise NotImplementedError
+
+    def update(self, r: RoundStats) -> None:
+        raise NotImplementedError
+
+    def keep_drafting(self, own: Sequence[float], sure: float, limit: int) -> bool:
+        """Before the draft draws its next token: whether to draw it, from the draft's
+        probabilities of the tokens drawn so far this round (`own`), the largest probability
+        of the next row (`sure`) and the most tokens this round may draft (`limit`). It must
+        not see the token itself (engine/drafters/base.py)."""
+        return True
 
 
-class FixedGamma:
+class FixedGamma(GammaPolicy):
     def __init__(self, gamma: int) -> None:
         self.name = f"fixed-{gamma}"
         self.gamma = gamma
@@ -35,7 +49,7 @@ class FixedGamma:
         pass
 
 
-class NeverDraft:
+class NeverDraft(GammaPolicy):
     """Speculative mode with the draft loaded and prefilled, but no round drafts: a benchmark
     control, an A/A run through the speculative path."""
 
@@ -49,7 +63,7 @@ class NeverDraft:
         pass
 
 
-class HeuristicGamma:
+class HeuristicGamma(GammaPolicy):
     """+2 after a round that accepted everything drafted, -1 after any rejection, never below 1
     (Hugging Face transformers' "heuristic" schedule for assistant tokens)."""
 

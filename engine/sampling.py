@@ -116,11 +116,27 @@ class Rows:
         return row
 
 
-def sample(probs: F64, rng: np.random.Generator) -> int:
-    """Draw one token id from a distribution (inverse CDF: one uniform per draw)."""
-    cdf = np.cumsum(probs)
-    u = rng.random() * cdf[-1]
-    return int(min(np.searchsorted(cdf, u, side="right"), probs.size - 1))
+class Rng:
+    """The engine's one source of randomness: a token drawn from a distribution (`draw`) and a
+    biased coin (`coin`), each consuming one uniform. Every random choice of a generation goes
+    through these two methods, so a test can substitute a subclass that branches on every
+    outcome and computes the exact law of the output (tests/enumerate.py)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._gen = np.random.default_rng(seed)
+
+    def random(self) -> float:
+        return float(self._gen.random())
+
+    def draw(self, probs: F64) -> int:
+        """One token id from `probs` (inverse CDF)."""
+        cdf = np.cumsum(probs)
+        u = self.random() * cdf[-1]
+        return int(min(np.searchsorted(cdf, u, side="right"), probs.size - 1))
+
+    def coin(self, p: float) -> bool:
+        """True with probability `p`."""
+        return self.random() < p
 
 
 def top_probability(logits: F32) -> F64:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 class RoundStats:
     index: int
     gamma: int
-    # Tokens verified; `proposed` counts those drafted before the policy trimmed the proposal.
+    # Tokens drafted and put before the target.
     drafted: int
     accepted: int
     kind: str
@@ -28,7 +28,6 @@ class RoundStats:
     # positions, then the correction or bonus row); only for policies that ask for it
     # (`wants_confidence`).
     confidence: tuple[float, ...] = ()
-    proposed: int = 0
     # The target batch's width as decoded: drafted + 1, or more when padded (engine/widths.py).
     width: int = 0
 
@@ -48,7 +47,6 @@ class GenerationStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     # Drafted, including tokens the policy trimmed before verification (never verified).
-    proposed_tokens: int = 0
     rejected_rounds: int = 0
     rounds: int = 0
     target_calls: int = 0
@@ -97,7 +95,6 @@ class GenerationStats:
         self.rounds += 1
         self.target_calls += 1
         self.drafted_tokens += r.drafted
-        self.proposed_tokens += max(r.proposed, r.drafted)
         self.accepted_tokens += r.accepted
         self.draft_time_ms += r.draft_ms
         self.verify_time_ms += r.verify_ms

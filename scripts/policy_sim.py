@@ -167,7 +167,7 @@ def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
                max_tokens: int = 64, pad: bool = True) -> float:
     """Simulated speedup of one prompt: plain decode time over the policy's rounds' time. Rounds
     follow the engine: the draft stops after the token that takes its chain under chain_min,
-    policies with `trim` cut the proposal, the accepted prefix is where the draft's greedy token
+    the policy's `keep_drafting` stops it before a token, the accepted prefix is where the draft's greedy token
     first differs from the target's, and batches are padded to cheaper widths (`pad`)."""
     gen, dam, dconf, tconf = rec["gen"], rec["dargmax"], rec["dconf"], rec["tconf"]
     n = len(gen)
@@ -177,12 +177,15 @@ def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
         g = min(policy.next_gamma(), max(room, 0))
         draft_ms, own = 0.0, []
         if g > 0:
+            # As the draft model drafts: a greedy row's `sure` is the draft's top probability
+            # at that position, checked before the token is taken; a decode per further row.
             draft_ms = costs.padded_draft(lag, pad)
-            own.append(dconf[i])
-            while len(own) < g and float(np.prod(own)) >= chain_min:
-                draft_ms += costs.draft_batch(1)
+            while policy.keep_drafting(own, dconf[i + len(own)], g):
                 own.append(dconf[i + len(own)])
-        kept = policy.trim(own) if own and hasattr(policy, "trim") else len(own)
+                if len(own) == g or float(np.prod(own)) < chain_min:
+                    break
+                draft_ms += costs.draft_batch(1)
+        kept = len(own)
         acc = 0
         while acc < kept and dam[i + acc] == gen[i + acc]:
             acc += 1
@@ -192,8 +195,7 @@ def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
         policy.update(RoundStats(index=index, gamma=g, drafted=kept, accepted=acc, kind="",
                                  committed=committed, draft_ms=draft_ms, verify_ms=verify_ms,
                                  source="draft-model" if g else "none",
-                                 confidence=tuple(tconf[i:i + acc + 1]), proposed=len(own),
-                                 width=width))
+                                 confidence=tuple(tconf[i:i + acc + 1]), width=width))
         total += draft_ms + verify_ms
         i += committed
         index += 1
@@ -285,8 +287,8 @@ def oracle_one(rec: dict, costs: Costs, max_tokens: int = 64, max_gamma: int = 8
     return costs.verify(1) * end / best(0, 1)
 
 
-class _NoTrim:
-    """The adaptive controller without its `trim`, for comparison."""
+class _NoTrim(GammaPolicy):
+    """The adaptive controller without its stopping rule (`keep_drafting`), for comparison."""
 
     def __init__(self, inner: AdaptiveController) -> None:
         self.inner = inner

@@ -11,6 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.drafters.base import Drafter, Proposal
+
 
 class FakeBackend:
     def __init__(self, n_vocab: int = 64, seed: int = 0, noise: float = 0.0, scale: float = 3.0,
@@ -66,7 +68,7 @@ class FakeBackend:
         self.cache.clear()
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """Proposes the target's greedy continuation, corrupted at a scripted position each round:
     `pattern[r % len(pattern)]` is the first wrong position of round r (>= gamma: none wrong)."""
 
@@ -76,8 +78,7 @@ class ScriptedDrafter:
         self.pattern = list(pattern)
         self.round = 0
 
-    def propose(self, context, gamma, params, rng):
-        from engine.drafters.base import Proposal
+    def propose(self, context, gamma, params, rng, keep=None):
         wrong_at = self.pattern[self.round % len(self.pattern)]
         self.round += 1
         ctx = list(context)

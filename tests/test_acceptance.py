@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from engine.acceptance import Verdict, greedy_verify, one_hot_verify, residual, speculative_verify
-from engine.sampling import SamplingParams, probabilities, sample
+from engine.errors import DraftLawError
+from engine.sampling import Rng, SamplingParams, probabilities
 
 V = 6
 N = 20000
@@ -24,8 +25,8 @@ def wrong_rule(p, q, draft, rng):
     for i, x in enumerate(draft):
         if rng.random() < min(1.0, p[i][x] / q[i][x]):
             continue
-        return Verdict(i, sample(p[i], rng), "correction")
-    return Verdict(len(draft), sample(p[len(draft)], rng), "bonus")
+        return Verdict(i, rng.draw(p[i]), "correction")
+    return Verdict(len(draft), rng.draw(p[len(draft)]), "bonus")
 
 
 def chain(seed: int, temp: float = 1.0) -> np.ndarray:
@@ -41,7 +42,7 @@ def first_two(P, Q, gamma, rule, rng, one_hot=False, start=0):
     while len(out) < 2:
         draft, qrows, ctx = [], [], prev
         for _ in range(gamma):
-            x = sample(Q[ctx], rng)
+            x = rng.draw(Q[ctx])
             draft.append(x)
             qrows.append(np.eye(V)[x] if one_hot else Q[ctx])
             ctx = x
@@ -58,7 +59,7 @@ def first_two(P, Q, gamma, rule, rng, one_hot=False, start=0):
 
 
 def joint_counts(P, Q, gamma, rule, seed, one_hot=False):
-    rng = np.random.default_rng(seed)
+    rng = Rng(seed)
     counts = np.zeros((V, V))
     for _ in range(N):
         a, b = first_two(P, Q, gamma, rule, rng, one_hot)
@@ -128,8 +129,11 @@ def test_greedy_rule_keeps_prefix_matching_argmax():
     assert greedy_verify(p, np.array([4, 2, 3])) == Verdict(0, 1, "correction")
 
 
-def test_zero_draft_probability_is_a_rejection():
+def test_a_token_its_declared_q_cannot_give_is_refused():
+    """Token 0 cannot have come from q = (0, 0, 1): no emission from the p/q rule would be
+    exact for it (always taking the residual, the old branch, emits token 0 with probability
+    0 here instead of 0.5), so verification refuses it."""
     p = np.array([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
     q = np.array([[0.0, 0.0, 1.0]])
-    v = speculative_verify(p, q, np.array([0]), np.random.default_rng(0))
-    assert v.n_accepted == 0 and v.kind == "correction"
+    with pytest.raises(DraftLawError, match="probability 0"):
+        speculative_verify(p, q, np.array([0]), Rng(0))

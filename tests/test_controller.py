@@ -13,7 +13,7 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.policy import FixedGamma, HeuristicGamma, make_policy
+from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, make_policy
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
@@ -273,72 +273,82 @@ def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_f
                                              + catch_up / c.horizon)
 
 
-def test_trim_verifies_the_prefix_worth_its_verify_width():
-    # VERIFY: one token 100 ms, 2 -> 130, 3 -> 130, 4 -> 135: an extra row costs 0.3, 0.3, 0.35.
+def test_keep_drafting_draws_the_next_token_only_when_a_longer_round_is_worth_it():
+    # VERIFY: one token 100 ms, 2 -> 130, 3 -> 130, 4 -> 135; the draft 10 ms a token.
     c = controller()
-    assert c.trim([0.99, 0.98, 0.97]) == 3
-    # 0.2 expected tokens for 0.3 of verify, and the longer prefixes are no better: none.
-    assert c.trim([0.2, 0.4, 0.4]) == 0
-    # A doubtful third token after two sure ones: verify two.
-    assert c.trim([0.95, 0.95, 0.05]) == 2
+    # 0.99 expected tokens for 0.3 of verify.
+    assert c.keep_drafting([], 0.99, 3)
+    # 0.2 for 0.3, and longer rounds (another draft decode each) are no better: none.
+    assert not c.keep_drafting([], 0.2, 3)
+    # A doubtful third token after two sure ones: 0.045 expected for 0.05 of verify.
+    assert not c.keep_drafting([0.95, 0.95], 0.05, 3)
     # Width 3 costs the same as width 2 here, so a doubtful second token rides along free.
-    assert c.trim([0.9, 0.1]) == 2
-    # The learned verify curve decides: when a 2-token batch costs two tokens, keep none.
+    assert c.keep_drafting([0.9], 0.1, 2)
+    # Only rounds within the limit count, and further tokens pay their draft decodes: 0.28
+    # expected for 0.3 with one token; 0.36 for 0.3 with two when drafting costs nothing
+    # more, for 0.4 when each further token costs a tenth of a target token.
+    free = controller(per_token=0.0)
+    assert not free.keep_drafting([], 0.28, 1) and free.keep_drafting([], 0.28, 2)
+    assert not c.keep_drafting([], 0.28, 2)
+    # The learned verify curve decides: when a 2-token batch costs two tokens, draft none.
     c.verify = [100.0, 200.0, 300.0, 400.0]
-    assert c.trim([0.9, 0.9, 0.9]) == 0
-    assert c.trim([]) == 0
+    assert not c.keep_drafting([], 0.9, 3)
 
 
-def test_trimmed_rounds_teach_the_draft_cost_per_proposed_token_and_resync_the_draft():
+def test_rounds_teach_the_draft_cost_per_drafted_token_and_resync_the_draft():
     c = controller(per_token=10.0)
     c.draft_token = 10.0
-    # Three tokens drafted at 20 ms each, one kept and accepted, two trimmed away.
-    c.update(RoundStats(index=0, gamma=3, drafted=1, accepted=1, kind="bonus", committed=2,
-                        draft_ms=60.0, verify_ms=130.0, source="draft-model", proposed=3))
+    # Two tokens drafted at 20 ms each, one accepted.
+    c.update(RoundStats(index=0, gamma=3, drafted=2, accepted=1, kind="correction",
+                        committed=2, draft_ms=40.0, verify_ms=130.0, source="draft-model"))
     assert c.draft_token == pytest.approx(10.0 + c.rate * (20.0 - 10.0))
-    # The draft had decoded the kept token; only the target's token is new to it.
+    # The draft had decoded the accepted token; only the target's token is new to it.
     assert c.lag == 1
-    # Everything drafted was trimmed: a plain verify, but the draft was still resynchronised.
+    # The policy stopped before the first token: a plain verify, but the draft caught up.
     c.update(RoundStats(index=1, gamma=3, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=20.0, verify_ms=100.0, source="draft-model", proposed=1))
-    assert c.lag == 1 and c.tries.sum() > 0
-    # All of a full proposal accepted: the last drafted token and the bonus are still to feed.
+                        draft_ms=20.0, verify_ms=100.0, source="draft-model"))
+    assert c.lag == 1
+    # All drafted tokens accepted: the last drafted token and the bonus are still to feed.
     c.update(RoundStats(index=2, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
-                        draft_ms=30.0, verify_ms=135.0, source="draft-model", proposed=3))
+                        draft_ms=30.0, verify_ms=135.0, source="draft-model"))
     assert c.lag == 2
 
 
-def test_generator_trims_proposals_for_policies_that_trim_and_stays_exact():
-    class Trimming(FixedGamma):
-        def __init__(self):
-            super().__init__(4)
-            self.seen = []
+class Cutting(FixedGamma):
+    """Fixed gamma 4 whose keep hook records what it is shown and stops under 0.6."""
 
-        def trim(self, own):
-            self.seen.append(list(own))
-            return int(np.argmax(np.asarray(own) < 0.6)) if min(own) < 0.6 else len(own)
+    def __init__(self):
+        super().__init__(4)
+        self.seen = []
 
+    def keep_drafting(self, own, sure, limit):
+        self.seen.append((list(own), sure))
+        return sure >= 0.6
+
+
+def test_the_generator_hands_the_policys_stopping_rule_to_the_drafter():
     greedy = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=40)
     plain = list(generate(Session(FakeBackend()), None, PROMPT, replace(greedy, gamma=0)))[-1]
-    policy = Trimming()
+    policy = Cutting()
     done = list(generate(Session(FakeBackend()), DraftModelDrafter(FakeBackend(scale=1.0)),
                          PROMPT, greedy, policy))[-1]
-    # Greedy q is one-hot, but the draft's untempered probabilities are what it is judged on.
     assert done.tokens == plain.tokens
-    assert policy.seen and min(min(s) for s in policy.seen) < 0.6
+    # Greedy: `sure` is the draft's untempered top probability; the hook cut rounds short.
+    assert any(sure < 0.6 for _, sure in policy.seen)
+    assert all(len(own) < 4 for own, _ in policy.seen)
     s = done.stats
-    assert s.proposed_tokens == sum(s.gammas) and s.drafted_tokens < s.proposed_tokens
-    # Sampling: the draft's probability of the token it sampled.
-    policy = Trimming()
+    assert s.drafted_tokens < sum(s.gammas)
+    # Sampling: `own` holds q(x) of the tokens already drawn, `sure` the next row's max of q.
+    policy = Cutting()
     done = list(generate(Session(FakeBackend()), DraftModelDrafter(FakeBackend(scale=1.0)),
                          PROMPT, GenerationConfig(params=SamplingParams(temperature=1.0, seed=1),
                                                   gamma=4, max_tokens=40), policy))[-1]
-    s = done.stats
-    assert s.proposed_tokens == sum(s.gammas) and s.drafted_tokens < s.proposed_tokens
+    assert done.stats.drafted_tokens < sum(done.stats.gammas)
+    assert all(0 < sure <= 1 for _, sure in policy.seen)
 
 
 def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
-    class Scripted:
+    class Scripted(GammaPolicy):
         name = "scripted"
 
         def __init__(self, gammas):

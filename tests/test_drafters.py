@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import pytest
 
-from engine.drafters.base import Proposal
+from engine.drafters.base import Drafter, Proposal
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.derived import file_sha256
 from engine.drafters.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
@@ -20,13 +20,13 @@ from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.pair import Pair
 from engine.policy import make_policy
-from engine.sampling import SamplingParams
+from engine.sampling import Rng, SamplingParams, probabilities
 from engine.session import Session
 from tests import tinygguf
 from tests.fakes import FakeBackend
 
 GREEDY = SamplingParams(temperature=0.0)
-RNG = np.random.default_rng(0)
+RNG = Rng(0)
 PROMPT = [3, 14, 15, 9, 26]
 TEXT = "abcab"
 
@@ -91,7 +91,7 @@ def test_lookup_refuses_bad_sizes():
 
 # --- hybrid ----------------------------------------------------------------------------------
 
-class RecordingDrafter:
+class RecordingDrafter(Drafter):
     def __init__(self) -> None:
         self.name = "model"
         self.calls = 0
@@ -101,7 +101,7 @@ class RecordingDrafter:
     def prefill(self, context):
         self.prefilled = list(context)
 
-    def propose(self, context, gamma, params, rng):
+    def propose(self, context, gamma, params, rng, keep=None):
         self.calls += 1
         return Proposal(tokens=np.full(gamma, 7, dtype=np.int32), q=None, source=self.name)
 
@@ -299,9 +299,8 @@ def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedde
     try:
         drafter = early_exit_drafter(backend)
         context = backend.tokenize("def add(a, b):\n    return", True, True)
-        p = drafter.propose(context, 3, GREEDY, np.random.default_rng(0))
+        p = drafter.propose(context, 3, GREEDY, Rng(0))
         assert len(p) == 3 and p.source == "early-exit" and p.q is None
-        assert p.confidence is not None and np.all((0 < p.confidence) & (p.confidence <= 1))
         assert all(0 <= t < backend.n_vocab for t in p.tokens)
         assert drafter.session.tokens == context + p.tokens.tolist()[:-1]
     finally:
@@ -316,11 +315,10 @@ def test_the_draft_model_stops_once_its_run_is_unlikely_and_keeps_the_token_that
     stopping = DraftModelDrafter(FakeBackend(scale=1.0), chain_min=0.3)
     lengths = []
     for seed in range(20):
-        full = free.propose(PROMPT, 6, params, np.random.default_rng(seed))
+        full = free.propose(PROMPT, 6, params, Rng(seed))
         assert len(full) == 6
-        p = stopping.propose(PROMPT, 6, params, np.random.default_rng(seed))
-        own = p.confidence
-        assert own.tolist() == p.q[np.arange(len(p)), p.tokens].tolist()
+        p = stopping.propose(PROMPT, 6, params, Rng(seed))
+        own = p.q[np.arange(len(p)), p.tokens]
         # Same seed, same model: the stopped proposal is a prefix of the full one.
         assert p.tokens.tolist() == full.tokens.tolist()[:len(p)]
         # Every token but the last leaves the run's probability at or above chain_min; the
@@ -349,25 +347,27 @@ def test_the_draft_model_stops_after_an_end_of_generation_token():
 
 
 @pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=1.0)])
-def test_p_min_drops_the_first_token_the_draft_is_unsure_of(params):
+def test_p_min_stops_before_a_row_the_draft_is_unsure_of(params):
     # A flat fake (scale 1, 64 tokens) is never half sure of a token: with p_min 0.5 only the
-    # first token, which p_min never drops, is proposed. Greedy reads the untempered
-    # probability (q is one-hot there), sampling q(x).
+    # first token, which p_min never stops, is proposed. It reads the next row's largest
+    # probability before drawing (untempered when greedy), never the drawn token's.
+    fake = FakeBackend(scale=1.0)
     unsure = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.5).propose(
-        PROMPT, 4, params, np.random.default_rng(0))
-    assert len(unsure) == 1 and unsure.confidence[0] < 0.5
+        PROMPT, 4, params, Rng(0))
+    second_row = fake._row(PROMPT + unsure.tokens.tolist())
+    assert len(unsure) == 1 and probabilities(second_row, SamplingParams(1.0)).max() < 0.5
     free = DraftModelDrafter(FakeBackend(scale=1.0)).propose(PROMPT, 4, params,
-                                                             np.random.default_rng(0))
+                                                             Rng(0))
     assert len(free) == 4 and free.tokens[0] == unsure.tokens[0]
     loose = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.01).propose(
-        PROMPT, 4, params, np.random.default_rng(0))
+        PROMPT, 4, params, Rng(0))
     assert loose.tokens.tolist() == free.tokens.tolist()
 
 
 def test_a_greedy_draft_gives_its_tokens_without_q_rows():
     p = DraftModelDrafter(FakeBackend()).propose(PROMPT, 3, GREEDY, RNG)
     # q one-hot at each token: the same as no q under the one-hot rule.
-    assert p.q is None and len(p) == 3 and p.confidence is not None
+    assert p.q is None and len(p) == 3
 
 
 def test_draft_stop_settings_are_checked():

@@ -15,7 +15,7 @@ from engine.errors import ModelFileError, SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import LoadOptions, Pair
-from engine.sampling import SamplingParams
+from engine.sampling import Rng, SamplingParams
 from tests import tinygguf
 from tests.fakes import FakeBackend
 
@@ -120,7 +120,7 @@ def test_the_embedded_draft_requantized_still_drafts_the_targets_tokens(embedded
     try:
         context = backend.tokenize("def add(a, b):\n    return", True, True)
         p = DraftModelDrafter(backend).propose(context, 3, SamplingParams(temperature=0.0),
-                                               np.random.default_rng(0))
+                                               Rng(0))
         # The full-precision draft and the target both continue with " a + b".
         assert backend.tokenize(" a + b", False, False) == p.tokens.tolist()
     finally:

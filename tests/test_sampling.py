@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from engine.errors import SettingsError
-from engine.sampling import Rows, SamplingParams, probabilities, sample, top_probability
+from engine.sampling import Rng, Rows, SamplingParams, probabilities, top_probability
 
 LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float32))
 
@@ -64,9 +64,9 @@ def test_rows_are_lazy_and_equal_to_direct_transform():
 
 
 def test_sample_follows_distribution():
-    rng = np.random.default_rng(0)
+    rng = Rng(0)
     p = np.array([0.1, 0.0, 0.6, 0.3])
-    draws = np.bincount([sample(p, rng) for _ in range(20000)], minlength=4) / 20000
+    draws = np.bincount([rng.draw(p) for _ in range(20000)], minlength=4) / 20000
     np.testing.assert_allclose(draws, p, atol=0.015)
     assert draws[1] == 0
 

@@ -84,8 +84,8 @@ def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
                            model_source="draft-model")
     # Two drafted tokens cost a verify of 4, not of 3.
     assert c.cost_ms(2) == MEASURED[3] + 2 * 10.0
-    # So a doubtful third token rides along for free in the trim.
-    assert c.trim([0.9, 0.9, 0.2]) == 3
+    # So a doubtful third token rides along for free: the draft's stopping rule draws it.
+    assert c.keep_drafting([0.9, 0.9], 0.2, 3)
     c.update(RoundStats(index=1, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                         draft_ms=20.0, verify_ms=2 * MEASURED[3], source="draft-model", width=4))
     # Width 4 learns from it, at full rate; width 3 only follows the shape's fraction.

@@ -217,7 +217,7 @@ def leviathan_rows(records: Sequence[RunRecord]) -> list[LeviathanRow]:
             continue
         unit = {r.order: base[r.baseline_order].decode_ms_per_token for r in paired}
         # Per token the draft decoded, trimmed ones included.
-        c = float(np.median([r.draft_ms / max(r.proposed_tokens, r.drafted_tokens) / unit[r.order]
+        c = float(np.median([r.draft_ms / r.drafted_tokens / unit[r.order]
                              for r in paired]))
         v = float(np.median([r.verify_ms / r.target_calls / unit[r.order] for r in paired]))
         alpha = _pooled_acceptance(paired)

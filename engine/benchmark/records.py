@@ -58,7 +58,6 @@ class RunRecord:
     # Origin of every output token ("draft" = an accepted drafted token).
     origins: list[str] = field(default_factory=list)
     # Drafted, including tokens the policy trimmed before verification.
-    proposed_tokens: int = 0
     baseline_order: int | None = None
     speedup: float | None = None
     e2e_speedup: float | None = None
@@ -101,7 +100,7 @@ def record_from_stats(stats: GenerationStats, *, order: int, prompt_id: str, cat
         finish_reason=stats.finish_reason, drafted_at=list(stats.drafted_at),
         accepted_at=list(stats.accepted_at),
         acceptance_by_position=list(stats.acceptance_by_position),
-        origins=list(stats.origins), proposed_tokens=stats.proposed_tokens)
+        origins=list(stats.origins))
 
 
 def pair_with(run: RunRecord, baseline: RunRecord) -> None:

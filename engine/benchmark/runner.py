@@ -26,7 +26,6 @@ from engine.generator import GenerationConfig
 from engine.pair import Pair
 from engine.policy import POLICIES
 from engine.sampling import SamplingParams
-from engine.session import Session
 
 
 @dataclass(frozen=True)
@@ -99,12 +98,7 @@ def cold_start(pair: Pair) -> None:
         drafter = pair.drafter(name)
         if drafter is None:
             continue
-        reset = getattr(drafter, "reset", None)
-        if callable(reset):
-            reset()
-        session = getattr(drafter, "session", None)
-        if isinstance(session, Session):
-            session.rollback(0)
+        drafter.reset()
 
 
 def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecConfig | None,

@@ -1,36 +1,42 @@
-"""The drafter protocol shared by every way of proposing tokens.
+"""The drafter base class shared by every way of proposing tokens.
 
-`propose(context, gamma, params, rng)` returns up to `gamma` token ids and, when the drafter
-sampled them from a distribution q, the rows of q (`[n, V]`); `q is None` means the tokens carry
-no probabilities and are verified with the one-hot rule (q one-hot at each token, which is also
-what a model drafting greedily has, so it gives no rows). `confidence` (optional) is the
-drafter's own estimate, per token, that the target will accept it (a model drafter: its
-probability of the token, untempered when decoding greedily, where q is one-hot); policies may
-trim a proposal on it. `feedback` (optional) hears how many of the proposed tokens the target
-accepted.
+`propose(context, gamma, params, rng, keep)` returns up to `gamma` token ids and, when the
+drafter sampled them from a distribution q, the rows of q (`[n, V]`); `q is None` means the
+tokens carry no probabilities and are verified with the one-hot rule (q one-hot at each token,
+which is also what a model drafting greedily has, so it gives no rows).
+
+What may decide whether drafted token x_i is put before the target (docs/EXACTNESS.md): the
+committed text, x_0..x_{i-1}, and the draft's row q_i *before* x_i is drawn. Never x_i itself,
+nor anything drawn after it: a token kept or dropped on its own value no longer comes from q_i,
+and the p/q rule given q_i is then not exact. So every early stop is a stopping rule checked
+before the next draw, and `keep` (the policy's, engine/policy.py) is called with exactly that
+information: the draft's probabilities of the tokens already drawn and a statistic of the next
+row (its largest probability), before the token is drawn.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from engine.sampling import F64, SamplingParams
+from engine.sampling import F64, Rng, SamplingParams
 
 I32 = npt.NDArray[np.int32]
+
+# keep(own, sure): whether to draw the next draft token, given `own`, the draft's probability
+# of each token drawn so far this round, and `sure`, the largest probability in the next row.
+Keep = Callable[[Sequence[float], float], bool]
 
 
 @dataclass
 class Proposal:
     tokens: I32
     q: F64 | None = None
-    time_ms: float = 0.0
     # Which drafter produced the tokens (the hybrid drafter delegates).
     source: str = ""
     meta: dict = field(default_factory=dict)
-    confidence: F64 | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -40,15 +46,20 @@ def empty_proposal(source: str) -> Proposal:
     return Proposal(tokens=np.zeros(0, dtype=np.int32), q=None, source=source)
 
 
-@runtime_checkable
-class Drafter(Protocol):
-    name: str
+class Drafter:
+    """Base class. Subclasses implement `propose`; the hooks default to doing nothing."""
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams,
-                rng: np.random.Generator) -> Proposal: ...
+    name: str = "drafter"
 
+    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+                keep: Keep | None = None) -> Proposal:
+        raise NotImplementedError
 
-def give_feedback(drafter: Drafter, proposal: Proposal, n_accepted: int) -> None:
-    hook = getattr(drafter, "feedback", None)
-    if hook is not None:
-        hook(proposal, n_accepted)
+    def prefill(self, context: Sequence[int]) -> None:
+        """Called once with the prompt before the first round (a model warms its cache)."""
+
+    def feedback(self, proposal: Proposal, n_accepted: int) -> None:
+        """Hears how many of the proposed tokens the target accepted."""
+
+    def reset(self) -> None:
+        """Forget all state (a benchmark's cold start)."""

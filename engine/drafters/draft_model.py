@@ -4,38 +4,37 @@ The draft's own KV cache is kept in step with the committed text through its `Se
 after a round only the tokens it has not seen (the correction or bonus token, and the last
 drafted token when everything was accepted) are fed before drafting again.
 
-Drafting stops early once the product of the draft's probabilities of its own tokens (the chance,
-by the draft's account, that the whole run so far is right; untempered when greedy) falls under
-`chain_min`: past that point more tokens cost a draft decode each and are unlikely to be kept.
-The draft's probability of its token predicts agreement closely (scripts/policy_sim.py trace of
-the suite: 0.98-1.00 at q >= 0.9, 0.61 at 0.5-0.7, 0.22 under 0.3). Drafting also stops after an
-end-of-generation token: nothing after it can be committed. Both stops read only the draft's own
-tokens and numbers, so the verification stays exact.
+Three stops end a round's draft early, each a stopping rule checked before the next token is
+drawn (engine/drafters/base.py says why nothing else is exact):
+- `chain_min`: once the product of the draft's probabilities of its tokens so far (untempered
+  when greedy) falls under it, the run is unlikely to survive and more tokens would cost a draft
+  decode each;
+- `p_min` (llama.cpp's --draft-p-min): once the largest probability of the next row is under it;
+- an end-of-generation token: nothing after it can be committed;
+and the policy's `keep`, given the probabilities so far and the next row's largest one.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 import numpy as np
 
 from engine.backend import Backend
-from engine.drafters.base import Proposal
+from engine.drafters.base import Drafter, Keep, Proposal
 from engine.errors import SettingsError
-from engine.sampling import SamplingParams, probabilities, sample, top_probability
+from engine.sampling import Rng, SamplingParams, probabilities, top_probability
 from engine.session import Session
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     def __init__(self, backend: Backend, p_min: float = 0.0, chain_min: float = 0.0) -> None:
         if not (0.0 <= p_min < 1.0) or not (0.0 <= chain_min < 1.0):
             raise SettingsError(f"draft p-min and chain-min must be in [0, 1), got {p_min}, "
                                 f"{chain_min}")
         self.name = "draft-model"
         self.session = Session(backend)
-        # Stop drafting once the draft's probability of its own token drops under p_min
-        # (llama.cpp's --draft-p-min; that token is dropped; untempered when greedy, as for
-        # chain_min); 0 never stops early.
+        # Stop drafting, after the first token, once the next row's largest probability is
+        # under p_min (llama.cpp's --draft-p-min; untempered when greedy); 0 never stops.
         self.p_min = p_min
         # Stop after the token that takes the run's product of probabilities under chain_min
         # (that token is kept: it is paid for, and the policy may still verify it).
@@ -48,9 +47,11 @@ class DraftModelDrafter:
         """Warm the draft's cache on the prompt (so the first round only pays for drafting)."""
         self.session.sync(context, feed_last=False)
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams,
-                rng: np.random.Generator) -> Proposal:
-        t0 = time.perf_counter()
+    def reset(self) -> None:
+        self.session.rollback(0)
+
+    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+                keep: Keep | None = None) -> Proposal:
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         own: list[float] = []
@@ -60,27 +61,30 @@ class DraftModelDrafter:
             eog = self.session.backend.is_eog
             chain = 1.0
             for i in range(gamma):
+                # Everything up to the draw reads only the row, never the token it gives.
                 if params.greedy:
                     # q is one-hot at the argmax, which is what a proposal without q rows means;
                     # the untempered probability still says how sure the draft is.
-                    x = int(np.argmax(logits[-1]))
+                    q = None
                     sure = float(top_probability(logits[-1:])[0])
                 else:
                     q = probabilities(logits[-1], params)
-                    x = sample(q, rng)
-                    sure = float(q[x])
-                if self.p_min > 0.0 and i > 0 and sure < self.p_min:
+                    sure = float(q.max())
+                if i > 0 and sure < self.p_min:
                     break
-                tokens.append(x)
-                own.append(sure)
-                if not params.greedy:
-                    rows.append(q)
-                chain *= sure
-                if i + 1 < gamma and chain >= self.chain_min and not eog(x):
-                    logits = self.session.extend([x])
+                if keep is not None and not keep(own, sure):
+                    break
+                if q is None:
+                    x = int(np.argmax(logits[-1]))
+                    own.append(sure)
                 else:
+                    x = rng.draw(q)
+                    own.append(float(q[x]))
+                    rows.append(q)
+                tokens.append(x)
+                chain *= own[-1]
+                if i + 1 == gamma or chain < self.chain_min or eog(x):
                     break
+                logits = self.session.extend([x])
         return Proposal(tokens=np.asarray(tokens, dtype=np.int32),
-                        q=np.stack(rows) if rows else None,
-                        confidence=np.asarray(own, dtype=np.float64) if own else None,
-                        time_ms=(time.perf_counter() - t0) * 1e3, source=self.name)
+                        q=np.stack(rows) if rows else None, source=self.name)

@@ -1,39 +1,38 @@
 """Hybrid drafting: copy from the context when prompt lookup finds a match, else ask the model.
 
 The lookup is free and, when it matches (code edits, quoted text), often right for many tokens;
-the model covers everything else. `Proposal.source` says which one drafted each round.
+the model covers everything else. `Proposal.source` says which one drafted each round. Which one
+drafts depends on the committed text alone, so the choice keeps the output exact.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
-from engine.drafters.base import Drafter, Proposal, give_feedback
+from engine.drafters.base import Drafter, Keep, Proposal
 from engine.drafters.prompt_lookup import PromptLookupDrafter
-from engine.sampling import SamplingParams
+from engine.sampling import Rng, SamplingParams
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     def __init__(self, lookup: PromptLookupDrafter, model: Drafter) -> None:
         self.name = "hybrid"
         self.lookup = lookup
         self.model = model
 
     def prefill(self, context: Sequence[int]) -> None:
-        hook = getattr(self.model, "prefill", None)
-        if hook is not None:
-            hook(context)
+        self.model.prefill(context)
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams,
-                rng: np.random.Generator) -> Proposal:
-        found = self.lookup.propose(context, gamma, params, rng)
+    def reset(self) -> None:
+        self.lookup.reset()
+        self.model.reset()
+
+    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+                keep: Keep | None = None) -> Proposal:
+        found = self.lookup.propose(context, gamma, params, rng, keep)
         if len(found):
             return found
-        proposal = self.model.propose(context, gamma, params, rng)
-        proposal.time_ms += found.time_ms
-        return proposal
+        return self.model.propose(context, gamma, params, rng, keep)
 
     def feedback(self, proposal: Proposal, n_accepted: int) -> None:
         source = self.lookup if proposal.source == self.lookup.name else self.model
-        give_feedback(source, proposal, n_accepted)
+        source.feedback(proposal, n_accepted)

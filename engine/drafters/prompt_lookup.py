@@ -9,18 +9,17 @@ be committed.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from engine.drafters.base import Proposal
+from engine.drafters.base import Drafter, Keep, Proposal
 from engine.errors import SettingsError
-from engine.sampling import SamplingParams
+from engine.sampling import Rng, SamplingParams
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_draft: int = 16,
                  is_eog: Callable[[int], bool] | None = None) -> None:
         if not (1 <= ngram_min <= ngram_max):
@@ -52,14 +51,14 @@ class PromptLookupDrafter:
             return n, start, min(want, size - start)
         return 0, 0, 0
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams,
-                rng: np.random.Generator) -> Proposal:
-        t0 = time.perf_counter()
+    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+                keep: Keep | None = None) -> Proposal:
+        # A copy is a function of the committed text alone, so `keep` (a cut for sampled
+        # drafts) has nothing to add here.
         n, start, length = self.find(context, min(gamma, self.max_draft)) if gamma > 0 else (0, 0, 0)
         tokens = np.asarray(context[start:start + length], dtype=np.int32)
         if self.is_eog is not None:
             end = next((i for i, t in enumerate(tokens.tolist()) if self.is_eog(t)), None)
             if end is not None:
                 tokens = tokens[:end + 1]
-        return Proposal(tokens=tokens, q=None, time_ms=(time.perf_counter() - t0) * 1e3,
-                        source=self.name, meta={"ngram": n, "match": start - n if length else -1})
+        return Proposal(tokens=tokens, q=None, source=self.name, meta={"ngram": n, "match": start - n if length else -1})

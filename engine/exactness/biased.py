@@ -3,13 +3,12 @@ from p instead of the residual norm(max(0, p - q)). Its output over-weights toke
 likes, so the exactness check must detect it. Only the exactness check uses it."""
 from __future__ import annotations
 
-import numpy as np
 
 from engine.acceptance import I32, Verdict, greedy_verify
-from engine.sampling import F64, sample
+from engine.sampling import F64, Rng
 
 
-def biased_verify(p: "F64", q: F64 | None, draft: I32, rng: np.random.Generator,
+def biased_verify(p: "F64", q: F64 | None, draft: I32, rng: Rng,
                   greedy: bool) -> Verdict:
     if greedy:
         return greedy_verify(p, draft)
@@ -18,7 +17,7 @@ def biased_verify(p: "F64", q: F64 | None, draft: I32, rng: np.random.Generator,
         x = int(draft[i])
         px = p[i][x]
         qx = q[i][x] if q is not None else 1.0
-        if qx > 0.0 and (px >= qx or rng.random() < px / qx):
+        if qx > 0.0 and (px >= qx or rng.coin(px / qx)):
             continue
-        return Verdict(i, sample(p[i], rng), "correction")
-    return Verdict(gamma, sample(p[gamma], rng), "bonus")
+        return Verdict(i, rng.draw(p[i]), "correction")
+    return Verdict(gamma, rng.draw(p[gamma]), "bonus")

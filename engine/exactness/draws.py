@@ -25,8 +25,6 @@ class Draws:
     samples: list[tuple[int, ...]] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
-    # Drafted including tokens a trimming policy cut before verification.
-    proposed: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -56,7 +54,6 @@ def draw(target: Session, drafter: Drafter | None, prompt: Sequence[int], params
         out.samples.append(done.tokens)
         out.drafted += done.stats.drafted_tokens
         out.accepted += done.stats.accepted_tokens
-        out.proposed += done.stats.proposed_tokens
         if tick is not None:
             tick()
     return out

@@ -1,0 +1,259 @@
+"""Exact enumeration: the law of the first three emitted tokens, computed over every random
+choice the engine makes (tests/exact_law.py), equals the target's law to 1e-9 for every drafter,
+policy and sampling setting; the old inexact shortcuts (the trim that read a drafted token's own
+probability, p-min checked on the drawn token) are caught by the same enumeration.
+
+Tiny fakes (8 tokens, logits a table on the last two tokens, token 7 ends the answer), drafts
+with gamma up to 2 (three tokens leave room for no more), a virtual clock so the adaptive
+controller's decisions repeat exactly. The prompt holds every token and repeats a bigram, so
+prompt lookup always has a match and hybrid starts with one.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from engine.acceptance import speculative_verify
+from engine.controller import AdaptiveController
+from engine.drafters.base import Drafter, Keep, Proposal
+from engine.drafters.draft_model import DraftModelDrafter
+from engine.drafters.early_exit import early_exit_drafter
+from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.events import DoneEvent
+from engine.generator import GenerationConfig, generate
+from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
+from engine.sampling import Rng, SamplingParams, probabilities
+from engine.session import Session
+from tests.exact_law import TableFake, VirtualClock, exact_law, target_law, total_variation
+
+V, EOG, N = 8, 7, 3
+PROMPT = [0, 1, 2, 3, 4, 5, 6, 1, 2]
+# A cost profile under which the adaptive controller drafts, and its stopping rule still cuts
+# rows the draft is unsure of (a second verify row costs 0.4 of a target token); and a
+# GPU-like one (flat verify, cheap draft), under which it resumes drafting after its opening.
+VERIFY = [10.0, 14.0, 16.0, 18.0]
+DRAFT = [1.0, 1.2, 1.4, 1.6]
+FLAT_VERIFY = [10.0, 10.2, 10.4, 10.6]
+CHEAP_DRAFT = [1.0, 1.1, 1.2, 1.3]
+
+SAMPLINGS = {
+    "T=1": (SamplingParams(temperature=1.0), 0.0),
+    "T=0.7 top-p 0.9": (SamplingParams(temperature=0.7, top_p=0.9), 0.0),
+    # Logits on a 0.5 grid, so the k-th largest is often tied and top-k keeps the tie.
+    "top-k 3 with ties": (SamplingParams(temperature=1.0, top_k=3), 0.5),
+    "min-p 0.1": (SamplingParams(temperature=1.0, min_p=0.1), 0.0),
+}
+DRAFTERS = ("draft-model", "lookup", "hybrid", "trimmed-vocab", "early-exit")
+POLICIES = ("fixed", "heuristic", "plain", "adaptive", "adaptive-opening")
+
+
+def model_drafter(kind: str, clock: VirtualClock, grid: float) -> DraftModelDrafter:
+    if kind == "trimmed-vocab":
+        backend = TableFake(seed=1, noise=0.8, eog=EOG, grid=grid, clock=clock, cost=DRAFT,
+                            keep_ids=[0, 1, 2, 3, 5, EOG])
+        return DraftModelDrafter(backend, chain_min=0.5)
+    if kind == "early-exit":
+        backend = TableFake(seed=1, noise=0.4, eog=EOG, grid=grid, clock=clock, cost=DRAFT)
+        return early_exit_drafter(backend, p_min=0.2, chain_min=0.5)
+    backend = TableFake(seed=1, noise=0.8, eog=EOG, grid=grid, clock=clock, cost=DRAFT)
+    # Every stop on: the chain, p-min, and the end-of-generation token.
+    return DraftModelDrafter(backend, p_min=0.2, chain_min=0.5)
+
+
+def make_drafter(kind: str, clock: VirtualClock, grid: float) -> Drafter:
+    if kind == "lookup":
+        return PromptLookupDrafter(ngram_max=2, is_eog=lambda t: t == EOG)
+    if kind == "hybrid":
+        return HybridDrafter(PromptLookupDrafter(ngram_max=2, ngram_min=2,
+                                                 is_eog=lambda t: t == EOG),
+                             model_drafter("draft-model", clock, grid))
+    return model_drafter(kind, clock, grid)
+
+
+def make_policy(kind: str, drafter: Drafter) -> GammaPolicy:
+    if kind == "fixed":
+        return FixedGamma(2)
+    if kind == "heuristic":
+        return HeuristicGamma(1)
+    if kind == "plain":
+        return NeverDraft()
+    source = drafter.model.name if isinstance(drafter, HybridDrafter) else drafter.name
+    if kind == "adaptive":
+        return CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=VERIFY,
+                                  model_source=source, opening_plain=0)
+    return AdaptiveController(max_gamma=2, draft_ms=CHEAP_DRAFT, verify_ms=FLAT_VERIFY,
+                              model_source=source, opening_plain=1)
+
+
+class CountingController(AdaptiveController):
+    """The adaptive controller, counting the draws its stopping rule declined."""
+    cuts = 0
+
+    def keep_drafting(self, own, sure, limit) -> bool:
+        keep = super().keep_drafting(own, sure, limit)
+        CountingController.cuts += not keep
+        return keep
+
+
+def law_of(sampling: str, build_drafter, build_policy) -> tuple[dict, dict, int]:
+    """(speculative law, target law, leaves that drafted) of the first N tokens."""
+    params, grid = SAMPLINGS[sampling]
+    drafted_leaves = [0]
+
+    def run(rng: Rng):
+        clock = VirtualClock()
+        target = Session(TableFake(seed=1, eog=EOG, grid=grid, clock=clock, cost=VERIFY))
+        drafter = build_drafter(clock, grid)
+        policy = build_policy(drafter)
+        config = GenerationConfig(params=params, gamma=2, max_tokens=N)
+        done = [ev for ev in generate(target, drafter, PROMPT, config, policy, rng=rng,
+                                      clock=clock.now) if isinstance(ev, DoneEvent)][0]
+        drafted_leaves[0] += done.stats.drafted_tokens > 0
+        return done.tokens
+
+    spec = exact_law(run)
+    want = target_law(TableFake(seed=1, eog=EOG, grid=grid), PROMPT, params, N)
+    return spec, want, drafted_leaves[0]
+
+
+@pytest.mark.parametrize("sampling", sorted(SAMPLINGS))
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_every_path_emits_the_targets_law_exactly(drafter, policy, sampling):
+    CountingController.cuts = 0
+    spec, want, drafted = law_of(sampling, lambda c, g: make_drafter(drafter, c, g),
+                                 lambda d: make_policy(policy, d))
+    assert sum(spec.values()) == pytest.approx(1.0, abs=1e-12)
+    assert total_variation(spec, want) < 1e-9
+    # The case really speculated, or the adaptive controller's stopping rule declined to
+    # (except the control that never drafts).
+    if policy == "plain":
+        assert drafted == 0
+    else:
+        assert drafted > 0 or CountingController.cuts > 0
+
+
+def test_the_adaptive_stopping_rule_both_draws_and_declines_and_stays_exact():
+    """Without the chain stop, the round's second token is the stopping rule's call: drawn
+    when the first token's q(x) times the next row's largest probability pays for a third
+    verify row (0.2 of a target token), declined otherwise, within one enumeration."""
+    CountingController.cuts = 0
+    spec, want, drafted = law_of(
+        "T=1", lambda c, g: DraftModelDrafter(TableFake(seed=1, noise=0.8, eog=EOG, grid=g,
+                                                        clock=c, cost=DRAFT)),
+        lambda d: CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=[10.0, 13.0, 15.0, 17.0],
+                                     model_source=d.name, opening_plain=0))
+    assert drafted > 0 and CountingController.cuts > 0
+    assert total_variation(spec, want) < 1e-9
+
+
+def test_the_top_k_case_really_has_ties_at_the_boundary():
+    fake = TableFake(seed=1, eog=EOG, grid=0.5)
+    rows = fake.table.reshape(-1, V)
+    kth = np.sort(rows, axis=1)[:, -3]
+    assert np.sum(rows == kth[:, None], axis=1).max() >= 2
+    kept = [np.count_nonzero(probabilities(r, SAMPLINGS["top-k 3 with ties"][0])) for r in rows]
+    assert max(kept) > 3
+
+
+def test_greedy_is_exact_too():
+    """Greedy: the law is a point mass on the target's argmax path, whatever is drafted."""
+    SAMPLINGS["greedy"] = (SamplingParams(temperature=0.0), 0.0)
+    try:
+        for drafter in DRAFTERS:
+            spec, want, _ = law_of("greedy", lambda c, g: make_drafter(drafter, c, g),
+                                   lambda d: make_policy("adaptive", d))
+            assert len(want) == 1 and total_variation(spec, want) < 1e-12
+    finally:
+        del SAMPLINGS["greedy"]
+
+
+# --- negative controls: the old shortcuts, each read a drafted token's own value -------------
+
+class OldTrim(Drafter):
+    """The trim as it was: draft the whole run, then keep the prefix whose expected accepted
+    tokens, counting each drafted token's own q(x) as its chance, best pay their verify width."""
+
+    def __init__(self, inner: DraftModelDrafter) -> None:
+        self.name = inner.name
+        self.inner = inner
+
+    def propose(self, context, gamma, params, rng, keep: Keep | None = None) -> Proposal:
+        p = self.inner.propose(context, gamma, params, rng)
+        if p.q is None or not len(p):
+            return p
+        own = p.q[np.arange(len(p)), p.tokens]
+        best_k, best, expected, chain = 0, 0.0, 0.0, 1.0
+        for k, q in enumerate(own, start=1):
+            chain *= float(q)
+            expected += chain
+            gain = expected - (VERIFY[k] - VERIFY[0]) / VERIFY[0]
+            if gain > best:
+                best_k, best = k, gain
+        return replace(p, tokens=p.tokens[:best_k], q=p.q[:best_k] if best_k else None)
+
+
+class OldPMin(DraftModelDrafter):
+    """p-min as it was under sampling: draw x, then drop it (and stop) when q(x) < p_min."""
+
+    def propose(self, context, gamma, params, rng, keep: Keep | None = None) -> Proposal:
+        tokens, rows = [], []
+        logits = self.session.sync(context, feed_last=True)
+        for i in range(gamma):
+            q = probabilities(logits[-1], params)
+            x = rng.draw(q)
+            if i > 0 and q[x] < self.p_min:
+                break
+            tokens.append(x)
+            rows.append(q)
+            if i + 1 < gamma:
+                logits = self.session.extend([x])
+        return Proposal(tokens=np.asarray(tokens, dtype=np.int32),
+                        q=np.stack(rows) if rows else None, source=self.name)
+
+
+@pytest.mark.parametrize("sampling", ["T=1", "T=0.7 top-p 0.9"])
+def test_the_old_trim_is_caught(sampling):
+    spec, want, drafted = law_of(
+        sampling, lambda c, g: OldTrim(DraftModelDrafter(
+            TableFake(seed=1, noise=0.8, eog=EOG, grid=g, clock=c, cost=DRAFT), chain_min=0.5)),
+        lambda d: FixedGamma(2))
+    tv = total_variation(spec, want)
+    assert drafted and tv > 1e-3
+
+
+@pytest.mark.parametrize("sampling", ["T=1", "T=0.7 top-p 0.9"])
+def test_the_old_p_min_is_caught(sampling):
+    spec, want, drafted = law_of(
+        sampling, lambda c, g: OldPMin(
+            TableFake(seed=1, noise=0.8, eog=EOG, grid=g, clock=c, cost=DRAFT), p_min=0.3),
+        lambda d: FixedGamma(2))
+    tv = total_variation(spec, want)
+    assert drafted and tv > 1e-3
+
+
+def test_the_enumeration_itself_is_right_on_a_hand_computed_case():
+    """q = (0.9, 0.1), p = (0.5, 0.5): the issue's worked example. The exact rule gives a with
+    0.5; dropping b whenever it is drawn and sampling from p instead gives 0.55."""
+    p = np.array([[0.5, 0.5], [0.5, 0.5]])
+    q = np.array([0.9, 0.1])
+
+    def dropping(rng):
+        x = rng.draw(q)
+        if x == 1:
+            return rng.draw(p[0])
+        v = speculative_verify(p, q[None], np.array([x]), rng)
+        return x if v.n_accepted else v.token
+
+    assert exact_law(dropping)[0] == pytest.approx(0.55, abs=1e-12)
+    first = exact_law(lambda rng: _first_token(p, q, rng))
+    assert first[0] == pytest.approx(0.5, abs=1e-12)
+
+
+def _first_token(p, q, rng):
+    x = rng.draw(q)
+    v = speculative_verify(p, q[None], np.array([x]), rng)
+    return x if v.n_accepted else v.token
