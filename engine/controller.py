@@ -252,21 +252,26 @@ class AdaptiveController(GammaPolicy):
         plain = self.predicted_tps(0) * (1.0 + self.margin)
         return any(1e3 * (g + 1) / self.cost_ms(g) > plain for g in range(1, self.max_gamma + 1))
 
-    def keep_drafting(self, own: Sequence[float], sure: float, limit: int) -> bool:
+    def keep_drafting(self, own: Sequence[float], sure: float, limit: int,
+                      fixed_width: bool) -> bool:
         """Before the draft draws token k = len(own): draw it when some round of m tokens,
-        k < m <= limit, is worth more than stopping at k. A token counts as accepted with the draft's own
-        probability (of the tokens drawn, then `sure` for each further one); a round's worth is
-        its expected accepted tokens less its extra verify width and draft decodes, in target
-        tokens (the draft's row for token k is paid for already)."""
+        k < m <= limit, is worth more than stopping at k. A token counts as accepted with the
+        draft's own probability (of the tokens drawn, then `sure` for each further one); a
+        round's worth is its expected accepted tokens less its extra verify width and draft
+        decodes, in target tokens (the draft's row for token k is paid for already)."""
         one = self.verify[0]
         k = len(own)
+
+        def width(m: int) -> int:
+            return limit + 1 if fixed_width and m > 0 else m + 1
+
         chain = float(np.prod(own)) if k else 1.0
-        stop_cost = self.verify_cost(k + 1)
+        stop_cost = self.verify_cost(width(k))
         gain = 0.0
         for m in range(k + 1, max(limit, k + 1) + 1):
             chain *= sure
             gain += chain
-            extra = self.verify_cost(m + 1) - stop_cost + (m - k - 1) * self.draft_token
+            extra = self.verify_cost(width(m)) - stop_cost + (m - k - 1) * self.draft_token
             if gain > extra / one:
                 return True
         return False

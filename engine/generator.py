@@ -47,8 +47,23 @@ def _clock() -> float:
     return time.perf_counter() * 1e3
 
 
-def _keep(policy: GammaPolicy, limit: int, own: Sequence[float], sure: float) -> bool:
-    return policy.keep_drafting(own, sure, limit)
+def _keep(policy: GammaPolicy, limit: int, fixed_width: bool, own: Sequence[float],
+          sure: float) -> bool:
+    return policy.keep_drafting(own, sure, limit, fixed_width)
+
+
+def _verify_width(proposal: Proposal, gamma: int, widths: Callable[[int], int] | None) -> int:
+    """The target batch's width for a round. A batch's rows change with its width in llama.cpp
+    (research/row_drift.py: up to 0.6 in a logit), and how many tokens a sampled draft holds
+    depends on the tokens drawn (its stops read them), so for a sampled draft the width is
+    fixed before drafting, from gamma: the row that judges x_i then depends on x_0..x_{i-1}
+    only. A proposal without q rows (a copy, a greedy draft) is a function of the committed
+    text, so its own length may set the width. Whether to draft at all is decided before the
+    first draw, so a round that drafts nothing is a plain one-token decode."""
+    if not len(proposal):
+        return 1
+    want = gamma + 1 if proposal.q is not None else len(proposal) + 1
+    return widths(want) if widths is not None else want
 
 
 def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
@@ -95,13 +110,13 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         gamma = min(policy.next_gamma(), room) if speculative else 0
         t0 = clock()
         proposal: Proposal = (drafter.propose(seq, gamma, params, rng,
-                                              partial(_keep, policy, gamma))
+                                              partial(_keep, policy, gamma, not params.greedy))
                               if gamma > 0 else empty_proposal("none"))
         drafted = [int(t) for t in proposal.tokens]
         draft_ms = clock() - t0
 
         t0 = clock()
-        width = widths(len(drafted) + 1) if widths is not None and drafted else len(drafted) + 1
+        width = _verify_width(proposal, gamma, widths)
         logits = target.extend([seq[-1]] + drafted, rows=range(len(drafted) + 1), pad_to=width)
         p = Rows(logits, params)
         verdict = rule(p, proposal.q, proposal.tokens, rng, params.greedy)

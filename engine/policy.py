@@ -29,11 +29,14 @@ class GammaPolicy:
     def update(self, r: RoundStats) -> None:
         raise NotImplementedError
 
-    def keep_drafting(self, own: Sequence[float], sure: float, limit: int) -> bool:
+    def keep_drafting(self, own: Sequence[float], sure: float, limit: int,
+                      fixed_width: bool) -> bool:
         """Before the draft draws its next token: whether to draw it, from the draft's
         probabilities of the tokens drawn so far this round (`own`), the largest probability
         of the next row (`sure`) and the most tokens this round may draft (`limit`). It must
-        not see the token itself (engine/drafters/base.py)."""
+        not see the token itself (engine/drafters/base.py). `fixed_width`: the round's verify
+        batch will be `limit + 1` wide however few tokens are drawn, once one is (a sampled
+        draft, engine/generator.py), so stopping after the first saves no verify cost."""
         return True
 
 

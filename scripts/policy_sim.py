@@ -180,7 +180,7 @@ def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
             # As the draft model drafts: a greedy row's `sure` is the draft's top probability
             # at that position, checked before the token is taken; a decode per further row.
             draft_ms = costs.padded_draft(lag, pad)
-            while policy.keep_drafting(own, dconf[i + len(own)], g):
+            while policy.keep_drafting(own, dconf[i + len(own)], g, False):
                 own.append(dconf[i + len(own)])
                 if len(own) == g or float(np.prod(own)) < chain_min:
                     break

@@ -277,22 +277,31 @@ def test_keep_drafting_draws_the_next_token_only_when_a_longer_round_is_worth_it
     # VERIFY: one token 100 ms, 2 -> 130, 3 -> 130, 4 -> 135; the draft 10 ms a token.
     c = controller()
     # 0.99 expected tokens for 0.3 of verify.
-    assert c.keep_drafting([], 0.99, 3)
+    assert c.keep_drafting([], 0.99, 3, False)
     # 0.2 for 0.3, and longer rounds (another draft decode each) are no better: none.
-    assert not c.keep_drafting([], 0.2, 3)
+    assert not c.keep_drafting([], 0.2, 3, False)
     # A doubtful third token after two sure ones: 0.045 expected for 0.05 of verify.
-    assert not c.keep_drafting([0.95, 0.95], 0.05, 3)
+    assert not c.keep_drafting([0.95, 0.95], 0.05, 3, False)
     # Width 3 costs the same as width 2 here, so a doubtful second token rides along free.
-    assert c.keep_drafting([0.9], 0.1, 2)
+    assert c.keep_drafting([0.9], 0.1, 2, False)
     # Only rounds within the limit count, and further tokens pay their draft decodes: 0.28
     # expected for 0.3 with one token; 0.36 for 0.3 with two when drafting costs nothing
     # more, for 0.4 when each further token costs a tenth of a target token.
     free = controller(per_token=0.0)
-    assert not free.keep_drafting([], 0.28, 1) and free.keep_drafting([], 0.28, 2)
-    assert not c.keep_drafting([], 0.28, 2)
+    assert not free.keep_drafting([], 0.28, 1, False) and free.keep_drafting([], 0.28, 2, False)
+    assert not c.keep_drafting([], 0.28, 2, False)
     # The learned verify curve decides: when a 2-token batch costs two tokens, draft none.
     c.verify = [100.0, 200.0, 300.0, 400.0]
-    assert not c.keep_drafting([], 0.9, 3)
+    assert not c.keep_drafting([], 0.9, 3, False)
+
+
+def test_keep_drafting_knows_a_sampled_rounds_verify_width_is_paid_once_it_drafts():
+    c = controller()
+    # The round verifies 4 wide once anything is drawn: the third token rides along free...
+    assert c.keep_drafting([0.95, 0.95], 0.05, 3, True)
+    # ...but the first must pay for the whole width (0.35 of a target token), not for 2.
+    assert not c.keep_drafting([], 0.32, 3, True) and c.keep_drafting([], 0.32, 3, False)
+    assert c.keep_drafting([], 0.99, 3, True)
 
 
 def test_rounds_teach_the_draft_cost_per_drafted_token_and_resync_the_draft():
@@ -321,7 +330,7 @@ class Cutting(FixedGamma):
         super().__init__(4)
         self.seen = []
 
-    def keep_drafting(self, own, sure, limit):
+    def keep_drafting(self, own, sure, limit, fixed_width):
         self.seen.append((list(own), sure))
         return sure >= 0.6
 

@@ -92,8 +92,8 @@ class CountingController(AdaptiveController):
     """The adaptive controller, counting the draws its stopping rule declined."""
     cuts = 0
 
-    def keep_drafting(self, own, sure, limit) -> bool:
-        keep = super().keep_drafting(own, sure, limit)
+    def keep_drafting(self, own, sure, limit, fixed_width) -> bool:
+        keep = super().keep_drafting(own, sure, limit, fixed_width)
         CountingController.cuts += not keep
         return keep
 

@@ -11,7 +11,7 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig, generate
 from engine.policy import FixedGamma
-from engine.sampling import SamplingParams
+from engine.sampling import Rng, SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
 from engine.widths import padded_width
@@ -54,8 +54,7 @@ def test_the_draft_pads_its_catch_up_batch():
     drafter = DraftModelDrafter(FakeBackend(noise=0.5))
     drafter.widths = partial(padded_width, [10.0, 30.0, 25.0, 20.0])
     drafter.prefill(PROMPT)
-    rng = np.random.default_rng(0)
-    drafter.propose(PROMPT + [4, 5], 1, SamplingParams(temperature=0.0), rng)
+    drafter.propose(PROMPT + [4, 5], 1, SamplingParams(temperature=0.0), Rng(0))
     # Three tokens to feed (the last prompt token and two new ones), decoded as four.
     assert drafter.session.backend.calls[-1] == (len(PROMPT) - 1, 4)
     assert drafter.session.tokens == PROMPT + [4, 5]
@@ -85,9 +84,31 @@ def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
     # Two drafted tokens cost a verify of 4, not of 3.
     assert c.cost_ms(2) == MEASURED[3] + 2 * 10.0
     # So a doubtful third token rides along for free: the draft's stopping rule draws it.
-    assert c.keep_drafting([0.9, 0.9], 0.2, 3)
+    assert c.keep_drafting([0.9, 0.9], 0.2, 3, False)
     c.update(RoundStats(index=1, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                         draft_ms=20.0, verify_ms=2 * MEASURED[3], source="draft-model", width=4))
     # Width 4 learns from it, at full rate; width 3 only follows the shape's fraction.
     assert c.verify[3] == MEASURED[3] * (1 + c.rate)
     assert c.verify[2] == MEASURED[2] * (1 + c.rate / 4)
+
+
+def test_a_sampled_draft_is_verified_at_the_width_its_gamma_fixed_before_drafting():
+    """A batch's rows change with its width (research/row_drift.py), and a sampled draft's
+    length depends on the tokens drawn (the chain stop reads them): the width must not."""
+    def rounds(params, widths=None):
+        drafter = DraftModelDrafter(FakeBackend(scale=1.0, noise=0.5), chain_min=0.5)
+        config = GenerationConfig(params=params, gamma=3, max_tokens=40)
+        events = generate(Session(FakeBackend(scale=1.0)), drafter, PROMPT, config,
+                          FixedGamma(3), widths=widths)
+        return [e.round for e in events if isinstance(e, RoundEvent)]
+
+    sampled = rounds(SamplingParams(temperature=1.0, seed=3))
+    assert any(0 < r.drafted < r.gamma for r in sampled)
+    assert all(r.width == (r.gamma + 1 if r.drafted else 1) for r in sampled)
+    padded = rounds(SamplingParams(temperature=1.0, seed=3), partial(padded_width, MEASURED))
+    assert all(r.width == (padded_width(MEASURED, r.gamma + 1) if r.drafted else 1)
+               for r in padded)
+    # A greedy draft is a function of the committed text: its own length sets the width.
+    greedy = rounds(SamplingParams(temperature=0.0))
+    assert any(0 < r.drafted < r.gamma for r in greedy)
+    assert all(r.width == r.drafted + 1 for r in greedy)
