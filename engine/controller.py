@@ -36,12 +36,12 @@ let the target show how predictable an answer's start is before the first draft
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from engine.clock import Clock, wall_ms
 from engine.errors import SettingsError
 from engine.policy import GammaPolicy
 from engine.session import Session
@@ -63,7 +63,7 @@ class Calibration:
 
 
 def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps: int,
-                  all_rows: bool) -> list[float]:
+                  all_rows: bool, clock: Clock) -> list[float]:
     base = session.n_past
     tokens = [int(t) for t in context]
     if not tokens:
@@ -80,9 +80,9 @@ def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps
         for w in range(1, max_width + 1):
             best = float("inf")
             for _ in range(reps):
-                t0 = time.perf_counter()
+                t0 = clock()
                 session.extend(filler[:w], rows=range(w) if all_rows else None)
-                best = min(best, (time.perf_counter() - t0) * 1e3)
+                best = min(best, clock() - t0)
                 session.rollback(start)
             out.append(best)
         return out
@@ -91,12 +91,14 @@ def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps
 
 
 def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
-              reps: int = 2, model_source: str | None = None) -> Calibration:
+              reps: int = 2, model_source: str | None = None,
+              clock: Clock = wall_ms) -> Calibration:
     """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
     decodes of as many; every cache is left holding exactly what it held before."""
     width = max_gamma + 1
-    verify_ms = _timed_widths(target, width, context, reps, all_rows=True)
-    draft_ms = (_timed_widths(draft, width, context, reps, all_rows=False) if draft is not None
+    verify_ms = _timed_widths(target, width, context, reps, all_rows=True, clock=clock)
+    draft_ms = (_timed_widths(draft, width, context, reps, all_rows=False, clock=clock)
+                if draft is not None
                 else [0.0] * width)
     return Calibration(draft_ms=draft_ms, verify_ms=verify_ms,
                        model_source=model_source if draft is not None else None)

@@ -8,12 +8,12 @@ After verification the target is rolled back to the committed tokens, minus the 
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterator, Sequence
 
 from engine.acceptance import Verdict, verify
+from engine.clock import Clock, wall_ms
 from engine.drafters.base import Drafter, Proposal, empty_proposal
 from engine.errors import SettingsError
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
@@ -43,10 +43,6 @@ class GenerationConfig:
             raise SettingsError(f"max tokens must be >= 1, got {self.max_tokens}")
 
 
-def _clock() -> float:
-    return time.perf_counter() * 1e3
-
-
 def _keep(policy: GammaPolicy, limit: int, fixed_width: bool, own: Sequence[float],
           sure: float) -> bool:
     return policy.keep_drafting(own, sure, limit, fixed_width)
@@ -70,7 +66,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
              config: GenerationConfig, policy: GammaPolicy | None = None,
              rule: VerifyRule = verify,
              widths: Callable[[int], int] | None = None, rng: Rng | None = None,
-             clock: Callable[[], float] = _clock) -> Iterator[Event]:
+             clock: Clock = wall_ms) -> Iterator[Event]:
     """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent.
 
     `rule` is the verification rule; only the exactness report's negative control swaps it.

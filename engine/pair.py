@@ -22,6 +22,7 @@ from functools import partial
 from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend, ModelConfig
+from engine.clock import Clock, wall_ms
 from engine.controller import AdaptiveController, Calibration, calibrate
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
@@ -80,7 +81,7 @@ class Pair:
     def __init__(self, target: Backend, draft: Backend | None = None, p_min: float = 0.0,
                  lookup_ngram: int = 3, target_config: ModelConfig | None = None,
                  loader: Callable[[ModelConfig], Backend] | None = None,
-                 chain_min: float = DEFAULT_CHAIN_MIN) -> None:
+                 chain_min: float = DEFAULT_CHAIN_MIN, clock: Clock = wall_ms) -> None:
         if not (0.0 <= p_min < 1.0):
             raise SettingsError(f"draft p-min must be in [0, 1), got {p_min}")
         if not (0.0 <= chain_min < 1.0):
@@ -93,6 +94,8 @@ class Pair:
         self.p_min = p_min
         self.chain_min = chain_min
         self.lock = threading.Lock()
+        # Times calibration and generation (a virtual clock in tests, engine/clock.py).
+        self.clock = clock
         self._loader = loader or _default_loader
         self._extra_backends: list[Backend] = []
         self._calibrations: dict[str, Calibration] = {}
@@ -226,7 +229,8 @@ class Pair:
         session = getattr(model, "session", None)
         context = self.tokens_for(CALIBRATION_TEXT, raw=True)
         result = calibrate(self.target, session if isinstance(session, Session) else None,
-                           max_gamma, context, model_source=getattr(model, "name", None))
+                           max_gamma, context, model_source=getattr(model, "name", None),
+                           clock=self.clock)
         self._calibrations[drafter] = result
         return result
 
@@ -258,7 +262,8 @@ class Pair:
                 if isinstance(policy, AdaptiveController) and not policy.calibrated:
                     policy.use_calibration(self.calibration(drafter, policy.max_gamma))
                 widths = self.pad_widths(drafter, config.gamma)
-            yield from generate(self.target, chosen, tokens, config, policy, widths=widths)
+            yield from generate(self.target, chosen, tokens, config, policy, widths=widths,
+                                clock=self.clock)
 
     def pad_widths(self, name: str, gamma: int) -> Callable[[int], int]:
         """The verify batch widths for drafter `name` (the draft model's catch-up widths are set

@@ -10,14 +10,13 @@ prompt lookup always has a match and hybrid starts with one.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from engine.acceptance import speculative_verify
 from engine.controller import AdaptiveController
-from engine.drafters.base import Drafter, Keep, Proposal
+from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.early_exit import early_exit_drafter
 from engine.drafters.hybrid import HybridDrafter
@@ -28,6 +27,7 @@ from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
 from engine.sampling import Rng, SamplingParams, probabilities
 from engine.session import Session
 from tests.exact_law import TableFake, VirtualClock, exact_law, target_law, total_variation
+from tests.old_shortcuts import OldPMin, OldTrim
 
 V, EOG, N = 8, 7, 3
 PROMPT = [0, 1, 2, 3, 4, 5, 6, 1, 2]
@@ -173,53 +173,12 @@ def test_greedy_is_exact_too():
 
 # --- negative controls: the old shortcuts, each read a drafted token's own value -------------
 
-class OldTrim(Drafter):
-    """The trim as it was: draft the whole run, then keep the prefix whose expected accepted
-    tokens, counting each drafted token's own q(x) as its chance, best pay their verify width."""
-
-    def __init__(self, inner: DraftModelDrafter) -> None:
-        self.name = inner.name
-        self.inner = inner
-
-    def propose(self, context, gamma, params, rng, keep: Keep | None = None) -> Proposal:
-        p = self.inner.propose(context, gamma, params, rng)
-        if p.q is None or not len(p):
-            return p
-        own = p.q[np.arange(len(p)), p.tokens]
-        best_k, best, expected, chain = 0, 0.0, 0.0, 1.0
-        for k, q in enumerate(own, start=1):
-            chain *= float(q)
-            expected += chain
-            gain = expected - (VERIFY[k] - VERIFY[0]) / VERIFY[0]
-            if gain > best:
-                best_k, best = k, gain
-        return replace(p, tokens=p.tokens[:best_k], q=p.q[:best_k] if best_k else None)
-
-
-class OldPMin(DraftModelDrafter):
-    """p-min as it was under sampling: draw x, then drop it (and stop) when q(x) < p_min."""
-
-    def propose(self, context, gamma, params, rng, keep: Keep | None = None) -> Proposal:
-        tokens, rows = [], []
-        logits = self.session.sync(context, feed_last=True)
-        for i in range(gamma):
-            q = probabilities(logits[-1], params)
-            x = rng.draw(q)
-            if i > 0 and q[x] < self.p_min:
-                break
-            tokens.append(x)
-            rows.append(q)
-            if i + 1 < gamma:
-                logits = self.session.extend([x])
-        return Proposal(tokens=np.asarray(tokens, dtype=np.int32),
-                        q=np.stack(rows) if rows else None, source=self.name)
-
-
 @pytest.mark.parametrize("sampling", ["T=1", "T=0.7 top-p 0.9"])
 def test_the_old_trim_is_caught(sampling):
     spec, want, drafted = law_of(
         sampling, lambda c, g: OldTrim(DraftModelDrafter(
-            TableFake(seed=1, noise=0.8, eog=EOG, grid=g, clock=c, cost=DRAFT), chain_min=0.5)),
+            TableFake(seed=1, noise=0.8, eog=EOG, grid=g, clock=c, cost=DRAFT), chain_min=0.5),
+            VERIFY),
         lambda d: FixedGamma(2))
     tv = total_variation(spec, want)
     assert drafted and tv > 1e-3
