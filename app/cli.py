@@ -20,6 +20,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), lookup_ngram=args.lookup_ngram,
                      **draft_stops(args))
     try:
+        # Refuse a prompt the context cannot hold before calibrating for it.
+        pair.prompt_tokens(args.prompt, raw=args.raw)
         policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None
         for ev in pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy):

@@ -24,3 +24,7 @@ class DoesNotFitError(TandemError):
 
 class HubError(TandemError):
     """The model hub could not be reached or refused a request."""
+
+
+class DecodeError(TandemError):
+    """llama.cpp refused a decode (a full cache, a batch it cannot schedule)."""

@@ -195,7 +195,7 @@ def test_pair_that_does_not_fit_is_refused_with_the_breakdown(tmp_path):
     t = tinygguf.write(tmp_path / "t.gguf", tokens=tinygguf.vocab(400))
     d = tinygguf.write(tmp_path / "d.gguf", tokens=tinygguf.vocab(400))
     holder = PairHolder(loader=lambda config: FakeBackend())
-    huge = 1 << 31
+    huge = (1 << 31) - 1  # the largest context llama.cpp's 32-bit fields can take
     error = holder.load(ModelConfig(str(t), n_ctx=huge), ModelConfig(str(d), n_ctx=huge))
     assert holder.status.state == ERROR and "GiB RAM" in error and "KV" in error
     assert "GiB RAM" in status_banner(holder)
