@@ -192,10 +192,11 @@ def test_compare_sampling_says_outputs_are_not_expected_to_match():
 
 
 def test_pair_that_does_not_fit_is_refused_with_the_breakdown(tmp_path):
-    t = tinygguf.write(tmp_path / "t.gguf", tokens=tinygguf.vocab(400))
-    d = tinygguf.write(tmp_path / "d.gguf", tokens=tinygguf.vocab(400))
-    holder = PairHolder(loader=lambda config: FakeBackend())
     huge = (1 << 31) - 1  # the largest context llama.cpp's 32-bit fields can take
+    # Trained for that long too: the refusal under test is the memory budget's.
+    t = tinygguf.write(tmp_path / "t.gguf", tokens=tinygguf.vocab(400), n_ctx_train=huge)
+    d = tinygguf.write(tmp_path / "d.gguf", tokens=tinygguf.vocab(400), n_ctx_train=huge)
+    holder = PairHolder(loader=lambda config: FakeBackend())
     error = holder.load(ModelConfig(str(t), n_ctx=huge), ModelConfig(str(d), n_ctx=huge))
     assert holder.status.state == ERROR and "GiB RAM" in error and "KV" in error
     assert "GiB RAM" in status_banner(holder)
