@@ -218,3 +218,15 @@ def test_failed_startup_shows_the_reason_in_the_page(tmp_path):
             client.predict("hi", [], *GREEDY_FAKE, api_name="/chat")
         table = client.predict(api_name="/catalog")
         assert table["data"], "the models tab still works without a loaded pair"
+
+
+def test_a_prompt_the_context_cannot_hold_is_a_page_error_and_the_app_goes_on():
+    # Issue 21: what aborted the CLI in llama.cpp would have taken the server down with it.
+    holder = PairHolder(Pair(FakeBackend(n_ctx=64, n_batch=16), FakeBackend(noise=0.5, n_ctx=64,
+                                                                          n_batch=16)))
+    flags = StopFlags()
+    with pytest.raises(gr.Error, match="the prompt needs .* tokens, the context holds 64"):
+        list(respond(holder, flags, "s", "a long message " * 20, [], settings()))
+    *_, (history, _, _, stats, _) = respond(holder, flags, "s", "short", [], settings())
+    assert stats["output_tokens"] > 0 and history[-1]["content"] == stats["text"]
+    assert stats["prompt_tokens"] + stats["output_tokens"] <= 64

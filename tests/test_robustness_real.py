@@ -7,6 +7,7 @@ process died in GGML_ASSERT (exit 134).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,20 @@ def test_ctx_64_stop_string_across_rounds(embedded_paths):
     out = json.loads(proc.stdout)
     assert out["stats"]["finish_reason"] == "stop", out
     assert "return a + b" not in out["text"] and "a +" not in out["text"]
+
+
+@pytest.mark.real
+def test_ctrl_c_during_a_real_generation_exits_130_with_one_line(embedded_paths):
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "app.cli", "generate", "--threads", "2",
+                             "--draft", "none", "--ctx", "256", "--max-tokens", "200", "--prompt",
+                             ESSAY], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.read(1)  # the first token is out: llama.cpp is decoding
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert "interrupted" in err and "Traceback" not in err
