@@ -62,12 +62,14 @@ def test_ctx_32_with_a_batch_smaller_than_the_prompt(embedded_paths):
 @pytest.mark.real
 def test_ctx_64_stop_string_across_rounds(embedded_paths):
     # Rounds commit at most 3 tokens at gamma 2; the stop string is more tokens than that.
-    proc = tandem("--ctx", "64", "--raw", "--prompt", CODE, "--drafter", "draft", "--policy",
+    # Prompt lookup keeps this case on the speculative path without loading the draft model.
+    proc = tandem("--ctx", "64", "--raw", "--prompt", CODE, "--drafter", "lookup", "--policy",
                   "fixed", "--gamma", "2", "--stop", "return a + b", "--max-tokens", "40",
                   "--json")
     assert proc.returncode == 0
     out = json.loads(proc.stdout)
     assert out["stats"]["finish_reason"] == "stop", out
+    assert out["stats"]["rounds"] >= 2 and out["stats"]["mode"] == "speculative"
     assert "return a + b" not in out["text"] and "a +" not in out["text"]
 
 
