@@ -135,18 +135,6 @@ def test_a_model_file_replaced_while_the_app_runs_is_noticed_at_the_next_load(tm
     assert second != first and calls == ["q4_0", "q4_0"] and not first.exists()
 
 
-def test_ctrl_c_during_a_derived_build_leaves_nothing_and_the_next_run_rebuilds(tmp_path, store):
-    source = tinygguf.write(tmp_path / "draft.gguf")
-    with pytest.raises(KeyboardInterrupt):
-        derive_quantized(source, "q4_0", failing_quantizer(KeyboardInterrupt()))
-    assert leftovers(store) == []
-    calls: list = []
-    derive_quantized(source, "q4_0", copying_quantizer(calls))
-    assert calls == ["q4_0"]
-
-
-
-
 def test_an_embedded_file_replaced_with_the_same_size_and_mtime_is_not_intact(tmp_path, store):
     good = b"G" * 4096
     model = embedded.EmbeddedModel(role="draft", filename="m.gguf", package_prefix="x-part",
