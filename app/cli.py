@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from engine.errors import TandemError
@@ -81,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`tandem generate ... | head`). Point stdout at /dev/null so the
+        # interpreter's last flush does not fail again with a traceback.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        print("error: the output was closed before the answer ended", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

