@@ -32,7 +32,7 @@ from tests.fakes import FakeBackend
 ENGINE_CASES = 1500
 CLI_CASES = 600
 SWEEP = dict(derandomize=True, database=None, deadline=None, print_blob=True,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 EOG = 59
 DRAFTERS = ("none", "draft", "lookup", "hybrid")
