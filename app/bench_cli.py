@@ -63,6 +63,7 @@ def _model_words(args: argparse.Namespace) -> list[str]:
     words = []
     for flag, value in (("--target", args.target), ("--draft", args.draft),
                         ("--threads", args.threads), ("--ctx", args.ctx),
+                        ("--batch", None if getattr(args, "batch", 512) == 512 else args.batch),
                         ("--gpu-layers", args.gpu_layers or None),
                         ("--draft-gpu-layers", args.draft_gpu_layers or None)):
         if value is not None:

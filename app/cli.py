@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from engine.errors import TandemError
@@ -20,6 +21,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), lookup_ngram=args.lookup_ngram,
                      **draft_stops(args))
     try:
+        # Refuse a prompt the context cannot hold before calibrating for it.
+        pair.prompt_tokens(args.prompt, raw=args.raw)
         policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None
         for ev in pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy):
@@ -79,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`tandem generate ... | head`). Point stdout at /dev/null so the
+        # interpreter's last flush does not fail again with a traceback.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        print("error: the output was closed before the answer ended", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from typing import Sequence
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.generator import GenerationConfig
+from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from engine.drafters.quantized import CHOICES as QUANT_CHOICES
 from engine.pair import DRAFT_VOCAB_CHOICES, LoadOptions
 from engine.policy import POLICIES
@@ -24,10 +25,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", help="target GGUF (default: the embedded Qwen2.5-Coder-1.5B)")
     g.add_argument("--draft", help="draft GGUF, or 'none' for plain decoding "
                    "(default: the embedded Qwen2.5-Coder-0.5B)")
-    g.add_argument("--threads", type=int, default=None, help="CPU threads for both models")
-    g.add_argument("--ctx", type=int, default=4096, help="context length for both models")
-    g.add_argument("--gpu-layers", type=int, default=0, help="target layers on the GPU (-ngl)")
-    g.add_argument("--draft-gpu-layers", type=int, default=0, help="draft layers on the GPU (-ngld)")
+    g.add_argument("--threads", type=int, default=None,
+                   help=f"CPU threads for both models, 1 to {MAX_THREADS} (default: every core)")
+    g.add_argument("--ctx", type=int, default=4096,
+                   help=f"context length for both models, {MIN_CTX} up to what the model was "
+                   "trained for (default 4096)")
+    g.add_argument("--batch", type=int, default=512,
+                   help="most tokens per llama.cpp decode; longer batches are split (default 512, "
+                   "capped at the context length)")
+    g.add_argument("--gpu-layers", type=int, default=0,
+                   help="target layers on the GPU (-ngl; -1 or more than the model has: all)")
+    g.add_argument("--draft-gpu-layers", type=int, default=0,
+                   help="draft layers on the GPU (-ngld; -1 or more than the model has: all)")
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
     g.add_argument("--draft-quant", choices=QUANT_CHOICES, default="auto",
                    help="load the draft requantized to Q4_0, derived once and kept in the store: "
@@ -109,19 +118,23 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, ModelConfig | 
     chosen = getattr(args, "drafter", None)
     # An explicit drafter that does not use the draft model does not load it.
     draft_arg = "none" if chosen is not None and chosen not in NEEDS_DRAFT_MODEL else args.draft
+    batch = getattr(args, "batch", 512)
+    # Before the embedded files are assembled (minutes on a first run), not after.
+    for layers in (args.gpu_layers, args.draft_gpu_layers):
+        check_hardware(args.ctx, args.threads, layers, batch)
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
     target = args.target or str(embedded_target)
     draft_path = draft_arg if draft_arg is not None else str(embedded_draft)
     tcfg = ModelConfig(path=target, n_ctx=args.ctx, n_threads=args.threads,
-                       n_gpu_layers=args.gpu_layers)
+                       n_gpu_layers=args.gpu_layers, n_batch=batch)
     if draft_path == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
     return tcfg, ModelConfig(path=draft_path, n_ctx=args.ctx, n_threads=args.threads,
-                             n_gpu_layers=args.draft_gpu_layers)
+                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch)
 
 
 def generation_config(args: argparse.Namespace) -> GenerationConfig:

@@ -11,6 +11,8 @@ from typing import Protocol, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from engine.limits import check_hardware
+
 F32 = npt.NDArray[np.float32]
 
 
@@ -24,10 +26,15 @@ class ModelConfig:
     n_gpu_layers: int = 0
     n_batch: int = 512
 
+    def __post_init__(self) -> None:
+        check_hardware(self.n_ctx, self.n_threads, self.n_gpu_layers, self.n_batch)
+
 
 class Backend(Protocol):
     n_vocab: int
     n_ctx: int
+    # A backend may also carry `n_batch`, the most tokens one decode call takes; `Session`
+    # splits longer batches to fit it.
     name: str
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

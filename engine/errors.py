@@ -29,3 +29,7 @@ class HubError(TandemError):
 class DraftLawError(TandemError):
     """A drafter's tokens and the distribution it declared for them disagree (an engine bug:
     verifying such a proposal with the p/q rule would not be exact)."""
+
+
+class DecodeError(TandemError):
+    """llama.cpp refused a decode (a full cache, a batch it cannot schedule)."""

@@ -17,6 +17,7 @@ from engine.clock import Clock, wall_ms
 from engine.drafters.base import Drafter, Proposal, empty_proposal
 from engine.errors import SettingsError
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
+from engine.limits import check_prompt_fits
 from engine.policy import FixedGamma, GammaPolicy
 from engine.sampling import Rng, Rows, SamplingParams, top_probability
 from engine.session import Session
@@ -89,8 +90,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     out: list[int] = []
 
     t_start = clock()
-    if len(seq) + 1 > backend.n_ctx:
-        raise SettingsError(f"the prompt ({len(seq)} tokens) does not fit in n_ctx {backend.n_ctx}")
+    check_prompt_fits(len(seq), backend.n_ctx)
     target.sync(seq, feed_last=False)
     if speculative:
         drafter.prefill(seq)

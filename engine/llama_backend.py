@@ -17,7 +17,7 @@ from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.backend import F32, ModelConfig
-from engine.errors import ModelFileError, SettingsError
+from engine.errors import DecodeError, ModelFileError, SettingsError
 
 
 def default_threads() -> int:
@@ -29,8 +29,6 @@ class LlamaBackend:
         path = Path(config.path)
         if not path.is_file():
             raise ModelFileError(f"model file not found: {path}")
-        if config.n_ctx < 16:
-            raise SettingsError(f"context length must be >= 16, got {config.n_ctx}")
         threads = config.n_threads or default_threads()
         try:
             self.llm = llama_cpp.Llama(
@@ -42,11 +40,16 @@ class LlamaBackend:
         self.name = path.name
         self.config = config
         self.n_vocab: int = self.llm.n_vocab()
-        self.n_ctx: int = self.llm.n_ctx()
+        # llama.cpp pads a small context up (16 became 256); the context asked for is the limit
+        # the user set, so it is the one the engine keeps to.
+        self.n_ctx: int = min(config.n_ctx, self.llm.n_ctx())
         self._ctx = self.llm._ctx.ctx
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
         self._mem = llama_cpp.llama_get_memory(self._ctx)
-        self._n_batch = config.n_batch
+        # llama.cpp clamps the batch to the context (llama-cpp-python to min(n_ctx, n_batch)):
+        # chunks sized from the config overran it and aborted the process in GGML_ASSERT.
+        self.n_batch: int = int(llama_cpp.llama_n_batch(self._ctx))
+        self._n_batch = self.n_batch
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self.n_embd: int = llama_cpp.llama_model_n_embd(self.llm._model.model)
         # Allocated on first use: only a draft with a trimmed vocabulary decodes embeddings.
@@ -88,6 +91,10 @@ class LlamaBackend:
         return fmt(messages=list(messages)).prompt
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
+        bad = [int(t) for t in tokens if not 0 <= int(t) < self.n_vocab]
+        if bad:
+            raise SettingsError(f"token id {bad[0]} is outside the vocabulary of {self.name} "
+                                f"({self.n_vocab} tokens)")
         b = self._batch
 
         def fill(start: int, n: int) -> None:
@@ -116,6 +123,12 @@ class LlamaBackend:
              fill: Callable[[int, int], None]) -> F32:
         """Decode n_total inputs in chunks of n_batch (`fill(start, n)` writes a chunk's inputs
         into `b`) and copy the logits of `rows` only."""
+        # Checked here, not left to llama.cpp, which aborts or misbehaves on them.
+        if n_total < 1 or pos < 0 or pos + n_total > self.n_ctx:
+            raise DecodeError(f"cannot decode {n_total} tokens at position {pos}: the context "
+                              f"holds {self.n_ctx}; raise --ctx")
+        if any(not 0 <= r < n_total for r in rows):
+            raise DecodeError(f"logit rows {list(rows)} are outside a batch of {n_total}")
         out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
         for start in range(0, n_total, self._n_batch):
             n = min(self._n_batch, n_total - start)
@@ -131,7 +144,9 @@ class LlamaBackend:
             b.n_tokens = n
             rc = llama_cpp.llama_decode(self._ctx, b)
             if rc != 0:
-                raise RuntimeError(f"llama_decode failed with code {rc} at position {pos + start}")
+                # The chunks before this one stay cached; the session truncates them away.
+                raise DecodeError(f"llama.cpp could not decode {n} tokens at position "
+                                  f"{pos + start} (code {rc})")
             for i, r in enumerate(rows):
                 if start <= r < start + n:
                     ptr = llama_cpp.llama_get_logits_ith(self._ctx, r - start)

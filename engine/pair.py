@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend, ModelConfig
@@ -33,6 +34,7 @@ from engine.drafters.quantized import resolve as resolve_quant
 from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
+from engine.limits import check_ctx_trained, check_prompt_fits
 from engine.policy import GammaPolicy, make_policy
 from engine.session import Session
 from engine.widths import padded_width
@@ -77,6 +79,17 @@ def _default_loader(config: ModelConfig) -> Backend:
     return llama_backend.load(config)
 
 
+def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[list[int], int]:
+    """The calibration's context and widest batch for a context of `n_ctx`: all of both when
+    they fit, else half the context (at least one token) and the widths the rest holds. The
+    controller extrapolates costs past the widths measured (engine/controller.py)."""
+    context = [int(t) for t in context]
+    if len(context) + widths <= n_ctx:
+        return context, widths
+    context = context[:max(1, min(len(context), n_ctx // 2))]
+    return context, max(1, min(widths, n_ctx - len(context)))
+
+
 class Pair:
     def __init__(self, target: Backend, draft: Backend | None = None, p_min: float = 0.0,
                  lookup_ngram: int = 3, target_config: ModelConfig | None = None,
@@ -117,9 +130,11 @@ class Pair:
              lookup_ngram: int = 3, quantizer: Quantizer | None = None,
              chain_min: float = DEFAULT_CHAIN_MIN) -> "Pair":
         from models.gguf_info import read_info
-        read_info(target.path)
+        info = read_info(target.path)
+        check_ctx_trained(target.n_ctx, info.n_ctx_train, Path(target.path).name)
         if draft is not None:
-            read_info(draft.path)
+            dinfo = read_info(draft.path)
+            check_ctx_trained(draft.n_ctx, dinfo.n_ctx_train, Path(draft.path).name)
             if options.check_compat:
                 from models.compat import require_compatible
                 require_compatible(target.path, draft.path)
@@ -212,9 +227,27 @@ class Pair:
             text = prompt if raw else backend.chat_prompt([{"role": "user", "content": prompt}])
         else:
             text = backend.chat_prompt(prompt)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # A command line in another encoding arrives as lone surrogates.
+            raise SettingsError(f"the prompt is not valid UTF-8 (character {exc.start})") from None
         tokens = backend.tokenize(text, add_special=True, parse_special=True)
         if not tokens:
             raise SettingsError("the prompt is empty")
+        return tokens
+
+    @property
+    def n_ctx(self) -> int:
+        """The context every loaded model can hold (the smallest of theirs)."""
+        sizes = [self.target.backend.n_ctx]
+        sizes += [b.n_ctx for b in (self.draft_backend, *self._extra_backends) if b is not None]
+        return min(sizes)
+
+    def prompt_tokens(self, prompt: Prompt, raw: bool = False) -> list[int]:
+        """The prompt's tokens, refused when the context cannot hold them and one more."""
+        tokens = self.tokens_for(prompt, raw)
+        check_prompt_fits(len(tokens), self.n_ctx)
         return tokens
 
     def calibration(self, drafter: str, max_gamma: int) -> Calibration:
@@ -227,10 +260,18 @@ class Pair:
         chosen = self.drafter(drafter)
         model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
         session = getattr(model, "session", None)
-        context = self.tokens_for(CALIBRATION_TEXT, raw=True)
-        result = calibrate(self.target, session if isinstance(session, Session) else None,
-                           max_gamma, context, model_source=getattr(model, "name", None),
-                           clock=self.clock)
+        session = session if isinstance(session, Session) else None
+        context, widths = calibration_plan(self.tokens_for(CALIBRATION_TEXT, raw=True),
+                                           max_gamma + 1, self.n_ctx)
+        if cached is not None and len(cached.verify_ms) >= widths:
+            return cached
+        for s in (self.target, session):
+            # Calibration decodes after what a cache holds; a cache too full for it starts
+            # over (the next generation re-decodes its prompt, nothing else changes).
+            if s is not None and s.n_past + widths + (0 if s.n_past else len(context)) > s.backend.n_ctx:
+                s.rollback(0)
+        result = calibrate(self.target, session, widths - 1, context,
+                           model_source=getattr(model, "name", None), clock=self.clock)
         self._calibrations[drafter] = result
         return result
 
@@ -253,7 +294,7 @@ class Pair:
         calibration measured (engine/widths.py), whatever the policy."""
         drafter = self.default_drafter if drafter is None else drafter
         chosen = self.drafter(drafter)
-        tokens = self.tokens_for(prompt, raw)
+        tokens = self.prompt_tokens(prompt, raw)
         with self.lock:
             widths = None
             if chosen is not None and config.gamma > 0:

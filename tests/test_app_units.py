@@ -192,10 +192,11 @@ def test_compare_sampling_says_outputs_are_not_expected_to_match():
 
 
 def test_pair_that_does_not_fit_is_refused_with_the_breakdown(tmp_path):
-    t = tinygguf.write(tmp_path / "t.gguf", tokens=tinygguf.vocab(400))
-    d = tinygguf.write(tmp_path / "d.gguf", tokens=tinygguf.vocab(400))
+    huge = (1 << 31) - 1  # the largest context llama.cpp's 32-bit fields can take
+    # Trained for that long too: the refusal under test is the memory budget's.
+    t = tinygguf.write(tmp_path / "t.gguf", tokens=tinygguf.vocab(400), n_ctx_train=huge)
+    d = tinygguf.write(tmp_path / "d.gguf", tokens=tinygguf.vocab(400), n_ctx_train=huge)
     holder = PairHolder(loader=lambda config: FakeBackend())
-    huge = 1 << 31
     error = holder.load(ModelConfig(str(t), n_ctx=huge), ModelConfig(str(d), n_ctx=huge))
     assert holder.status.state == ERROR and "GiB RAM" in error and "KV" in error
     assert "GiB RAM" in status_banner(holder)
@@ -217,3 +218,15 @@ def test_failed_startup_shows_the_reason_in_the_page(tmp_path):
             client.predict("hi", [], *GREEDY_FAKE, api_name="/chat")
         table = client.predict(api_name="/catalog")
         assert table["data"], "the models tab still works without a loaded pair"
+
+
+def test_a_prompt_the_context_cannot_hold_is_a_page_error_and_the_app_goes_on():
+    # Issue 21: what aborted the CLI in llama.cpp would have taken the server down with it.
+    holder = PairHolder(Pair(FakeBackend(n_ctx=64, n_batch=16), FakeBackend(noise=0.5, n_ctx=64,
+                                                                          n_batch=16)))
+    flags = StopFlags()
+    with pytest.raises(gr.Error, match="the prompt needs .* tokens, the context holds 64"):
+        list(respond(holder, flags, "s", "a long message " * 20, [], settings()))
+    *_, (history, _, _, stats, _) = respond(holder, flags, "s", "short", [], settings())
+    assert stats["output_tokens"] > 0 and history[-1]["content"] == stats["text"]
+    assert stats["prompt_tokens"] + stats["output_tokens"] <= 64

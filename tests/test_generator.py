@@ -176,7 +176,7 @@ def test_second_generation_reuses_the_cached_prompt():
 
 def test_context_overflow_is_a_clear_error():
     target = Session(FakeBackend(n_ctx=4))
-    with pytest.raises(SettingsError, match="n_ctx"):
+    with pytest.raises(SettingsError, match="the prompt needs .* tokens, the context holds 4"):
         run(target, None, GenerationConfig(params=GREEDY, max_tokens=5))
 
 

@@ -15,10 +15,8 @@ from engine.errors import ModelFileError
 
 
 def derived_dir() -> Path:
-    from models.store import store_dir
-    d = store_dir() / "derived"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    from models.store import store_dir, writable_dir
+    return writable_dir(store_dir() / "derived")
 
 
 def source_sha256(source: str | Path) -> tuple[Path, str]:
@@ -30,7 +28,9 @@ def source_sha256(source: str | Path) -> tuple[Path, str]:
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 of a model file, remembered in a sidecar while its size and mtime are unchanged."""
+    """SHA-256 of a model file, remembered in a sidecar while the file is the same one: same
+    size, mtime, inode and ctime. A file replaced by another (renamed over it, or copied with its
+    mtime kept) gets a new inode or ctime, so it is hashed again (issue 21)."""
     path = Path(path).resolve()
     st = path.stat()
     sidecar = derived_dir() / "sha256-cache.json"
@@ -38,31 +38,42 @@ def file_sha256(path: Path) -> str:
         cache: dict = json.loads(sidecar.read_text())
     except (OSError, ValueError):
         cache = {}
+    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+             "ctime_ns": st.st_ctime_ns}
     entry = cache.get(str(path))
-    if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
+    if entry and all(entry.get(k) == v for k, v in stamp.items()):
         return str(entry["sha256"])
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 22):
             h.update(block)
     digest = h.hexdigest()
-    cache[str(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    cache[str(path)] = {**stamp, "sha256": digest}
     tmp = sidecar.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cache, indent=1))
-    tmp.replace(sidecar)
+    try:
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(sidecar)
+    except OSError:
+        # The sidecar only saves a re-read: a full or read-only store must not stop a load.
+        tmp.unlink(missing_ok=True)
     return digest
 
 
 def publish(out: Path, stale: str, write: Callable[[Path], None]) -> Path:
     """Put a derived file at `out`: remove older builds (files of the store's derived folder
     matching the glob `stale`), `write` a temporary file and rename it into place, so a file
-    that exists under its hash-bearing name is always complete. Nothing is left on failure."""
-    for old in derived_dir().glob(stale):
-        old.unlink()
+    that exists under its hash-bearing name is always complete. Nothing is left on failure, nor
+    on Ctrl-C (the next run builds it again). A full or read-only store is a ModelFileError."""
     tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
     try:
+        for old in derived_dir().glob(stale):
+            old.unlink()
         write(tmp)
         tmp.replace(out)
+    except OSError as exc:
+        raise ModelFileError(f"could not write {out.name} into the model store {out.parent}: "
+                             f"{exc.strerror or exc}; free some space, or point TANDEM_MODELS "
+                             f"at a writable folder") from None
     finally:
         if tmp.exists():
             tmp.unlink()
