@@ -205,6 +205,21 @@ def test_a_client_that_leaves_mid_stream_frees_the_pair(server, client):
     assert answer.choices[0].message.content
 
 
+def test_a_client_that_gives_up_on_a_whole_answer_frees_the_pair(server):
+    body = {"messages": [{"role": "user", "content": "Write a long story about a lake."}],
+            "max_tokens": 400, "speculative": {"drafter": "none"}}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server}/v1/chat/completions", json=body, timeout=3,
+                   headers={"Authorization": f"Bearer {KEY}"})
+    # Had the 400 tokens gone on (half a minute or more on a CPU), this would wait for them.
+    left = time.monotonic()
+    short = httpx.post(f"{server}/v1/chat/completions", timeout=120,
+                       headers={"Authorization": f"Bearer {KEY}"},
+                       json={**body, "max_tokens": 2})
+    assert short.status_code == 200 and short.json()["usage"]["completion_tokens"] == 2
+    assert time.monotonic() - left < 15, "the generation went on after the client left"
+
+
 @pytest.mark.parametrize("name, request_kwargs, status", [
     ("malformed JSON", {"content": b"{not json"}, 400),
     ("unknown model", {"json": {"model": "gpt-5", "messages": CODE}}, 404),
