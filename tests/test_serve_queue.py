@@ -48,9 +48,8 @@ def test_waiters_are_served_in_arrival_order_and_a_waiter_may_leave():
 
 def test_no_waiting_places_still_runs_one():
     queue = GenerationQueue(max_waiting=0)
-    with queue.slot():
-        with pytest.raises(QueueFullError):
-            queue.join()
+    with queue.slot(), pytest.raises(QueueFullError):
+        queue.join()
     with queue.slot():
         pass
 

@@ -131,7 +131,8 @@ def _content(value: Any, where: str) -> str:
     if isinstance(value, list):
         texts = []
         for j, part in enumerate(value):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            text = part.get("text") if isinstance(part, dict) else None
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(text, str):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise BadRequestError(f"{where}[{j}] must be a text part, got {kind!r}",
                                       param=f"{where}[{j}]")

@@ -16,7 +16,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.serve.errors import (APIError, AuthError, NotFoundError, TooLargeError, UnavailableError,
+from app.serve.errors import (AuthError, NotFoundError, TooLargeError, UnavailableError,
                               as_api_error)
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.serve.queue import GenerationQueue, QueueFullError

@@ -148,7 +148,7 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
 
     flags.begin(session)
     try:
-        # Both runs take one turn of the queue shared with the API: nothing runs between them.
+        # All the runs take one turn of the queue shared with the API: nothing runs between them.
         with holder.queue.slot():
             for i in range(repeats):
                 for mode in ("baseline", "speculative"):
@@ -156,7 +156,8 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
                     pieces.clear()
                     state[mode] = (None, False)
                     drafter = "none" if mode == "baseline" else settings.drafter
-                    events = pair.generate(prompt, base_cfg if mode == "baseline" else spec_cfg, drafter=drafter,
+                    config = base_cfg if mode == "baseline" else spec_cfg
+                    events = pair.generate(prompt, config, drafter=drafter,
                                            policy=settings.policy_for(drafter))
                     last = time.monotonic()
                     try:
