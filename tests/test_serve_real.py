@@ -110,10 +110,11 @@ def test_per_request_settings_are_honoured_and_greedy_matches_plain(client, embe
     plain = complete({"drafter": "none"})
     assert plain.speculative["mode"] == "baseline" and plain.speculative["drafted_tokens"] == 0
     assert plain.speculative["target_calls"] == plain.usage.completion_tokens
-    draft = complete({"drafter": "draft", "policy": "fixed", "gamma": 2})
+    # Hybrid is calibrated already (the chat test's default); every drafter costs a calibration.
+    draft = complete({"drafter": "hybrid", "policy": "fixed", "gamma": 2})
     s = draft.speculative
     assert (s["mode"], s["drafter"], s["controller"]["policy"], s["controller"]["max_gamma"]) == \
-        ("speculative", "draft", "fixed", 2)
+        ("speculative", "hybrid", "fixed", 2)
     assert set(s["controller"]["gammas"][:-1]) <= {2} and s["drafted_tokens"] > 0
     assert s["target_calls"] < draft.usage.completion_tokens  # code: the draft is mostly right
     lookup = complete({"drafter": "lookup", "policy": "heuristic", "gamma": 3})
