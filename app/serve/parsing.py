@@ -9,11 +9,11 @@ absent, as the OpenAI clients send it for unset options.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from app.serve.errors import BadRequestError
+from app.serve.fields import boolean, integer, number, refuse_unknown
 from app.settings import DEFAULT_GAMMA
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
@@ -61,12 +61,12 @@ def parse_json(body: bytes) -> dict:
 
 
 def parse_chat(body: dict, drafters: Sequence[str], default_drafter: str) -> GenerationRequest:
-    _refuse_unknown(body, CHAT_FIELDS)
+    refuse_unknown(body, CHAT_FIELDS)
     return _request("chat", body, _messages(body.get("messages")), drafters, default_drafter)
 
 
 def parse_completion(body: dict, drafters: Sequence[str], default_drafter: str) -> GenerationRequest:
-    _refuse_unknown(body, COMPLETION_FIELDS)
+    refuse_unknown(body, COMPLETION_FIELDS)
     return _request("completion", body, _prompt(body.get("prompt")), drafters, default_drafter)
 
 
@@ -75,19 +75,19 @@ def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], drafters: Se
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequestError("model must be a string", param="model")
-    n = _integer(body, "n", 1)
+    n = integer(body, "n", 1)
     if n != 1:
         raise BadRequestError(f"n must be 1 (one choice per request), got {n}", param="n")
-    stream = _boolean(body, "stream", False)
+    stream = boolean(body, "stream", False)
     include_usage = _stream_options(body.get("stream_options"), stream)
     drafter, policy, gamma = _speculative(body.get("speculative"), drafters, default_drafter)
     try:
         params = SamplingParams(
-            temperature=_number(body, "temperature", 0.0, low=0.0),
-            top_k=_integer(body, "top_k", 0, low=0),
-            top_p=_number(body, "top_p", 1.0, low=0.0, high=1.0, open_low=True),
-            min_p=_number(body, "min_p", 0.0, low=0.0, high=1.0, open_high=True),
-            seed=_integer(body, "seed", None))
+            temperature=number(body, "temperature", 0.0, low=0.0),
+            top_k=integer(body, "top_k", 0, low=0),
+            top_p=number(body, "top_p", 1.0, low=0.0, high=1.0, open_low=True),
+            min_p=number(body, "min_p", 0.0, low=0.0, high=1.0, open_high=True),
+            seed=integer(body, "seed", None))
         config = GenerationConfig(params=params, gamma=gamma, max_tokens=_max_tokens(body),
                                   stop=_stop(body.get("stop")))
     except SettingsError as exc:  # the checks above should have caught it; say it anyway
@@ -95,14 +95,6 @@ def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], drafters: Se
     return GenerationRequest(kind=kind, model=model, prompt=prompt, config=config,
                              drafter=drafter, policy=policy, stream=stream,
                              include_usage=include_usage)
-
-
-def _refuse_unknown(obj: dict, allowed: Sequence[str], prefix: str = "") -> None:
-    for key in obj:
-        if key not in allowed:
-            raise BadRequestError(f"unsupported field {prefix}{key!r}; this server takes "
-                                  f"{', '.join(allowed)}", param=f"{prefix}{key}",
-                                  code="unsupported_field")
 
 
 def _messages(value: Any) -> tuple[dict, ...]:
@@ -115,7 +107,7 @@ def _messages(value: Any) -> tuple[dict, ...]:
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise BadRequestError(f"{where} must be an object", param=where)
-        _refuse_unknown(message, MESSAGE_FIELDS, prefix=f"{where}.")
+        refuse_unknown(message, MESSAGE_FIELDS, prefix=f"{where}.")
         role = message.get("role")
         if role not in ROLES:
             raise BadRequestError(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}",
@@ -136,7 +128,7 @@ def _content(value: Any, where: str) -> str:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise BadRequestError(f"{where}[{j}] must be a text part, got {kind!r}",
                                       param=f"{where}[{j}]")
-            _refuse_unknown(part, ("type", "text"), prefix=f"{where}[{j}].")
+            refuse_unknown(part, ("type", "text"), prefix=f"{where}[{j}].")
             texts.append(part["text"])
         return "".join(texts)
     raise BadRequestError(f"{where} must be a string or a list of text parts", param=where)
@@ -161,7 +153,7 @@ def _speculative(value: Any, drafters: Sequence[str], default_drafter: str) -> t
     if not isinstance(spec, dict):
         raise BadRequestError("speculative must be an object with drafter, policy and gamma",
                               param="speculative")
-    _refuse_unknown(spec, SPECULATIVE_FIELDS, prefix="speculative.")
+    refuse_unknown(spec, SPECULATIVE_FIELDS, prefix="speculative.")
     drafter = default_drafter if spec.get("drafter") is None else spec["drafter"]
     if drafter not in drafters:
         raise BadRequestError(f"speculative.drafter must be one of {', '.join(drafters)} with "
@@ -176,7 +168,7 @@ def _speculative(value: Any, drafters: Sequence[str], default_drafter: str) -> t
     if policy not in POLICIES:
         raise BadRequestError(f"speculative.policy must be one of {', '.join(POLICIES)}, got "
                               f"{policy!r}", param="speculative.policy")
-    gamma = _integer(spec, "gamma", DEFAULT_GAMMA[policy], low=1, high=MAX_GAMMA,
+    gamma = integer(spec, "gamma", DEFAULT_GAMMA[policy], low=1, high=MAX_GAMMA,
                      name="speculative.gamma")
     return drafter, policy, gamma
 
@@ -189,8 +181,8 @@ def _stream_options(value: Any, stream: bool) -> bool:
                               param="stream_options")
     if not isinstance(value, dict):
         raise BadRequestError("stream_options must be an object", param="stream_options")
-    _refuse_unknown(value, ("include_usage",), prefix="stream_options.")
-    return _boolean(value, "include_usage", False, name="stream_options.include_usage")
+    refuse_unknown(value, ("include_usage",), prefix="stream_options.")
+    return boolean(value, "include_usage", False, name="stream_options.include_usage")
 
 
 def _max_tokens(body: dict) -> int:
@@ -198,7 +190,7 @@ def _max_tokens(body: dict) -> int:
         raise BadRequestError("give max_tokens or max_completion_tokens, not both",
                               param="max_completion_tokens")
     name = "max_tokens" if body.get("max_completion_tokens") is None else "max_completion_tokens"
-    return _integer(body, name, DEFAULT_MAX_TOKENS, low=1)
+    return integer(body, name, DEFAULT_MAX_TOKENS, low=1)
 
 
 def _stop(value: Any) -> tuple[str, ...]:
@@ -208,47 +200,3 @@ def _stop(value: Any) -> tuple[str, ...]:
     if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
         raise BadRequestError("stop must be a non-empty string or a list of them", param="stop")
     return tuple(items)
-
-
-def _boolean(obj: dict, key: str, default: bool, name: str | None = None) -> bool:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise BadRequestError(f"{name or key} must be true or false, got {value!r}",
-                              param=name or key)
-    return value
-
-
-def _number(obj: dict, key: str, default: float, low: float | None = None,
-            high: float | None = None, open_low: bool = False, open_high: bool = False) -> float:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadRequestError(f"{key} must be a number, got {value!r}", param=key)
-    too_low = low is not None and (value <= low if open_low else value < low)
-    too_high = high is not None and (value >= high if open_high else value > high)
-    if too_low or too_high:
-        if high is None:
-            span = f"{'>' if open_low else '>='} {low:g}"
-        else:
-            span = f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
-        raise BadRequestError(f"{key} must be {span}, got {value!r}", param=key)
-    return float(value)
-
-
-def _integer(obj: dict, key: str, default: int | None, low: int | None = None,
-             high: int | None = None, name: str | None = None) -> int | None:
-    name = name or key
-    value = obj.get(key)
-    if value is None:
-        return default
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequestError(f"{name} must be an integer, got {value!r}", param=name)
-    if (low is not None and value < low) or (high is not None and value > high):
-        span = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise BadRequestError(f"{name} must be {span}, got {value}", param=name)
-    return value
