@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     from models.cli import register as register_models
     from app.ui_cli import register as register_ui
     from app.bench_cli import register as register_bench
+    from app.serve_cli import register as register_serve
 
     parser = argparse.ArgumentParser(prog="tandem", description="Exact speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_models(sub)
     register_ui(sub)
     register_bench(sub)
+    register_serve(sub)
     return parser
 
 

@@ -43,9 +43,23 @@ def stats_payload(stats: GenerationStats, text: str) -> dict:
 
 def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
             settings: controls.Settings) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
-    """Yield (history, token view, metrics panel, stats, textbox) while the answer streams."""
+    """Yield (history, token view, metrics panel, stats, textbox) while the answer streams,
+    once this answer's turn in the holder's queue (shared with the API) has come."""
     if not message or not message.strip():
         raise gr.Error("type a message first")
+    try:
+        ticket = holder.queue.join()
+    except TandemError as exc:
+        raise gr.Error(str(exc)) from None
+    try:
+        holder.queue.wait(ticket)
+        yield from _answer(holder, flags, session, message, history, settings)
+    finally:
+        holder.queue.leave(ticket)
+
+
+def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
+            settings: controls.Settings) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
     try:
         pair = holder.pair
         config = settings.config(gamma=0 if settings.drafter == "none" else None)

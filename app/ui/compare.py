@@ -148,32 +148,35 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
 
     flags.begin(session)
     try:
-        for i in range(repeats):
-            for mode in ("baseline", "speculative"):
-                pieces = runs.baseline_pieces if mode == "baseline" else runs.speculative_pieces
-                pieces.clear()
-                state[mode] = (None, False)
-                drafter = "none" if mode == "baseline" else settings.drafter
-                events = pair.generate(prompt, base_cfg if mode == "baseline" else spec_cfg, drafter=drafter,
-                                       policy=settings.policy_for(drafter))
-                last = time.monotonic()
-                try:
-                    for ev in events:
-                        if isinstance(ev, TokenEvent):
-                            pieces.append(metrics.Piece(ev.text, ev.origin))
-                        elif isinstance(ev, RoundEvent):
-                            state[mode] = (ev.stats, False)
-                            if flags.stopped(session):
-                                raise gr.Error(f"stopped during repeat {i + 1}")
-                            if time.monotonic() - last >= MIN_REFRESH_S:
-                                last = time.monotonic()
-                                yield view()
-                        elif isinstance(ev, DoneEvent):
-                            state[mode] = (ev.stats, True)
-                            (runs.baseline if mode == "baseline" else runs.speculative).append(ev)
-                finally:
-                    events.close()
-                yield view()
+        # All the runs take one turn of the queue shared with the API: nothing runs between them.
+        with holder.queue.slot():
+            for i in range(repeats):
+                for mode in ("baseline", "speculative"):
+                    pieces = runs.baseline_pieces if mode == "baseline" else runs.speculative_pieces
+                    pieces.clear()
+                    state[mode] = (None, False)
+                    drafter = "none" if mode == "baseline" else settings.drafter
+                    config = base_cfg if mode == "baseline" else spec_cfg
+                    events = pair.generate(prompt, config, drafter=drafter,
+                                           policy=settings.policy_for(drafter))
+                    last = time.monotonic()
+                    try:
+                        for ev in events:
+                            if isinstance(ev, TokenEvent):
+                                pieces.append(metrics.Piece(ev.text, ev.origin))
+                            elif isinstance(ev, RoundEvent):
+                                state[mode] = (ev.stats, False)
+                                if flags.stopped(session):
+                                    raise gr.Error(f"stopped during repeat {i + 1}")
+                                if time.monotonic() - last >= MIN_REFRESH_S:
+                                    last = time.monotonic()
+                                    yield view()
+                            elif isinstance(ev, DoneEvent):
+                                state[mode] = (ev.stats, True)
+                                (runs.baseline if mode == "baseline" else runs.speculative).append(ev)
+                    finally:
+                        events.close()
+                    yield view()
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
     finally:

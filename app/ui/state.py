@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from app.serve.queue import GenerationQueue
 from engine.backend import Backend, ModelConfig
 from engine.errors import TandemError
 from engine.pair import LoadOptions, Pair
@@ -54,9 +55,12 @@ def _default_loader(config: ModelConfig) -> Backend:
 
 
 class PairHolder:
-    """Holds at most one loaded Pair; every UI callback asks it for the pair."""
+    """Holds at most one loaded Pair; every UI callback asks it for the pair. `queue` orders
+    the generations of the page and, with `tandem ui --api`, of the API too."""
 
-    def __init__(self, pair: Pair | None = None, loader: Loader = _default_loader) -> None:
+    def __init__(self, pair: Pair | None = None, loader: Loader = _default_loader,
+                 queue: GenerationQueue | None = None) -> None:
+        self.queue = queue or GenerationQueue()
         self._pair = pair
         self._loader = loader
         self._mutex = threading.Lock()

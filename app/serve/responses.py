@@ -1,0 +1,118 @@
+"""The engine's results as OpenAI objects: whole responses, stream chunks, usage, and the
+`speculative` object that carries the generation's statistics.
+
+Everything here formats what the engine measured (engine/stats.py); nothing is estimated.
+The engine does not yet say why its controller chose each gamma, so `controller` reports what
+the stats hold: the gamma of every round, the plain rounds and the policy's predictions.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from app.serve.parsing import GenerationRequest
+from engine.stats import GenerationStats
+
+# The engine's finish reasons in OpenAI's words: an end-of-generation token or a stop string
+# both end an answer normally.
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}
+OBJECTS = {"chat": ("chat.completion", "chat.completion.chunk"),
+           "completion": ("text_completion", "text_completion")}
+ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
+
+
+def model_id(file_name: str) -> str:
+    """The id a model is served under: its file name without the .gguf suffix."""
+    return file_name[:-5] if file_name.lower().endswith(".gguf") else file_name
+
+
+class Formatter:
+    """The OpenAI objects of one request: one id and creation time for all its chunks."""
+
+    def __init__(self, request: GenerationRequest, model: str) -> None:
+        self.request = request
+        self.kind = request.kind
+        self.model = model
+        self.id = ID_PREFIX[self.kind] + uuid.uuid4().hex
+        self.created = int(time.time())
+
+    def _head(self, chunk: bool) -> dict:
+        return {"id": self.id, "object": OBJECTS[self.kind][int(chunk)], "created": self.created,
+                "model": self.model}
+
+    def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False) -> dict:
+        if self.kind == "completion":
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        if chunk:
+            delta: dict = {"role": "assistant"} if first else {}
+            if text is not None:
+                delta["content"] = text
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                "finish_reason": finish}
+
+    def response(self, text: str, stats: GenerationStats) -> dict:
+        return {**self._head(False),
+                "choices": [self._choice(text, finish_reason(stats), chunk=False)],
+                "usage": usage(stats), "speculative": speculative(stats, self.request)}
+
+    def opening(self) -> str:
+        """A chat stream opens with the assistant's role, as OpenAI's does."""
+        return sse({**self._head(True), "choices": [self._choice("", None, True, first=True)]})
+
+    def delta(self, text: str) -> str:
+        return sse({**self._head(True), "choices": [self._choice(text, None, True)]})
+
+    def closing(self, stats: GenerationStats) -> str:
+        """The finish reason, then the statistics chunk (no choices, like OpenAI's usage
+        chunk), then the [DONE] line."""
+        finish = {**self._head(True), "choices": [self._choice(None, finish_reason(stats), True)]}
+        final: dict = {**self._head(True), "choices": []}
+        if self.request.include_usage:
+            final["usage"] = usage(stats)
+        final["speculative"] = speculative(stats, self.request)
+        return sse(finish) + sse(final) + DONE
+
+
+DONE = "data: [DONE]\n\n"
+
+
+def sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def finish_reason(stats: GenerationStats) -> str:
+    return FINISH_REASONS.get(stats.finish_reason, stats.finish_reason or "stop")
+
+
+def usage(stats: GenerationStats) -> dict:
+    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.output_tokens,
+            "total_tokens": stats.prompt_tokens + stats.output_tokens}
+
+
+def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
+    """The draft statistics of one generation, as measured by the engine."""
+    return {
+        "mode": stats.mode,
+        "drafter": request.drafter,
+        "drafted_tokens": stats.drafted_tokens,
+        "accepted_tokens": stats.accepted_tokens,
+        "acceptance_rate": round(stats.acceptance_rate, 4),
+        "target_calls": stats.target_calls,
+        "rounds": stats.rounds,
+        "tokens_per_s": round(stats.tokens_per_s, 3),
+        "decode_ms": round(stats.decode_time_ms, 1),
+        "ttft_ms": round(stats.ttft_ms, 1),
+        "prefill_ms": round(stats.prefill_ms, 1),
+        "total_ms": round(stats.total_time_ms, 1),
+        "controller": {
+            "policy": request.policy,
+            "max_gamma": stats.gamma,
+            "gammas": list(stats.gammas),
+            "plain_rounds": stats.gammas.count(0),
+            # Tokens/s the policy expected of each round when it chose its gamma (None for
+            # policies that predict nothing).
+            "predicted_tps": [None if p is None else round(p, 2) for p in stats.predicted_tps],
+        },
+    }

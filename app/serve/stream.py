@@ -1,0 +1,129 @@
+"""Running one admitted request on the pair from the event loop.
+
+The engine is synchronous and holds the pair's lock while its generator is open, so each step
+runs in a worker thread and the generator is closed as soon as the request ends, whatever
+ends it: the answer is complete, the client disconnected (Starlette cancels the response),
+or an error. Closing it releases the pair at the next round; then the queue place is given
+back. A step is never interrupted halfway: anyio lets a worker thread finish before the
+cancellation lands, so the engine's caches are never left mid-decode.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import aclosing
+from typing import AsyncIterator, Awaitable, Callable, Iterator
+
+from anyio import to_thread
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from app.serve.errors import as_api_error
+from app.serve.parsing import GenerationRequest
+from app.serve.queue import GenerationQueue
+from app.serve.responses import DONE, Formatter, sse
+from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
+from engine.pair import Pair
+
+log = logging.getLogger("tandem.serve")
+
+# How often a waiting request looks whether its client is still there, in seconds.
+WAIT_STEP_S = 0.25
+
+
+class Job:
+    """One request that holds a queue ticket: waits its turn, runs, and gives the ticket back."""
+
+    def __init__(self, pair: Pair, request: GenerationRequest, queue: GenerationQueue) -> None:
+        self.pair = pair
+        self.request = request
+        self.queue = queue
+        self.ticket: int | None = queue.join()
+
+    async def turn(self, gone: Callable[[], Awaitable[bool]] | None = None) -> bool:
+        """Wait for the slot; False when the client left first."""
+        while not await to_thread.run_sync(self.queue.wait, self.ticket, WAIT_STEP_S):
+            if gone is not None and await gone():
+                return False
+        return True
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The engine's events, one worker-thread step at a time; closes the engine's
+        generator (and so frees the pair) however the iteration ends."""
+        events = await to_thread.run_sync(self._start)
+        try:
+            while True:
+                event = await to_thread.run_sync(next, events, None)
+                if event is None:
+                    return
+                yield event
+        finally:
+            events.close()
+
+    def _start(self) -> Iterator[Event]:
+        r = self.request
+        # Built with the slot held: the adaptive policy calibrates under the pair's lock.
+        policy = None if r.policy is None else self.pair.make_policy(r.policy, r.drafter, r.config.gamma)
+        return self.pair.generate(r.prompt, r.config, drafter=r.drafter, raw=r.raw, policy=policy)
+
+    def close(self) -> None:
+        if self.ticket is not None:
+            self.queue.leave(self.ticket)
+            self.ticket = None
+
+
+async def run_to_end(job: Job, gone: Callable[[], Awaitable[bool]]) -> DoneEvent | None:
+    """The whole generation, or None when the client disconnected (checked every round)."""
+    try:
+        if not await job.turn(gone):
+            return None
+        async with aclosing(job.events()) as events:
+            async for event in events:
+                if isinstance(event, DoneEvent):
+                    return event
+                if isinstance(event, RoundEvent) and await gone():
+                    return None
+        return None
+    finally:
+        job.close()
+
+
+async def stream_events(job: Job, fmt: Formatter) -> AsyncIterator[str]:
+    """Server-sent events: the role, the text as it is committed, then the finish reason, the
+    statistics chunk and [DONE]. An error after the headers went out becomes an error event."""
+    try:
+        await job.turn()
+        if job.request.kind == "chat":
+            yield fmt.opening()
+        async with aclosing(job.events()) as events:
+            async for event in events:
+                if isinstance(event, TokenEvent) and event.text:
+                    yield fmt.delta(event.text)
+                elif isinstance(event, DoneEvent):
+                    yield fmt.closing(event.stats)
+    except Exception as exc:  # noqa: BLE001 - the status line is sent; tell the client in-band
+        error = as_api_error(exc)
+        if error.status >= 500:
+            log.exception("generation failed")
+        yield sse(error.body()) + DONE
+    finally:
+        job.close()
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A streaming response that always closes its body iterator and then runs `cleanup`:
+    when the client disconnects while a chunk is being sent, Starlette cancels the response
+    outside the iterator, which would otherwise stay suspended (holding the pair) until garbage
+    collection; and an iterator that never started has no finally of its own to run."""
+
+    def __init__(self, content: AsyncIterator[str], cleanup: Callable[[], None], **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self.cleanup = cleanup
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            finally:
+                self.cleanup()

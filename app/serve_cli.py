@@ -1,0 +1,57 @@
+"""`tandem serve`: load the pair once and serve the OpenAI-compatible API on a local address.
+
+Loading happens before the server listens, so a bad file or a pair that does not fit ends
+with one `error:` line like every other command, and a listening server is a ready one.
+"""
+from __future__ import annotations
+
+import argparse
+
+from engine.errors import SettingsError
+
+DEFAULT_MAX_QUEUE = 8
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.serve.queue import GenerationQueue
+    from app.serve.server import create_app, run
+    from app.settings import draft_stops, load_options, model_configs
+    from app.ui.state import PairHolder
+    from engine.pair import Pair
+
+    queue = GenerationQueue(checked_max_queue(args.max_queue))
+    tcfg, dcfg = model_configs(args)
+    pair = Pair.load(tcfg, dcfg, load_options(args), **draft_stops(args))
+    holder = PairHolder(pair, queue=queue)
+    try:
+        print(f"Tandem API at http://{args.host}:{args.port}/v1  (Ctrl-C to stop)", flush=True)
+        run(create_app(holder, queue, args.api_key), args.host, args.port)
+    finally:
+        holder.close()
+    return 0
+
+
+def checked_max_queue(value: int) -> int:
+    if value < 0:
+        raise SettingsError(f"--max-queue must be >= 0, got {value}")
+    return value
+
+
+def add_api_args(p: argparse.ArgumentParser, default_queue: int | None = DEFAULT_MAX_QUEUE) -> None:
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on the /v1 routes")
+    p.add_argument("--max-queue", type=int, default=default_queue,
+                   help=f"requests that may wait while one generates; more get 503 "
+                   f"(default {default_queue})")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from app.settings import add_draft_stop_args, add_model_args
+
+    p = subparsers.add_parser("serve", help="serve an OpenAI-compatible API")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    add_api_args(p)
+    add_model_args(p)
+    add_draft_stop_args(p.add_argument_group("speculation"))
+    p.set_defaults(func=cmd_serve)

@@ -1,0 +1,264 @@
+"""The API in-process over a fake pair: response shapes, streaming, per-request settings and
+every bad input, through raw HTTP and through the openai client (no model, no network)."""
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from app.serve.queue import GenerationQueue
+from app.serve.server import create_app
+from app.ui.state import PairHolder
+from tests.serve_fakes import API_KEY, MODEL, N_CTX, api_client
+
+HI = [{"role": "user", "content": "hi there"}]
+FIXED = {"drafter": "draft", "policy": "fixed", "gamma": 3}
+
+
+@pytest.fixture
+def client():
+    c, _ = api_client()
+    return c
+
+
+@pytest.fixture
+def oai(client):
+    return openai.OpenAI(base_url="http://testserver/v1", api_key=API_KEY, http_client=client,
+                         max_retries=0)
+
+
+def events(response) -> list:
+    lines = [ln[len("data: "):] for ln in response.text.split("\n\n") if ln]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(ln) for ln in lines[:-1]]
+
+
+def assert_error(response, status: int, param: str | None = None, code: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert "\n" not in error["message"]
+    if param is not None:
+        assert error["param"] == param
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+def test_models_and_health(client):
+    models = client.get("/v1/models").json()
+    assert [m["id"] for m in models["data"]] == [MODEL]
+    assert models["data"][0]["drafters"] == ["none", "draft", "hybrid", "lookup"]
+    health = TestClient(client.app).get("/health")  # no key needed
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert health.json()["queue"] == {"running": False, "waiting": 0, "max_waiting": 2}
+
+
+def test_a_chat_completion_has_choices_usage_and_speculative_stats(client):
+    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": HI, "max_tokens": 12,
+                                                  "speculative": FIXED})
+    body = r.json()
+    assert r.status_code == 200 and body["object"] == "chat.completion" and body["model"] == MODEL
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"]
+    assert choice["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 12
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + 12
+    spec = body["speculative"]
+    assert spec["mode"] == "speculative" and spec["drafter"] == "draft"
+    assert spec["drafted_tokens"] > 0 and 0 <= spec["accepted_tokens"] <= spec["drafted_tokens"]
+    assert spec["acceptance_rate"] == pytest.approx(spec["accepted_tokens"] / spec["drafted_tokens"], abs=1e-4)
+    assert spec["target_calls"] == spec["rounds"] == len(spec["controller"]["gammas"])
+    assert spec["target_calls"] < 12  # accepted drafts saved target calls
+    assert spec["tokens_per_s"] > 0 and spec["ttft_ms"] > 0
+    controller = spec["controller"]
+    assert controller["policy"] == "fixed" and controller["max_gamma"] == 3
+    assert max(controller["gammas"]) == 3
+
+
+def test_a_streamed_chat_matches_the_whole_answer_and_ends_with_stats(client):
+    body = {"messages": HI, "max_tokens": 10, "speculative": FIXED}
+    whole = client.post("/v1/chat/completions", json=body).json()
+    r = client.post("/v1/chat/completions", json={**body, "stream": True,
+                                                  "stream_options": {"include_usage": True}})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    chunks = events(r)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == whole["choices"][0]["message"]["content"]
+    assert len([c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]) > 1
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    final = chunks[-1]
+    assert final["choices"] == [] and final["usage"] == whole["usage"]
+    assert final["speculative"]["drafted_tokens"] == whole["speculative"]["drafted_tokens"]
+    # Without include_usage the final chunk still carries the statistics, not the usage.
+    plain = events(client.post("/v1/chat/completions", json={**body, "stream": True}))[-1]
+    assert "usage" not in plain and plain["speculative"]["controller"]["policy"] == "fixed"
+
+
+def test_a_text_completion_is_raw_and_streams(client):
+    r = client.post("/v1/completions", json={"prompt": "def f():", "max_tokens": 6, "stop": "zzz"})
+    body = r.json()
+    assert body["object"] == "text_completion" and body["choices"][0]["text"]
+    # Raw: the fake tokenizer gives one token per byte, and no chat template was added.
+    assert body["usage"]["prompt_tokens"] == len("def f():")
+    chunks = events(client.post("/v1/completions", json={"prompt": "def f():", "max_tokens": 6,
+                                                          "stream": True}))
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert text == body["choices"][0]["text"] and chunks[-1]["speculative"]["mode"] == "speculative"
+
+
+def test_greedy_speculation_gives_the_plain_answer(client):
+    def answer(spec: dict) -> dict:
+        return client.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 16,
+                                                         "speculative": spec}).json()
+    plain = answer({"drafter": "none"})
+    assert plain["speculative"]["mode"] == "baseline" and plain["speculative"]["drafted_tokens"] == 0
+    assert plain["speculative"]["controller"]["policy"] is None
+    for spec in (FIXED, {"drafter": "lookup", "policy": "heuristic", "gamma": 2}, {}):
+        out = answer(spec)
+        assert out["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+        assert out["speculative"]["drafter"] == spec.get("drafter", "hybrid")
+
+
+def test_a_stop_string_ends_the_answer(client):
+    full = client.post("/v1/completions", json={"prompt": "ab", "max_tokens": 12}).json()
+    text = full["choices"][0]["text"]
+    stop = text[4:6]
+    cut = client.post("/v1/completions", json={"prompt": "ab", "max_tokens": 12, "stop": [stop]}).json()
+    assert cut["choices"][0]["finish_reason"] == "stop"
+    assert cut["choices"][0]["text"] == text[:text.index(stop)]
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
+                                     {"Authorization": f"Basic {API_KEY}"}])
+def test_a_missing_or_wrong_key_is_401(route, headers):
+    c, _ = api_client()
+    r = TestClient(c.app, headers=headers).post(route, json={"prompt": "x", "messages": HI})
+    assert_error(r, 401, code="invalid_api_key")
+    assert_error(TestClient(c.app, headers=headers).get("/v1/models"), 401)
+
+
+def test_without_a_key_set_no_key_is_needed():
+    c, _ = api_client(api_key=None)
+    assert c.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("content", [b"{bad json", b"[]", b"\xff"])
+def test_malformed_json_is_400(client, content):
+    assert_error(client.post("/v1/chat/completions", content=content), 400, code="invalid_json")
+
+
+def test_an_unknown_field_is_400_naming_it(client):
+    r = client.post("/v1/chat/completions", json={"messages": HI, "presence_penalty": 1})
+    error = assert_error(r, 400, param="presence_penalty")
+    assert "presence_penalty" in error["message"]
+
+
+@pytest.mark.parametrize("field, value", [("temperature", -1), ("top_p", 0), ("top_k", -3),
+                                          ("min_p", 2), ("max_tokens", 0), ("seed", 1.5)])
+def test_a_bad_sampling_value_is_400(client, field, value):
+    assert_error(client.post("/v1/chat/completions", json={"messages": HI, field: value}), 400,
+                 param=field)
+
+
+def test_an_unknown_model_is_404(client):
+    assert_error(client.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": HI}), 404,
+                 param="model", code="model_not_found")
+
+
+def test_an_unknown_route_is_404(client):
+    assert_error(client.get("/v1/embeddings"), 404, code="unknown_url")
+
+
+def test_a_prompt_longer_than_the_context_is_413(client):
+    long = "x" * (N_CTX + 10)
+    assert_error(client.post("/v1/completions", json={"prompt": long}), 413, param="prompt",
+                 code="context_length_exceeded")
+    assert_error(client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": long}]}),
+                 413, param="messages")
+    # One token short of the context still runs: the engine needs a single free position.
+    fits = client.post("/v1/completions", json={"prompt": "x" * (N_CTX - 1), "max_tokens": 4})
+    assert fits.status_code == 200 and fits.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_an_oversized_body_is_413(client):
+    r = client.post("/v1/completions", content=b"{" + b" " * (9 * 1024 * 1024) + b"}")
+    assert_error(r, 413, code="request_too_large")
+
+
+def test_a_full_queue_is_503_with_retry_after():
+    c, queue = api_client(max_queue=0)
+    running = queue.join()  # another generation holds the pair
+    try:
+        r = c.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 2})
+        assert_error(r, 503, code="queue_full")
+        assert int(r.headers["retry-after"]) >= 1
+        assert_error(c.post("/v1/completions", json={"prompt": "x", "stream": True}), 503)
+    finally:
+        queue.leave(running)
+    assert c.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 2}).status_code == 200
+    assert queue.snapshot() == {"running": False, "waiting": 0, "max_waiting": 0}
+
+
+def test_no_loaded_pair_is_503():
+    queue = GenerationQueue(2)
+    holder = PairHolder(queue=queue)
+    holder.fail("the target file is missing")
+    c = TestClient(create_app(holder, queue, None))
+    assert_error(c.post("/v1/completions", json={"prompt": "x"}), 503)
+    assert c.get("/health").status_code == 503 and c.get("/health").json()["status"] == "error"
+
+
+def test_an_engine_failure_is_500_and_the_server_serves_on(client, monkeypatch):
+    from engine.pair import Pair
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("boom")
+        yield  # a generator, like the real one
+
+    pair_generate = Pair.generate
+    monkeypatch.setattr(Pair, "generate", broken)
+    assert_error(client.post("/v1/completions", json={"prompt": "x"}), 500, code="internal_error")
+    chunks = events(client.post("/v1/chat/completions", json={"messages": HI, "stream": True}))
+    assert chunks[-1]["error"]["code"] == "internal_error" and "boom" in chunks[-1]["error"]["message"]
+    monkeypatch.setattr(Pair, "generate", pair_generate)
+    assert client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
+
+
+def test_the_openai_client_reads_answers_and_stats(oai):
+    chat = oai.chat.completions.create(model=MODEL, messages=HI, max_tokens=8, temperature=0.7,
+                                       top_p=0.9, seed=1, extra_body={"top_k": 20, "min_p": 0.01,
+                                                                      "speculative": FIXED})
+    assert chat.choices[0].message.content and chat.usage.completion_tokens == 8
+    assert chat.speculative["controller"]["max_gamma"] == 3
+    again = oai.chat.completions.create(model=MODEL, messages=HI, max_tokens=8, temperature=0.7,
+                                        top_p=0.9, seed=1, extra_body={"top_k": 20, "min_p": 0.01,
+                                                                       "speculative": FIXED})
+    assert again.choices[0].message.content == chat.choices[0].message.content  # same seed
+    stream = oai.chat.completions.create(model=MODEL, messages=HI, max_tokens=8, stream=True,
+                                         stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[-1].usage.completion_tokens == 8 and chunks[-1].speculative["mode"] == "speculative"
+    text = oai.completions.create(model=MODEL, prompt="def f():", max_tokens=4)
+    assert text.choices[0].text and text.speculative["drafter"] == "hybrid"
+
+
+def test_the_openai_client_sees_each_error_status(client, oai):
+    with pytest.raises(openai.NotFoundError):
+        oai.chat.completions.create(model="nope", messages=HI)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        oai.chat.completions.create(model=MODEL, messages=HI, temperature=-2)
+    with pytest.raises(openai.BadRequestError, match="frequency_penalty"):
+        oai.chat.completions.create(model=MODEL, messages=HI, frequency_penalty=0.5)
+    with pytest.raises(openai.APIStatusError) as info:
+        oai.completions.create(model=MODEL, prompt="x" * (N_CTX + 1))
+    assert info.value.status_code == 413
+    bad_key = openai.OpenAI(base_url="http://testserver/v1", api_key="nope",
+                            http_client=TestClient(client.app), max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad_key.models.list()
