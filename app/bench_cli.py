@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 EXACTNESS_PROMPT = "Write a list of five animals, one per line."
 BENCH_FULL = {"gammas": "2,4", "max_tokens": 64, "prompts_per_category": None}
 BENCH_QUICK = {"gammas": "4", "max_tokens": 32, "prompts_per_category": 1}
-EXACT_FULL = {"samples": 300, "greedy_prompts": 12, "greedy_tokens": 48}
+# 10,000 answers per arm: what a bias of TV 0.03 at one position needs to be seen (the
+# report prints the smallest bias each comparison could see at the count it ran).
+EXACT_FULL = {"samples": 10_000, "greedy_prompts": 12, "greedy_tokens": 48}
 EXACT_QUICK = {"samples": 40, "greedy_prompts": 2, "greedy_tokens": 16}
 
 
@@ -191,51 +193,61 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     from app.reports import exactness_report
     from app.reports.machine import command_line, run_context
     from engine.benchmark.suite import DEFAULT_SUITE, load_suite
-    from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
-    from engine.policy import make_policy
+    from engine.controller import AdaptiveController
+    from engine.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
 
-    plan = ExactnessPlan(samples=_pick(args, "samples", EXACT_FULL, EXACT_QUICK), gamma=args.gamma,
-                         cap=args.cap, alpha=args.alpha, seed=args.seed,
-                         greedy_tokens=_pick(args, "greedy_tokens", EXACT_FULL, EXACT_QUICK))
-    n_greedy = _pick(args, "greedy_prompts", EXACT_FULL, EXACT_QUICK)
-    suite = load_suite(DEFAULT_SUITE)
-    # Round-robin over categories so a few prompts still cover several kinds of text.
-    by_cat = [suite.select([c]).prompts for c in suite.categories]
-    greedy_texts = [c[i].prompt for i in range(max(len(c) for c in by_cat)) for c in by_cat
-                    if i < len(c)][:n_greedy]
-    pair, tcfg, dcfg = _load_pair(args, ["draft"])
+    pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"])
     draft_words = _draft_words(pair, dcfg)
     out = _out_dir(args, "exactness")
     started = time.perf_counter()
     try:
-        drafter = pair.drafter("draft")
+        name = args.drafter or pair.default_drafter
+        drafter = pair.drafter(name)
         if drafter is None:
-            raise SettingsError("exactness needs a draft model; drop --draft none")
+            raise SettingsError("exactness needs a drafter; drop --drafter none or --draft none")
+        probe = pair.make_policy(args.policy, name, args.gamma)
+        # Positions a fresh policy always decodes plainly cannot show a drafting bias.
+        first = args.first if args.first is not None else (
+            probe.opening_plain if isinstance(probe, AdaptiveController) else 0)
+        plan = ExactnessPlan(samples=_pick(args, "samples", EXACT_FULL, EXACT_QUICK),
+                             gamma=args.gamma, tokens=first + args.compare, first=first,
+                             alpha=args.alpha, seed=args.seed, control_tv=args.control_tv,
+                             settings=settings_named(args.settings),
+                             greedy_tokens=_pick(args, "greedy_tokens", EXACT_FULL, EXACT_QUICK))
+        n_greedy = _pick(args, "greedy_prompts", EXACT_FULL, EXACT_QUICK)
+        suite = load_suite(DEFAULT_SUITE)
+        # Round-robin over categories so a few prompts still cover several kinds of text.
+        by_cat = [suite.select([c]).prompts for c in suite.categories]
+        greedy_texts = [c[i].prompt for i in range(max(len(c) for c in by_cat)) for c in by_cat
+                        if i < len(c)][:n_greedy]
         prompt = pair.tokens_for(args.prompt)
         greedy_prompts = [pair.tokens_for(t) for t in greedy_texts]
+
+        def policy():
+            # Each answer gets a fresh policy, as each request does.
+            return pair.make_policy(args.policy, name, args.gamma)
+
         with tqdm(total=total_ticks(plan, len(greedy_prompts)), unit="sample", file=sys.stderr) as bar:
             def tick(label: str) -> None:
                 bar.set_description_str(label, refresh=False)
                 bar.update(1)
             with pair.lock:
-                # The default engine path: the adaptive controller trims proposals too.
-                calibration = (pair.calibration("draft", plan.gamma).as_kwargs()
-                               if args.policy == "adaptive" else None)
-
-                def adaptive():
-                    return make_policy("adaptive", plan.gamma, **calibration)
                 # Batches padded as every speculative generation pads them (engine/widths.py).
-                report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts,
-                                       tick=tick, policy=adaptive if calibration else None,
-                                       widths=pair.pad_widths("draft", plan.gamma))
+                widths = pair.pad_widths(name, args.gamma)
+            report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts, tick=tick,
+                                   policy=policy, widths=widths)
     finally:
         pair.close()
     words = ["exactness", "--samples", str(plan.samples), "--prompt", args.prompt,
-             "--gamma", str(plan.gamma), "--cap", str(plan.cap), "--alpha", str(plan.alpha),
-             "--seed", str(plan.seed), "--greedy-prompts", str(n_greedy),
-             "--greedy-tokens", str(plan.greedy_tokens), "--policy", args.policy] + _model_words(args)
+             "--drafter", name, "--policy", args.policy, "--gamma", str(plan.gamma),
+             "--first", str(plan.first), "--compare", str(args.compare), "--alpha", str(plan.alpha),
+             "--seed", str(plan.seed), "--control-tv", str(plan.control_tv),
+             "--settings", args.settings,
+             "--greedy-prompts", str(n_greedy),
+             "--greedy-tokens", str(plan.greedy_tokens)] + _model_words(args)
     context = {**run_context(command_line(words)), "target": tcfg.path,
-               "draft": draft_words, "prompt": args.prompt, "wall_time": f"{time.perf_counter() - started:.0f} s"}
+               "draft": draft_words, "prompt": args.prompt, "drafter": name, "policy": args.policy,
+               "wall_time": f"{time.perf_counter() - started:.0f} s"}
     written = exactness_report.write(report, context, out)
     for line in exactness_report.console_lines(report):
         print(line)
@@ -281,11 +293,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--samples", type=int, help=f"samples per arm (default {EXACT_FULL['samples']}, "
                    f"quick {EXACT_QUICK['samples']})")
     e.add_argument("--prompt", default=EXACTNESS_PROMPT, help="the controlled prompt (chat template)")
-    e.add_argument("--gamma", type=int, default=3,
-                   help="gamma of the speculative samples (the adaptive controller's maximum)")
-    e.add_argument("--policy", choices=("fixed", "adaptive"), default="fixed",
-                   help="gamma policy of the speculative samples (default fixed)")
-    e.add_argument("--cap", type=int, default=12, help="tokens per sample at most (newline statistic cap)")
+    e.add_argument("--drafter", default=None,
+                   help="drafter checked (default: the pair's default, as generate and the app use)")
+    e.add_argument("--policy", choices=("fixed", "heuristic", "adaptive"), default="adaptive",
+                   help="gamma policy of the speculative samples (default adaptive, the default)")
+    e.add_argument("--gamma", type=int, default=8,
+                   help="the adaptive controller's maximum, or the fixed gamma (default 8)")
+    e.add_argument("--first", type=int, default=None,
+                   help="first position compared (default: after the policy's plain opening)")
+    e.add_argument("--compare", type=int, default=4,
+                   help="positions compared from --first on (default 4)")
+    e.add_argument("--settings", default="t0.7",
+                   help="sampling settings, comma-separated: t1, t0.7 (with top-p 0.9), topk20, "
+                   "minp0.05, or all (default t0.7)")
+    e.add_argument("--control-tv", type=float, default=0.03,
+                   help="the negative control's bias per verified round, in TV (default 0.03)")
     e.add_argument("--alpha", type=float, default=0.01)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--greedy-prompts", type=int, help="prompts for greedy agreement "

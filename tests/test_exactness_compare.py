@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.exactness.compare import OTHER, compare, pooled_counts
-from engine.exactness.draws import first_two, line_length
+from engine.exactness.compare import OTHER, compare, detectable_tv, pooled_counts
+from engine.exactness.draws import END, pair_at, statistics
 
 
 def test_pooling_keeps_frequent_categories_and_pools_the_rare_ones():
@@ -52,9 +52,33 @@ def test_empty_sample_is_an_error():
 
 
 def test_sequence_statistics():
-    tb = {1: b"a", 2: b"b\n", 3: b"\n"}.__getitem__
-    assert line_length((1, 1, 2, 1), tb, cap=12) == 3
-    assert line_length((3,), tb, cap=12) == 1
-    assert line_length((1, 1), tb, cap=12) == 2  # ended without a newline
-    assert line_length((1,) * 20, tb, cap=12) == 12
-    assert first_two((5,)) == (5, -1) and first_two(()) == (-1, -1)
+    assert pair_at((5, 6, 7), 0, before=9) == (9, 5)
+    assert pair_at((5, 6, 7), 2, before=9) == (6, 7)
+    # Past the end of an answer: END.
+    assert pair_at((5,), 1, before=9) == (5, END) and pair_at((5,), 3, before=9) == (END, END)
+    stats = statistics([(1, 2, 3), (1, 4)], range(1, 3), before=0)
+    assert stats == {"tokens 0,1": [(1, 2), (1, 4)], "tokens 1,2": [(2, 3), (4, END)]}
+
+
+def test_the_detectable_bias_is_what_the_test_catches_four_times_in_five():
+    """Simulate the bias detectable_tv names (mass moved between the two likeliest categories)
+    at the same sample sizes: the test catches it about 80% of the time, and half that bias
+    far less often."""
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    n, threshold = 1000, 0.01
+    rng = np.random.default_rng(3)
+    c = compare(list(rng.choice(4, n, p=p)), list(rng.choice(4, n, p=p)), "s", rng)
+    d = detectable_tv(c, threshold)
+    assert 0.03 < d < 0.1
+
+    def caught(delta: float) -> float:
+        q = p + np.array([delta, -delta, 0, 0])
+        hits = 0
+        for _ in range(300):
+            r = compare(list(rng.choice(4, n, p=p)), list(rng.choice(4, n, p=q)), "s", rng,
+                        n_boot=10)
+            hits += r.p_value < threshold
+        return hits / 300
+
+    assert 0.7 < caught(d) < 0.9
+    assert caught(d / 2) < 0.4

@@ -1,36 +1,35 @@
-"""The exactness check on fake models: the exact rule passes every setting and the biased
-negative control fails, at the sample counts used here; greedy agreement is total on fakes
-(they have no batch-versus-single numerics)."""
+"""The exactness check on fake models: the exact rule passes every setting and the calibrated
+negative control fails; greedy agreement is total on fakes (they have no batch-versus-single
+numerics). The check compares the positions a fresh adaptive controller drafts, and says
+which ones were drafted and how small a bias each comparison can see."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from app.reports.exactness_report import console_lines, markdown
-from engine.acceptance import verify
+from app.reports.exactness_report import console_lines, markdown, verdict
+from engine.acceptance import residual, verify
+from engine.controller import AdaptiveController
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
-from engine.exactness.biased import biased_verify
+from engine.exactness.biased import CalibratedBias, biased_verify
 from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
 from engine.exactness.draws import draw
 from engine.exactness.greedy import first_divergence
+from engine.policy import make_policy
 from engine.sampling import Rng
 from engine.session import Session
+from tests.exact_law import TableFake
 from tests.fakes import FakeBackend
 
 PROMPT = [3, 4, 5]
 
 
-class LineFake(FakeBackend):
-    """A fake whose token 3, 10, 17, ... ends a line, so the newline statistic varies."""
-
-    def token_bytes(self, token: int) -> bytes:
-        return b"x\n" if token % 7 == 3 else super().token_bytes(token)
-
-
 def setup(seed=1, noise=1.0, draft_scale=3.5):
-    target = Session(LineFake(seed=seed, scale=2.0))
-    drafter = DraftModelDrafter(LineFake(seed=seed, scale=draft_scale, noise=noise))
+    target = Session(FakeBackend(seed=seed, scale=2.0))
+    drafter = DraftModelDrafter(FakeBackend(seed=seed, scale=draft_scale, noise=noise))
     return target, drafter
 
 
@@ -38,7 +37,7 @@ def setup(seed=1, noise=1.0, draft_scale=3.5):
 def report():
     target, drafter = setup()
     ticks = []
-    plan = ExactnessPlan(samples=600, seed=0, greedy_tokens=24)
+    plan = ExactnessPlan(samples=600, seed=0, tokens=4, greedy_tokens=24, control_tv=0.1)
     rep = run_exactness(target, drafter, PROMPT, plan, greedy_prompts=[[1, 2], [9, 8, 7]],
                         tick=ticks.append)
     assert len(ticks) == total_ticks(plan, 2)
@@ -50,18 +49,20 @@ def test_exact_rule_passes_every_setting(report):
                                                 "top-k 20", "min-p 0.05"]
     for r in report.results:
         assert r.passed, (r.name, [c.p_value for c in r.comparisons])
-        assert [c.statistic for c in r.comparisons] == ["first token", "first two tokens",
-                                                        "tokens to first newline"]
+        assert [c.statistic for c in r.comparisons] == ["tokens -1,0", "tokens 0,1",
+                                                        "tokens 1,2", "tokens 2,3"]
         assert all(c.n_a == c.n_b == 600 for c in r.comparisons)
-        # The newline statistic really varies on this fake.
-        assert r.comparisons[2].categories > 3
         assert 0.0 < r.acceptance_rate < 1.0
+        # Fixed gamma drafts from the first token on.
+        assert len(r.drafted_share) == 4 and min(r.drafted_share) > 0
+        assert all(0 < d <= 1 for d in r.detectable) and r.smallest_detectable < 0.2
 
 
 def test_biased_control_fails(report):
     c = report.control
     assert c is not None and c.rule == "biased" and not c.passed
     assert min(x.p_value for x in c.comparisons) < c.threshold
+    assert c.bias_tv == pytest.approx(0.1, rel=0.05)
     assert report.passed
 
 
@@ -73,17 +74,58 @@ def test_greedy_agreement_is_total_on_fakes(report):
 
 def test_report_text(report):
     lines = console_lines(report)
-    assert lines[0].startswith("PASS  temperature 1.0")
+    assert lines[0].startswith("PASS  temperature 1.0") and "smallest detectable TV" in lines[0]
+    assert "drafted in" in lines[0] and "detects TV >=" in lines[0]
     assert "caught (expected FAIL)" in lines[4] and "FAIL" in lines[4]
+    assert "bias 0.100 per verified round" in lines[4]
     assert lines[-2].startswith("greedy agreement: 2/2 identical") and lines[-1] == "OVERALL: PASS"
     md = markdown(report, {"command": "tandem exactness", "prompt": "p"})
-    assert "## Negative control" in md and "**caught**" in md and "TV 95% CI" in md
+    assert "## Negative control" in md and "**caught**" in md and "detectable TV" in md
+
+
+def test_the_calibrated_control_adds_the_bias_it_is_set_to():
+    """Its first emitted token is off by eps * TV(p, q) * TV(p, r): computed over every outcome
+    of one round, the bias is what the rule reports."""
+    p = np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3]])
+    q = np.array([[0.2, 0.6, 0.2]])
+    rule = CalibratedBias(target=0.05)
+    law = np.zeros(3)
+    n = 40000
+    for s in range(n):
+        x = Rng(s).draw(q[0])
+        v = rule(p, q, np.array([x]), Rng(s + 10**6), False)
+        law[x if v.n_accepted else v.token] += 1
+    assert rule.mean_tv == pytest.approx(0.05)
+    assert 0.5 * np.abs(law / n - p[0]).sum() == pytest.approx(0.05, abs=0.008)
+    tv = 0.5 * np.abs(p[0] - q[0]).sum() * 0.5 * np.abs(p[0] - residual(p[0], q[0])).sum()
+    assert rule.eps == pytest.approx(0.05 / tv)
+
+
+def test_a_control_of_tv_0_03_on_the_default_path_is_caught_and_the_exact_path_passes():
+    """The default path (hybrid, a fresh adaptive controller per answer, so its opening tokens
+    are plain): positions 3-6 are compared, they were drafted, and at 10,000 answers per arm the
+    check sees a bias of 0.03."""
+    target = Session(TableFake(seed=2, scale=2.0))
+    draft = TableFake(seed=2, scale=2.0, noise=0.8)
+    drafter = HybridDrafter(PromptLookupDrafter(ngram_min=2), DraftModelDrafter(draft))
+    gpu = dict(draft_ms=[1.0 + 0.1 * w for w in range(9)],
+               verify_ms=[10.0 + 0.3 * w for w in range(9)], model_source="draft-model")
+    plan = ExactnessPlan(samples=10_000, gamma=4, tokens=7, first=3, seed=1,
+                         settings=ExactnessPlan().settings[1:2])
+    rep = run_exactness(target, drafter, [1, 2, 3, 1], plan,
+                        policy=lambda: make_policy("adaptive", 4, **gpu))
+    r = rep.results[0]
+    assert r.passed and min(r.drafted_share) > 0.2
+    assert r.smallest_detectable < 0.03
+    assert not rep.control.passed and rep.control.bias_tv == pytest.approx(0.03, rel=0.05)
 
 
 @pytest.mark.parametrize("seed", [3, 6])
 def test_control_fails_for_other_seeds_and_models(seed):
     target, drafter = setup(seed=seed)
-    plan = ExactnessPlan(samples=600, seed=seed, settings=ExactnessPlan().settings[:1])
+    # The full bias (a rejection always resamples from p): what 600 answers can see.
+    plan = ExactnessPlan(samples=600, seed=seed, tokens=3, control_tv=0.99,
+                         settings=ExactnessPlan().settings[:1])
     rep = run_exactness(target, drafter, PROMPT, plan)
     assert rep.results[0].passed and not rep.control.passed
 
@@ -107,7 +149,8 @@ def test_first_divergence():
 
 
 @pytest.mark.parametrize("kw, msg", [(dict(samples=5), "at least 20"), (dict(gamma=0), "gamma"),
-                                     (dict(cap=1), "cap"), (dict(alpha=0), "alpha")])
+                                     (dict(first=7), "first compared"), (dict(alpha=0), "alpha"),
+                                     (dict(control_tv=0), "control")])
 def test_plan_validation(kw, msg):
     with pytest.raises(SettingsError, match=msg):
         ExactnessPlan(**kw)
@@ -123,7 +166,8 @@ def test_padded_batches_stay_exact():
     target, drafter = setup(seed=2)
     drafter.widths = partial(padded_width, costs)
     widths = partial(padded_width, costs)
-    plan = ExactnessPlan(samples=600, seed=5, gamma=2, settings=ExactnessPlan().settings[:2])
+    plan = ExactnessPlan(samples=600, seed=5, gamma=2, tokens=3, control_tv=0.99,
+                         settings=ExactnessPlan().settings[:2])
     rep = run_exactness(target, drafter, PROMPT, plan, greedy_prompts=[[1, 2]], widths=widths)
     assert any(n == 4 for _, n in target.backend.calls)
     assert all(r.passed for r in rep.results), [[c.p_value for c in r.comparisons]
@@ -136,20 +180,29 @@ def test_a_setting_where_nothing_was_drafted_is_not_evidence():
     """A policy that stays plain (here the `plain` control) makes both arms plain decoding: the
     comparison passes and shows nothing, so it is reported as not exercised and the report
     does not pass."""
-    from app.reports.exactness_report import verdict
-    from engine.policy import make_policy
     target, drafter = setup()
-    plan = ExactnessPlan(samples=40, seed=0, gamma=3, settings=ExactnessPlan().settings[:1])
+    plan = ExactnessPlan(samples=40, seed=0, gamma=3, tokens=3,
+                         settings=ExactnessPlan().settings[:1])
     rep = run_exactness(target, drafter, PROMPT, plan, control=False,
                         policy=lambda: make_policy("plain", 3))
     r = rep.results[0]
     assert r.drafted == 0 and not r.exercised and r.passed
     assert verdict(r).startswith("NOT EXERCISED") and not rep.passed
     assert "(0 tokens drafted)" in markdown(rep, {})
+    assert r.drafted_share == (0.0, 0.0, 0.0)
 
 
-class EndingFake(LineFake):
-    """A LineFake where six tokens in 64 end the generation, so answers often end early and the
+def test_a_fresh_adaptive_controller_drafts_nothing_in_its_opening():
+    """Why the check starts after the opening: those positions are always plain."""
+    target, drafter = setup()
+    gpu = dict(draft_ms=[1.0] * 9, verify_ms=[10.0] * 9, model_source="draft-model")
+    d = draw(target, drafter, PROMPT, ExactnessPlan().settings[0].params, 30, gamma=4, tokens=6,
+             seed=0, policy=lambda: AdaptiveController(max_gamma=4, **gpu))
+    assert d.drafted_at[:3] == [0, 0, 0] and sum(d.drafted_at[3:]) > 0
+
+
+class EndingFake(FakeBackend):
+    """A fake where six tokens in 64 end the generation, so answers often end early and the
     draft often stops after proposing an end."""
 
     def is_eog(self, token: int) -> bool:
@@ -169,13 +222,14 @@ def test_stopping_the_draft_at_an_end_of_generation_token_stays_exact():
         return p
 
     drafter.propose = recording
-    draw(target, drafter, PROMPT, settings[0].params, 100, gamma=4, cap=12, seed=0)
+    draw(target, drafter, PROMPT, settings[0].params, 100, gamma=4, tokens=6, seed=0)
     del drafter.propose
     ends = drafter.session.backend.is_eog
     # The draft really stops after an end token, and never drafts past one.
     assert any(len(t) < 4 and ends(t[-1]) for t in proposals)
     assert not any(ends(x) for t in proposals for x in t[:-1])
-    plan = ExactnessPlan(samples=600, seed=6, gamma=4, settings=settings)
+    plan = ExactnessPlan(samples=600, seed=6, gamma=4, tokens=4, control_tv=0.99,
+                         settings=settings)
     rep = run_exactness(target, drafter, PROMPT, plan)
     assert all(r.passed for r in rep.results), [[c.p_value for c in r.comparisons]
                                                 for r in rep.results]

@@ -193,11 +193,12 @@ def test_drafting_with_a_trimmed_head_stays_exact():
     """The target puts mass on tokens the draft cannot propose (about half the vocabulary is
     cut): q is 0 there, the residual max(0, p - q) restores them, and the samples still follow
     the target."""
-    from tests.test_exactness_fake import PROMPT, LineFake
+    from tests.test_exactness_fake import PROMPT
     ids = np.arange(0, 64, 2)
-    target = Session(LineFake(seed=1, scale=2.0))
+    target = Session(FakeBackend(seed=1, scale=2.0))
     drafter = DraftModelDrafter(trimmed_fake(ids))
-    plan = ExactnessPlan(samples=600, seed=3, gamma=3, settings=ExactnessPlan().settings[:2])
+    plan = ExactnessPlan(samples=600, seed=3, gamma=3, tokens=3, control_tv=0.99,
+                         settings=ExactnessPlan().settings[:2])
     rep = run_exactness(target, drafter, PROMPT, plan)
     assert all(r.passed for r in rep.results), [[c.p_value for c in r.comparisons]
                                                 for r in rep.results]

@@ -16,10 +16,13 @@ def verdict(r: SettingResult) -> str:
 
 def setting_line(r: SettingResult) -> str:
     worst = min(r.comparisons, key=lambda c: c.p_value)
-    parts = [f"{c.statistic}: p={c.p_value:.3g} TV={c.tv:.3f} [{c.tv_low:.3f}, {c.tv_high:.3f}]"
-             for c in r.comparisons]
-    return (f"{verdict(r)}  {r.name} (rule {r.rule}, acceptance {r.acceptance_rate:.2f}; "
-            f"worst p={worst.p_value:.3g} vs threshold {r.threshold:.3g})\n    " + "\n    ".join(parts))
+    parts = [f"{c.statistic}: p={c.p_value:.3g} TV={c.tv:.3f} [{c.tv_low:.3f}, {c.tv_high:.3f}], "
+             f"drafted in {share:.0%}, detects TV >= {d:.3f}"
+             for c, share, d in zip(r.comparisons, r.drafted_share, r.detectable)]
+    bias = f", bias {r.bias_tv:.3f} per verified round" if r.rule == "biased" else ""
+    return (f"{verdict(r)}  {r.name} (rule {r.rule}, acceptance {r.acceptance_rate:.2f}{bias}; "
+            f"worst p={worst.p_value:.3g} vs threshold {r.threshold:.3g}; smallest detectable "
+            f"TV {r.smallest_detectable:.3f})\n    " + "\n    ".join(parts))
 
 
 def console_lines(rep: ExactnessReport) -> list[str]:
@@ -41,13 +44,18 @@ def console_lines(rep: ExactnessReport) -> list[str]:
 def _setting_md(r: SettingResult) -> list[str]:
     out = [f"### {r.name}: **{verdict(r)}**", "",
            f"Rule {r.rule}; params {r.params}; speculative acceptance rate {r.acceptance_rate:.2f} "
-           f"({r.drafted} tokens drafted); p-value threshold {r.threshold:.4g}; {r.seconds:.0f} s.", "",
-           "| statistic | n direct | n speculative | categories (pooled) | chi2 | dof | p-value | "
-           "TV | TV 95% CI (bootstrap) | TV from noise alone (95th pct) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    out += [f"| {c.statistic} | {c.n_a} | {c.n_b} | {c.categories} | {c.chi2:.2f} | {c.dof} | "
-            f"{c.p_value:.4g} | {c.tv:.3f} | [{c.tv_low:.3f}, {c.tv_high:.3f}] | {c.tv_noise:.3f} |"
-            for c in r.comparisons]
+           f"({r.drafted} tokens drafted); p-value threshold {r.threshold:.4g}; smallest "
+           f"detectable TV {r.smallest_detectable:.3f}"
+           + (f"; measured bias {r.bias_tv:.3f} per verified round" if r.rule == "biased" else "")
+           + f"; {r.seconds:.0f} s.", "",
+           "| statistic | drafted there | n direct | n speculative | categories (pooled) | chi2 | "
+           "dof | p-value | TV | TV 95% CI (bootstrap) | TV from noise alone (95th pct) | "
+           "detectable TV (power 0.8) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {c.statistic} | {share:.0%} | {c.n_a} | {c.n_b} | {c.categories} | {c.chi2:.2f} | "
+            f"{c.dof} | {c.p_value:.4g} | {c.tv:.3f} | [{c.tv_low:.3f}, {c.tv_high:.3f}] | "
+            f"{c.tv_noise:.3f} | {d:.3f} |"
+            for c, share, d in zip(r.comparisons, r.drafted_share, r.detectable)]
     return out + [""]
 
 
@@ -58,23 +66,27 @@ def markdown(rep: ExactnessReport, context: dict) -> str:
         if key in context:
             lines.append(f"- **{key.replace('_', ' ')}**: `{context[key]}`" if key in ("command", "prompt")
                          else f"- **{key.replace('_', ' ')}**: {context[key]}")
-    lines += [f"- **samples per arm**: {p.samples}; gamma {p.gamma}; newline cap {p.cap} tokens; "
-              f"alpha {p.alpha} (Bonferroni over the statistics); seed {p.seed}",
+    lines += [f"- **samples per arm**: {p.samples}; gamma {p.gamma}; {p.tokens} tokens per "
+              f"answer, positions {p.first}-{p.tokens - 1} compared; alpha {p.alpha} (Bonferroni "
+              f"over the positions); seed {p.seed}",
               f"- **overall**: {'PASS' if rep.passed else 'FAIL'}", "",
-              "Each setting compares samples of plain target sampling (direct) with speculative "
-              "sampling on the same prompt: the first token, the first two tokens jointly, and the "
-              "number of tokens up to the first newline (capped). Chi-square homogeneity tests "
-              "pool rare categories; a setting passes when every p-value is at least the "
-              "threshold. Speculative verification scores the drafted tokens in one batch and "
-              "llama.cpp's batch logits differ slightly from one-token logits, so tiny "
-              "differences are numerics, not the rule.", "", "## Settings", ""]
+              "Each setting compares answers of plain target sampling (direct) with speculative "
+              "sampling on the same prompt: at each compared position k, the law of the tokens "
+              "at k-1 and k. Chi-square homogeneity tests pool rare categories; a setting passes "
+              "when every p-value is at least the threshold. 'Drafted there' is the share of "
+              "speculative answers whose token at k came from a draft; 'detectable TV' the "
+              "smallest bias (mass moved between the two likeliest pairs) the test catches with "
+              "probability 0.8. Speculative verification scores drafted tokens in one batch and "
+              "llama.cpp's batch logits differ from one-token logits (docs/EXACTNESS.md), so a "
+              "test large enough could see numerics as well as the rule.", "", "## Settings", ""]
     for r in rep.results:
         lines += _setting_md(r)
     if rep.control is not None:
         lines += ["## Negative control", "",
-                  "The same comparison with a deliberately biased rule (on rejection resample from "
-                  "p instead of the residual). It must FAIL, which shows the sample counts are "
-                  "large enough to see a real bias: "
+                  "The same comparison with a deliberately biased rule (on a rejection, with a "
+                  "probability tuned so that each verified round's first token is off by "
+                  f"TV {p.control_tv:g}, resample from p instead of the residual). It must FAIL, "
+                  "which shows the sample counts are large enough to see a bias of that size: "
                   + ("**caught**." if not rep.control.passed else
                      "**not caught**: too few samples for its bias, or a draft so close to the "
                      "target that the biased rule hardly differs."),

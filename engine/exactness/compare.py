@@ -15,7 +15,8 @@ from typing import Hashable, Sequence
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import chi2_contingency
+from scipy.optimize import brentq
+from scipy.stats import chi2, chi2_contingency, ncx2
 
 OTHER = "<other>"
 
@@ -33,6 +34,8 @@ class Comparison:
     tv_low: float
     tv_high: float
     tv_noise: float
+    # Pooled category probabilities (both samples together), most frequent first.
+    pooled: tuple[float, ...] = ()
 
 
 def pooled_counts(a: Sequence[Hashable], b: Sequence[Hashable], min_expected: float = 5.0
@@ -87,4 +90,18 @@ def compare(a: Sequence[Hashable], b: Sequence[Hashable], statistic: str,
     return Comparison(statistic=statistic, n_a=n_a, n_b=n_b, categories=len(labels),
                       chi2=float(chi2), dof=int(dof), p_value=float(p_value),
                       tv=float(_tv(fa, fb)), tv_low=float(low), tv_high=float(high),
-                      tv_noise=float(np.percentile(null, 95)))
+                      tv_noise=float(np.percentile(null, 95)), pooled=tuple(pooled.tolist()))
+
+
+def detectable_tv(c: Comparison, threshold: float, power: float = 0.8) -> float:
+    """The smallest bias this comparison catches with `power` at `threshold`: mass moved
+    between its two likeliest (pooled) categories, the kind of shift a draft-favouring bias
+    makes. The chi-square statistic is then noncentral with noncentrality
+    delta^2 (1/p1 + 1/p2) / (1/n_a + 1/n_b), and delta is that bias's total variation."""
+    if c.dof < 1 or len(c.pooled) < 2:
+        return 1.0
+    crit = chi2.ppf(1.0 - threshold, c.dof)
+    lam = brentq(lambda x: ncx2.sf(crit, c.dof, x) - power, 1e-9, 1e7)
+    p1, p2 = sorted(c.pooled)[-2:]
+    delta = np.sqrt(lam * (1.0 / c.n_a + 1.0 / c.n_b) / (1.0 / p1 + 1.0 / p2))
+    return float(min(delta, 1.0))

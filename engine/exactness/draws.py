@@ -1,8 +1,10 @@
 """Drawing samples through the real generator and reducing them to the compared statistics.
 
-A sample is the output up to the first newline (the generator stops there) or `cap` tokens.
-The prompt stays in the target's and the draft's KV caches between samples (Session.sync
-reuses the common prefix), so a sample costs only its own few tokens.
+A sample is the first `n` tokens of an answer (fewer when it ends first). The prompt stays in
+the target's and the draft's KV caches between samples (Session.sync reuses the common prefix),
+so a sample costs only its own tokens. The statistic at position k is the pair of tokens at
+k-1 and k (the prompt's last token stands before position 0; END after the answer ended): where
+a bias sits at position k, it shows in that pair's law.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ class Draws:
     samples: list[tuple[int, ...]] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    # How many samples had their token at position k accepted from a draft.
+    drafted_at: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -32,18 +36,20 @@ class Draws:
 
 
 def draw(target: Session, drafter: Drafter | None, prompt: Sequence[int], params: SamplingParams,
-         n: int, *, gamma: int, cap: int, seed: int, rule: VerifyRule = verify,
+         n: int, *, gamma: int, tokens: int, seed: int, rule: VerifyRule = verify,
          tick: Callable[[], None] | None = None,
          policy: Callable[[], GammaPolicy] | None = None,
          widths: Callable[[int], int] | None = None) -> Draws:
-    """`n` outputs, each from its own seed `seed + i`; plain decoding when drafter is None.
-    `policy` makes a fresh gamma policy per sample (default: fixed `gamma`); `widths` pads
-    batches as the engine does (engine/widths.py)."""
-    out = Draws()
+    """`n` answers cut to their first `tokens` tokens, each from its own seed `seed + i`; plain decoding
+    when drafter is None. `policy` makes a fresh gamma policy per sample (default: fixed
+    `gamma`), as every request gets one; `widths` pads batches as the engine does."""
+    out = Draws(drafted_at=[0] * tokens)
     for i in range(n):
+        # One token more than is compared: a round never drafts the answer's last token (it
+        # is the target's own), so the last compared position could not have been drafted.
         config = GenerationConfig(params=replace(params, seed=seed + i),
                                   gamma=gamma if drafter is not None else 0,
-                                  max_tokens=cap, stop=("\n",))
+                                  max_tokens=tokens + 1)
         done = None
         chosen = policy() if policy is not None and drafter is not None else None
         for ev in generate(target, drafter, prompt, config, policy=chosen, rule=rule,
@@ -51,36 +57,23 @@ def draw(target: Session, drafter: Drafter | None, prompt: Sequence[int], params
             if isinstance(ev, DoneEvent):
                 done = ev
         assert done is not None
-        out.samples.append(done.tokens)
+        out.samples.append(done.tokens[:tokens])
         out.drafted += done.stats.drafted_tokens
         out.accepted += done.stats.accepted_tokens
+        for k, origin in enumerate(done.stats.origins[:tokens]):
+            out.drafted_at[k] += origin == "draft"
         if tick is not None:
             tick()
     return out
 
 
-def first_token(tokens: tuple[int, ...]) -> int:
-    return tokens[0] if tokens else END
+def pair_at(sample: tuple[int, ...], k: int, before: int) -> tuple[int, int]:
+    """The tokens at positions k-1 and k (`before` is the prompt's last token; END past the
+    end of the answer)."""
+    seq = (before, *sample, *([END] * (k + 1)))
+    return seq[k], seq[k + 1]
 
 
-def first_two(tokens: tuple[int, ...]) -> tuple[int, int]:
-    padded = (*tokens, END, END)
-    return padded[0], padded[1]
-
-
-def line_length(tokens: tuple[int, ...], token_bytes: Callable[[int], bytes], cap: int) -> int:
-    """Tokens up to and including the one that ends the first line (a newline in its bytes,
-    or the end of the output), capped at `cap`."""
-    for i, t in enumerate(tokens):
-        if b"\n" in token_bytes(t):
-            return min(i + 1, cap)
-    return min(len(tokens), cap)
-
-
-def statistics(samples: Sequence[tuple[int, ...]], token_bytes: Callable[[int], bytes],
-               cap: int) -> dict[str, list[Hashable]]:
-    return {
-        "first token": [first_token(s) for s in samples],
-        "first two tokens": [first_two(s) for s in samples],
-        "tokens to first newline": [line_length(s, token_bytes, cap) for s in samples],
-    }
+def statistics(samples: Sequence[tuple[int, ...]], positions: Sequence[int],
+               before: int) -> dict[str, list[Hashable]]:
+    return {f"tokens {k - 1},{k}": [pair_at(s, k, before) for s in samples] for k in positions}
