@@ -42,7 +42,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
               f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms"
               + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
                  f", {s.drafter}/{args.policy} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
-                 f" ({s.gammas.count(0)} plain rounds)"
+                 f" ({s.gammas.count(0)} plain rounds); {s.reason}"
                  if s.mode == "speculative" else ""), file=sys.stderr)
     return 0
 

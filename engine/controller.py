@@ -290,6 +290,9 @@ class AdaptiveController(GammaPolicy):
             # lost round is a large share of a short answer. Plain opening rounds show for free
             # how sure the target is; the draft falls only a few tokens behind.
             self.last_prediction = self.predicted_tps(0)
+            self.last_reason = (f"plain: opening round {self.rounds + 1} of "
+                                f"{self.opening_plain} (the target shows how predictable the "
+                                "answer is before the draft is tried)")
             return 0
         g = self.best_gamma()
         # Probe while nothing is known (no confidence came either): the draft is at most a
@@ -299,7 +302,22 @@ class AdaptiveController(GammaPolicy):
             g = min(self.probe_gamma, self.max_gamma)
             self.probing = True
         self.last_prediction = self.predicted_tps(g)
+        self.last_reason = self._reason(g)
         return g
+
+    def _reason(self, g: int) -> str:
+        """One line on the choice of `g`, from the same predictions that made it."""
+        speeds = self._speeds()
+        best = int(np.argmax(speeds[1:])) + 1
+        cost = self.draft_token / self.verify[0]
+        if self.probing:
+            return (f"probe: gamma {g} to measure the draft again (predicted "
+                    f"{speeds[g] / speeds[0]:.2f}x)")
+        if g == 0:
+            return (f"plain: the draft costs {cost:.2f} of a target token; best predicted "
+                    f"{speeds[best] / speeds[0]:.2f}x at gamma {best}")
+        return (f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x (first-token acceptance "
+                f"{self.acceptance()[0]:.2f}, the draft {cost:.2f} of a target token)")
 
     def update(self, r: RoundStats) -> None:
         self.rounds += 1

@@ -129,7 +129,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         r = RoundStats(index=stats.rounds, gamma=gamma, drafted=len(drafted),
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
                        draft_ms=draft_ms, verify_ms=verify_ms, source=proposal.source,
-                       predicted_tps=policy.last_prediction, confidence=confidence,
+                       predicted_tps=policy.last_prediction, reason=policy.last_reason,
+                       confidence=confidence,
                        width=width)
         for tok, origin in zip(new, origins):
             if backend.is_eog(tok):

@@ -18,8 +18,10 @@ class GammaPolicy:
     """Base class: `next_gamma` and `update` are required; the rest are hooks with defaults."""
 
     name: str = "policy"
-    # Tokens/s the policy expects from the gamma it just chose, when it predicts one.
+    # Tokens/s the policy expects from the gamma it just chose, when it predicts one, and why
+    # it chose it (one line, shown by the CLI, the app and the API).
     last_prediction: float | None = None
+    last_reason: str = ""
     # Whether the generator should report the target's top probability per verified row.
     wants_confidence: bool = False
 
@@ -44,6 +46,7 @@ class FixedGamma(GammaPolicy):
     def __init__(self, gamma: int) -> None:
         self.name = f"fixed-{gamma}"
         self.gamma = gamma
+        self.last_reason = f"fixed: gamma {gamma} every round"
 
     def next_gamma(self) -> int:
         return self.gamma
@@ -58,6 +61,7 @@ class NeverDraft(GammaPolicy):
 
     def __init__(self) -> None:
         self.name = "plain"
+        self.last_reason = "plain: the control policy never drafts"
 
     def next_gamma(self) -> int:
         return 0
@@ -78,6 +82,8 @@ class HeuristicGamma(GammaPolicy):
         self.max_gamma = max_gamma
 
     def next_gamma(self) -> int:
+        self.last_reason = (f"heuristic: gamma {self.gamma} (+2 after a round that kept every "
+                            "drafted token, -1 after a rejection)")
         return self.gamma
 
     def update(self, r: RoundStats) -> None:

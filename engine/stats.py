@@ -22,8 +22,10 @@ class RoundStats:
     draft_ms: float
     verify_ms: float
     source: str = ""
-    # What the gamma policy expected of this round (None when it makes no prediction).
+    # What the gamma policy expected of this round (None when it makes no prediction), and why
+    # it chose this gamma, in one line.
     predicted_tps: float | None = None
+    reason: str = ""
     # The target's top probability at each row up to the committed token (the accepted drafts'
     # positions, then the correction or bonus row); only for policies that ask for it
     # (`wants_confidence`).
@@ -46,7 +48,6 @@ class GenerationStats:
     output_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
-    # Drafted, including tokens the policy trimmed before verification (never verified).
     rejected_rounds: int = 0
     rounds: int = 0
     target_calls: int = 0
@@ -66,6 +67,8 @@ class GenerationStats:
     # Per round: the policy's predicted tokens/s (None if it made none) and the measured one.
     predicted_tps: list[float | None] = field(default_factory=list)
     measured_tps: list[float] = field(default_factory=list)
+    # The gamma policy's reason for the latest round's gamma.
+    reason: str = ""
 
     @property
     def tokens_per_s(self) -> float:
@@ -101,6 +104,7 @@ class GenerationStats:
         self.gammas.append(r.gamma)
         self.predicted_tps.append(r.predicted_tps)
         self.measured_tps.append(r.measured_tps)
+        self.reason = r.reason or self.reason
         if r.drafted and r.accepted < r.drafted:
             self.rejected_rounds += 1
         while len(self.drafted_at) < drafted_positions:

@@ -1,11 +1,12 @@
 """The default path's speed in two versions of the engine, side by side in one run.
 
-  .venv/bin/python research/before_after.py OLD_TREE NEW_TREE OUT.json [PER_CATEGORY] [MAX_TOKENS]
+  .venv/bin/python research/before_after.py OLD_TREE NEW_TREE OUT.json [PER_CATEGORY]
+      [MAX_TOKENS] [DRAFTER:POLICY:GAMMA]
 
 Starts one worker process per tree (each imports the engine from its tree and loads the
-embedded pair as `tandem generate` does: hybrid drafter, adaptive policy, gamma 8), then for
-every suite prompt runs plain decoding and both versions' default speculative path, one at a
-time, in an order that rotates from prompt to prompt, at temperature 0.7 with a fixed seed per
+embedded pair as `tandem generate` does), then for every suite prompt runs plain decoding and
+both versions' speculative path (default: the default path, hybrid:adaptive:8), one at a time,
+in an order that rotates from prompt to prompt, at temperature 0.7 with a fixed seed per
 prompt. Prints per category and overall the median speedup over plain, p10 and the share of
 prompts below 0.95x for each version, and writes every run's stats to OUT.json.
 """
@@ -37,9 +38,11 @@ def worker() -> None:
         job = json.loads(line)
         config = GenerationConfig(params=SamplingParams(temperature=job["temperature"],
                                                         seed=job["seed"]),
-                                  gamma=8, max_tokens=job["max_tokens"])
-        done = [ev for ev in pair.generate(job["prompt"], config, drafter=job["drafter"])
-                if isinstance(ev, DoneEvent)][0]
+                                  gamma=job["gamma"], max_tokens=job["max_tokens"])
+        policy = (pair.make_policy(job["policy"], job["drafter"], job["gamma"])
+                  if job["drafter"] != "none" else None)
+        done = [ev for ev in pair.generate(job["prompt"], config, drafter=job["drafter"],
+                                           policy=policy) if isinstance(ev, DoneEvent)][0]
         s = done.stats
         print(json.dumps({"tokens_per_s": s.tokens_per_s, "output_tokens": s.output_tokens,
                           "decode_ms": s.decode_time_ms, "total_ms": s.total_time_ms,
@@ -69,7 +72,8 @@ def summary(ratios: list[float]) -> str:
     return f"median {statistics.median(r):.3f}  p10 {p10:.3f}  below 0.95x {slow:.0%}"
 
 
-def main(old: str, new: str, out: str, per_category: int, max_tokens: int) -> None:
+def main(old: str, new: str, out: str, per_category: int, max_tokens: int, spec: str) -> None:
+    drafter, policy, gamma = spec.split(":")
     lines = [json.loads(x) for x in SUITE.read_text().splitlines()[1:] if x.strip()]
     seen: dict[str, int] = {}
     prompts = []
@@ -78,13 +82,14 @@ def main(old: str, new: str, out: str, per_category: int, max_tokens: int) -> No
             seen[p["category"]] = seen.get(p["category"], 0) + 1
             prompts.append(p)
     workers = {"new": start(new), "old": start(old)}
-    arms = [("plain", "new", "none"), ("before", "old", "hybrid"), ("after", "new", "hybrid")]
+    arms = [("plain", "new", "none"), ("before", "old", drafter), ("after", "new", drafter)]
     records = []
     for i, p in enumerate(prompts):
         row = {"id": p["id"], "category": p["category"]}
         for k in range(len(arms)):
-            name, tree, drafter = arms[(i + k) % len(arms)]
-            row[name] = ask(workers[tree], {"prompt": p["prompt"], "drafter": drafter,
+            name, tree, arm_drafter = arms[(i + k) % len(arms)]
+            row[name] = ask(workers[tree], {"prompt": p["prompt"], "drafter": arm_drafter,
+                                            "policy": policy, "gamma": int(gamma),
                                             "seed": i, "temperature": 0.7,
                                             "max_tokens": max_tokens})
         records.append(row)
@@ -111,4 +116,5 @@ if __name__ == "__main__":
         worker()
     else:
         main(sys.argv[1], sys.argv[2], sys.argv[3],
-             int(sys.argv[4]) if len(sys.argv) > 4 else 3, int(sys.argv[5]) if len(sys.argv) > 5 else 96)
+             int(sys.argv[4]) if len(sys.argv) > 4 else 3, int(sys.argv[5]) if len(sys.argv) > 5 else 96,
+             sys.argv[6] if len(sys.argv) > 6 else "hybrid:adaptive:8")

@@ -483,3 +483,32 @@ def test_the_plain_opening_is_a_setting():
     assert make_policy("adaptive", 8).opening_plain == 3
     with pytest.raises(SettingsError, match="opening"):
         make_policy("adaptive", 8, opening=-1)
+
+
+def test_every_choice_comes_with_a_one_line_reason():
+    c = controller(opening_plain=1)
+    assert c.next_gamma() == 0 and c.last_reason.startswith("plain: opening round 1 of 1")
+    c.update(RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                        draft_ms=0.0, verify_ms=100.0, source="none"))
+    g = c.next_gamma()
+    speeds = c._speeds()
+    if g:
+        assert c.last_reason.startswith(f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x") \
+            or c.last_reason.startswith(f"probe: gamma {g}")
+    # A draft as dear as the target: plain, and the line says what it costs and what the best
+    # gamma would have given.
+    dear = controller(per_token=100.0, opening_plain=0, probe_every=10**6)
+    dear.tries[:] = 1.0
+    assert dear.next_gamma() == 0
+    assert dear.last_reason.startswith("plain: the draft costs 1.00 of a target token; best "
+                                       "predicted 0.")
+    assert FixedGamma(3).last_reason == "fixed: gamma 3 every round"
+    assert make_policy("plain", 1).last_reason.startswith("plain")
+
+
+def test_the_reason_reaches_the_generation_stats():
+    done = list(generate(Session(FakeBackend()), DraftModelDrafter(FakeBackend(noise=0.3)),
+                         PROMPT, GenerationConfig(params=SamplingParams(), gamma=2,
+                                                  max_tokens=6), FixedGamma(2)))[-1]
+    assert done.stats.reason == "fixed: gamma 2 every round"
+    assert done.stats.as_dict()["reason"] == done.stats.reason

@@ -76,6 +76,7 @@ def test_a_chat_completion_has_choices_usage_and_speculative_stats(client):
     controller = spec["controller"]
     assert controller["policy"] == "fixed" and controller["max_gamma"] == 3
     assert max(controller["gammas"]) == 3
+    assert controller["reason"] == "fixed: gamma 3 every round"
 
 
 def test_a_streamed_chat_matches_the_whole_answer_and_ends_with_stats(client):

@@ -83,6 +83,8 @@ def test_chat_completion_whole_and_streamed(client):
     spec = whole.speculative
     assert spec["drafter"] == "hybrid" and spec["controller"]["policy"] == "adaptive"
     assert spec["target_calls"] == len(spec["controller"]["gammas"]) >= 1
+    # Eight tokens end inside or just after the controller's plain opening, or in its choice.
+    assert spec["controller"]["reason"].startswith(("plain", "gamma", "probe"))
     assert spec["tokens_per_s"] > 0 and spec["ttft_ms"] > 0
 
     chunks = list(client.chat.completions.create(model=model, messages=CODE, max_tokens=8,

@@ -2,8 +2,8 @@
 `speculative` object that carries the generation's statistics.
 
 Everything here formats what the engine measured (engine/stats.py); nothing is estimated.
-The engine does not yet say why its controller chose each gamma, so `controller` reports what
-the stats hold: the gamma of every round, the plain rounds and the policy's predictions.
+`controller` holds the gamma of every round, the plain rounds, the policy's predictions and its
+one-line reason for the latest round's gamma.
 """
 from __future__ import annotations
 
@@ -114,5 +114,6 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
             # Tokens/s the policy expected of each round when it chose its gamma (None for
             # policies that predict nothing).
             "predicted_tps": [None if p is None else round(p, 2) for p in stats.predicted_tps],
+            "reason": stats.reason,
         },
     }

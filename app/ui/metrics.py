@@ -93,9 +93,11 @@ def live_panel(stats: GenerationStats | None, done: bool = False, note: str = ""
             f'{" (" + html.escape(stats.finish_reason) + ")" if done and stats.finish_reason else ""}'
             f'{" · " + html.escape(note) if note else ""}</div>')
     chart = position_chart(stats) if speculative else ""
+    why = (f'<div class="tandem-reason" style="font-size:.8em;opacity:.8;margin-bottom:6px">'
+           f'controller: {html.escape(stats.reason)}</div>' if speculative and stats.reason else "")
     return (f'<div class="tandem-metrics" data-state="{state}" data-tokens="{stats.output_tokens}">'
             f'{head}<div style="display:flex;flex-wrap:wrap;gap:6px;margin-bottom:8px">{"".join(cards)}</div>'
-            f'{chart}</div>')
+            f'{why}{chart}</div>')
 
 
 def legend(origins: tuple[str, ...] = ("draft", "correction", "bonus", "target")) -> str:
