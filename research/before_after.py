@@ -97,6 +97,7 @@ def main(old: str, new: str, out: str, per_category: int, max_tokens: int, spec:
     for w in workers.values():
         w.stdin.close()
         w.wait()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(records, indent=1))
     for version in ("before", "after"):
         print(f"== {version}")
