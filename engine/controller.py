@@ -239,8 +239,11 @@ class AdaptiveController(GammaPolicy):
         costs = [self.cost_ms(g, float(expected[g])) for g in range(self.max_gamma + 1)]
         return 1e3 * expected / np.array(costs)
 
-    def best_gamma(self) -> int:
-        speeds = self._speeds()
+    def best_gamma(self, speeds: np.ndarray | None = None) -> int:
+        """The gamma to use, from `speeds` (predicted_tps of every gamma; computed when not
+        given)."""
+        if speeds is None:
+            speeds = self._speeds()
         g = int(np.argmax(speeds[1:])) + 1
         # Hysteresis: starting to speculate again is a bet on an estimate partly made of the
         # target's confidence, and a lost round costs about two target tokens, so it needs a
@@ -294,20 +297,20 @@ class AdaptiveController(GammaPolicy):
                                 f"{self.opening_plain} (the target shows how predictable the "
                                 "answer is before the draft is tried)")
             return 0
-        g = self.best_gamma()
+        speeds = self._speeds()
+        g = self.best_gamma(speeds)
         # Probe while nothing is known (no confidence came either): the draft is at most a
         # token behind, so this probe pays no catch-up; later probes do, hence the long,
         # growing intervals. The target's confidence usually brings speculation back first.
         if g == 0 and (self.tries.sum() == 0 or self.zero_run >= self.interval) and self.could_win():
             g = min(self.probe_gamma, self.max_gamma)
             self.probing = True
-        self.last_prediction = self.predicted_tps(g)
-        self.last_reason = self._reason(g)
+        self.last_prediction = float(speeds[g])
+        self.last_reason = self._reason(g, speeds)
         return g
 
-    def _reason(self, g: int) -> str:
-        """One line on the choice of `g`, from the same predictions that made it."""
-        speeds = self._speeds()
+    def _reason(self, g: int, speeds: np.ndarray) -> str:
+        """One line on the choice of `g`, from the predictions that made it."""
         best = int(np.argmax(speeds[1:])) + 1
         cost = self.draft_token / self.verify[0]
         if self.probing:
