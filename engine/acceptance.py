@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.errors import DraftLawError
-from engine.sampling import F64, Rng
+from engine.sampling import F64, Rng, Rows
 
 I32 = npt.NDArray[np.int32]
 
@@ -85,7 +85,7 @@ def greedy_verify(p: F64, draft: I32) -> Verdict:
     return Verdict(gamma, int(np.argmax(p[gamma])), "bonus")
 
 
-def verify(p: "Rows | F64", q: F64 | None, draft: I32, rng: Rng, greedy: bool) -> Verdict:
+def verify(p: Rows | F64, q: F64 | None, draft: I32, rng: Rng, greedy: bool) -> Verdict:
     """Pick the rule: greedy, one-hot (no q), or full speculative sampling."""
     if greedy:
         return greedy_verify(p, draft)

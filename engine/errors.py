@@ -14,6 +14,13 @@ class ModelFileError(TandemError):
     """A model file is missing, unreadable, not GGUF, or truncated."""
 
 
+def store_write_error(name: str, folder: object, exc: OSError) -> ModelFileError:
+    """A file the model store could not take (full, read-only), with what to do about it."""
+    return ModelFileError(f"could not write {name} into the model store {folder}: "
+                          f"{exc.strerror or exc}; free some space, or point TANDEM_MODELS "
+                          "at a writable folder")
+
+
 class IncompatiblePairError(TandemError):
     """Target and draft cannot be paired (different tokenizers, for example)."""
 

@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import HubError, ModelFileError
+from engine.errors import HubError, ModelFileError, store_write_error
 from models.store import sha256_of, store_dir, tandem_home
 
 
@@ -118,9 +118,7 @@ def assemble(model: EmbeddedModel) -> Path:
                                  f"sha256 {digest}")
         tmp.replace(out)
     except OSError as exc:
-        raise ModelFileError(f"could not write {model.filename} into the model store "
-                             f"{out.parent}: {exc.strerror or exc}; free some space, or point "
-                             f"TANDEM_MODELS at a writable folder") from None
+        raise store_write_error(model.filename, out.parent, exc) from None
     finally:
         # A failure or Ctrl-C leaves no partial file; the next run assembles it again.
         if tmp.exists():

@@ -1,7 +1,6 @@
 """The generator against scripted fake backends: greedy equality, KV consistency, stops, text."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from engine.drafters.draft_model import DraftModelDrafter

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import gguf
-import numpy as np
 import pytest
 
 from engine.backend import ModelConfig

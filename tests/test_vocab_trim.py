@@ -10,7 +10,7 @@ import pytest
 
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.trimmed import EmbeddingTable, TrimmedBackend
-from engine.drafters.vocab_trim import (IDS_KEY, SOURCE_KEY, corpus_files, derive_trimmed,
+from engine.drafters.vocab_trim import (SOURCE_KEY, corpus_files, derive_trimmed,
                                         has_letter, kept_ids, select_tokens, write_trimmed)
 from engine.errors import ModelFileError, SettingsError
 from engine.exactness.check import ExactnessPlan, run_exactness

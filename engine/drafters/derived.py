@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import ModelFileError
+from engine.errors import ModelFileError, store_write_error
 
 
 def derived_dir() -> Path:
@@ -71,9 +71,7 @@ def publish(out: Path, stale: str, write: Callable[[Path], None]) -> Path:
         write(tmp)
         tmp.replace(out)
     except OSError as exc:
-        raise ModelFileError(f"could not write {out.name} into the model store {out.parent}: "
-                             f"{exc.strerror or exc}; free some space, or point TANDEM_MODELS "
-                             f"at a writable folder") from None
+        raise store_write_error(out.name, out.parent, exc) from None
     finally:
         if tmp.exists():
             tmp.unlink()
