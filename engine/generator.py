@@ -51,12 +51,12 @@ def _keep(policy: GammaPolicy, limit: int, fixed_width: bool, own: Sequence[floa
 
 def _verify_width(proposal: Proposal, gamma: int, widths: Callable[[int], int] | None) -> int:
     """The target batch's width for a round. A batch's rows change with its width in llama.cpp
-    (research/row_drift.py: up to 0.6 in a logit), and how many tokens a sampled draft holds
-    depends on the tokens drawn (its stops read them), so for a sampled draft the width is
-    fixed before drafting, from gamma: the row that judges x_i then depends on x_0..x_{i-1}
-    only. A proposal without q rows (a copy, a greedy draft) is a function of the committed
-    text, so its own length may set the width. Whether to draft at all is decided before the
-    first draw, so a round that drafts nothing is a plain one-token decode."""
+    (up to 0.7 in a logit, docs/EXACTNESS.md), and how many tokens a sampled draft holds depends
+    on the tokens drawn (its stops read them), so for a sampled draft the width is fixed before
+    drafting, from gamma: the row that judges x_i then does not move with x_i through the width.
+    A proposal without q rows (a copy, a greedy draft) is a function of the committed text, so
+    its own length may set the width. Whether to draft at all is decided before the first draw,
+    so a round that drafts nothing is a plain one-token decode."""
     if not len(proposal):
         return 1
     want = gamma + 1 if proposal.q is not None else len(proposal) + 1
