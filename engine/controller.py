@@ -56,10 +56,13 @@ class Calibration:
     verify_ms: list[float]
     # Proposal.source of the rounds in which the draft model resynchronises its cache.
     model_source: str | None = None
+    # Proposal.source of the rounds that copy from the context (prompt lookup): they cost no
+    # draft decode and no catch-up, and keep acceptance counts of their own.
+    copy_source: str | None = None
 
     def as_kwargs(self) -> dict:
         return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,
-                "model_source": self.model_source}
+                "model_source": self.model_source, "copy_source": self.copy_source}
 
 
 def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps: int,
@@ -92,7 +95,7 @@ def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps
 
 def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
               reps: int = 2, model_source: str | None = None,
-              clock: Clock = wall_ms) -> Calibration:
+              clock: Clock = wall_ms, copy_source: str | None = None) -> Calibration:
     """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
     decodes of as many; every cache is left holding exactly what it held before."""
     width = max_gamma + 1
@@ -101,7 +104,8 @@ def calibrate(target: Session, draft: Session | None, max_gamma: int, context: S
                 if draft is not None
                 else [0.0] * width)
     return Calibration(draft_ms=draft_ms, verify_ms=verify_ms,
-                       model_source=model_source if draft is not None else None)
+                       model_source=model_source if draft is not None else None,
+                       copy_source=copy_source)
 
 
 def _at(table: Sequence[float], w: int) -> float:
@@ -118,7 +122,7 @@ class AdaptiveController(GammaPolicy):
 
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
                  verify_ms: Sequence[float] | None = None, model_source: str | None = None,
-                 prior: float = 0.7, prior_weight: float = 2.0, decay: float = 0.9,
+                 copy_source: str | None = None, prior: float = 0.7, prior_weight: float = 2.0, decay: float = 0.9,
                  rate: float = 0.2, margin: float = 0.05, probe_every: int = 64,
                  probe_max: int = 256, probe_gamma: int = 2, conf_weight: float = 0.5,
                  scale_prior_weight: float = 8.0, horizon: float = 4.0,
@@ -131,6 +135,9 @@ class AdaptiveController(GammaPolicy):
         self.name = "adaptive"
         self.max_gamma = max_gamma
         self.model_source = model_source
+        self.copy_source = copy_source
+        # Whether the round being chosen copies from the context (engine/drafters/hybrid.py).
+        self.copying = False
         self.verify: list[float] = []
         self.draft_batch: list[float] = []
         self.pad_verify: list[float] = []
@@ -139,13 +146,15 @@ class AdaptiveController(GammaPolicy):
         if verify_ms is not None:
             self.use_calibration(Calibration(list(draft_ms if draft_ms is not None
                                                   else [0.0] * len(verify_ms)),
-                                             list(verify_ms), model_source))
+                                             list(verify_ms), model_source, copy_source))
         self.prior, self.prior_weight, self.decay, self.rate = prior, prior_weight, decay, rate
         self.margin = margin
         self.resume_margin = max(resume_margin, margin)
         self.speculating = False
         self.tries = np.zeros(max_gamma, dtype=np.float64)
         self.hits = np.zeros(max_gamma, dtype=np.float64)
+        self.copy_tries = np.zeros(max_gamma, dtype=np.float64)
+        self.copy_hits = np.zeros(max_gamma, dtype=np.float64)
         # Tokens committed that the draft model has not decoded yet; 1 after prefill.
         self.lag = 1
         self.probe_every, self.probe_max, self.probe_gamma = probe_every, probe_max, probe_gamma
@@ -180,12 +189,18 @@ class AdaptiveController(GammaPolicy):
         self.pad_draft = list(self.draft_batch)
         self.draft_token = self.draft_batch[0]
         self.model_source = c.model_source
+        self.copy_source = c.copy_source
+
+    def _counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tries, hits) per draft position of the source drafting this round."""
+        return (self.copy_tries, self.copy_hits) if self.copying else (self.tries, self.hits)
 
     def acceptance(self) -> list[float]:
         """Estimated a_j per draft position, shrunk towards the pooled rate where data is thin."""
-        pooled = ((self.hits.sum() + self.prior_weight * self.prior)
-                  / (self.tries.sum() + self.prior_weight))
-        return list((self.hits + self.prior_weight * pooled) / (self.tries + self.prior_weight))
+        tries, hits = self._counts()
+        pooled = ((hits.sum() + self.prior_weight * self.prior)
+                  / (tries.sum() + self.prior_weight))
+        return list((hits + self.prior_weight * pooled) / (tries + self.prior_weight))
 
     def expected_tokens(self, gamma: int) -> float:
         a = self.acceptance()
@@ -217,7 +232,7 @@ class AdaptiveController(GammaPolicy):
         """Expected ms of a round drafting `gamma`; `expected` is its expected tokens, when the
         caller has it already."""
         cost = self.verify_cost(gamma + 1)
-        if gamma > 0:
+        if gamma > 0 and not self.copying:
             if expected is None:
                 expected = self.expected_tokens(gamma)
             catch_up = self.catch_up_ms(self.lag) / self._rounds_ahead(expected)
@@ -281,11 +296,13 @@ class AdaptiveController(GammaPolicy):
                 return True
         return False
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: str = "") -> int:
         if not self.calibrated:
             raise SettingsError("the adaptive controller has no calibration; "
                                 "run it through Pair.generate or pass draft_ms/verify_ms")
         self.probing = False
+        # A round that copies from the context is priced by its verify alone.
+        self.copying = bool(source) and source == self.copy_source
         if self.rounds < self.opening_plain:
             # Look before leaping: the opening of an answer is where a draft goes wrong most
             # (greedy agreement over the 48 suite prompts: 0.50 at the first token, 0.73 at the
@@ -302,7 +319,8 @@ class AdaptiveController(GammaPolicy):
         # Probe while nothing is known (no confidence came either): the draft is at most a
         # token behind, so this probe pays no catch-up; later probes do, hence the long,
         # growing intervals. The target's confidence usually brings speculation back first.
-        if g == 0 and (self.tries.sum() == 0 or self.zero_run >= self.interval) and self.could_win():
+        if g == 0 and (self._counts()[0].sum() == 0 or self.zero_run >= self.interval) \
+                and self.could_win():
             g = min(self.probe_gamma, self.max_gamma)
             self.probing = True
         self.last_prediction = float(speeds[g])
@@ -313,6 +331,13 @@ class AdaptiveController(GammaPolicy):
         """One line on the choice of `g`, from the predictions that made it."""
         best = int(np.argmax(speeds[1:])) + 1
         cost = self.draft_token / self.verify[0]
+        if self.copying:
+            what = "copying from the context, which costs no draft decode"
+            if g == 0:
+                return (f"plain: best predicted {speeds[best] / speeds[0]:.2f}x at gamma "
+                        f"{best}, {what}")
+            return (f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x (first-token "
+                    f"acceptance {self.acceptance()[0]:.2f}, {what})")
         if self.probing:
             return (f"probe: gamma {g} to measure the draft again (predicted "
                     f"{speeds[g] / speeds[0]:.2f}x)")
@@ -325,10 +350,12 @@ class AdaptiveController(GammaPolicy):
     def update(self, r: RoundStats) -> None:
         self.rounds += 1
         self.elapsed += r.committed
-        if r.drafted > 0:
+        copied = self.copy_source is not None and r.source == self.copy_source
+        if r.drafted > 0 and copied:
+            self._learn_acceptance(r.drafted, r.accepted, self.copy_tries, self.copy_hits)
+        elif r.drafted > 0:
             self._learn_draft_cost(r.draft_ms, r.drafted)
-        if r.drafted > 0:
-            self._learn_acceptance(r.drafted, r.accepted)
+            self._learn_acceptance(r.drafted, r.accepted, self.tries, self.hits)
             self._learn_scale(r)
         elif r.confidence:
             self._observe_confidence(r.confidence[-1])
@@ -352,13 +379,14 @@ class AdaptiveController(GammaPolicy):
                 won = self.best_gamma() > 0
                 self.interval = self.probe_every if won else min(self.interval * 2, self.probe_max)
 
-    def _learn_acceptance(self, drafted: int, accepted: int) -> None:
-        self.tries *= self.decay
-        self.hits *= self.decay
+    def _learn_acceptance(self, drafted: int, accepted: int, tries: np.ndarray,
+                          hits: np.ndarray) -> None:
+        tries *= self.decay
+        hits *= self.decay
         # Positions after the first rejection were not tested: a_j is conditional on j-1 passing.
         seen = min(accepted + 1, drafted, self.max_gamma)
-        self.tries[:seen] += 1.0
-        self.hits[:min(accepted, seen)] += 1.0
+        tries[:seen] += 1.0
+        hits[:min(accepted, seen)] += 1.0
 
     def _learn_scale(self, r: RoundStats) -> None:
         seen = min(r.accepted + 1, r.drafted)

@@ -103,7 +103,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         if room < 0:
             finish = "length"
             break
-        gamma = min(policy.next_gamma(), room) if speculative else 0
+        gamma = min(policy.next_gamma(drafter.source_for(seq)), room) if speculative else 0
         t0 = clock()
         proposal: Proposal = (drafter.propose(seq, gamma, params, rng,
                                               partial(_keep, policy, gamma, not params.greedy))

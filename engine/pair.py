@@ -270,8 +270,11 @@ class Pair:
             # over (the next generation re-decodes its prompt, nothing else changes).
             if s is not None and s.n_past + widths + (0 if s.n_past else len(context)) > s.backend.n_ctx:
                 s.rollback(0)
+        copy = (chosen.lookup.name if isinstance(chosen, HybridDrafter)
+                else chosen.name if isinstance(chosen, PromptLookupDrafter) else None)
         result = calibrate(self.target, session, widths - 1, context,
-                           model_source=getattr(model, "name", None), clock=self.clock)
+                           model_source=getattr(model, "name", None), clock=self.clock,
+                           copy_source=copy)
         self._calibrations[drafter] = result
         return result
 

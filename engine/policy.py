@@ -25,7 +25,9 @@ class GammaPolicy:
     # Whether the generator should report the target's top probability per verified row.
     wants_confidence: bool = False
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: str = "") -> int:
+        """The most tokens the next round may draft; `source` is who would draft it (the
+        drafter's `source_for` the committed text), for policies that price drafters apart."""
         raise NotImplementedError
 
     def update(self, r: RoundStats) -> None:
@@ -48,7 +50,7 @@ class FixedGamma(GammaPolicy):
         self.gamma = gamma
         self.last_reason = f"fixed: gamma {gamma} every round"
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: str = "") -> int:
         return self.gamma
 
     def update(self, r: RoundStats) -> None:
@@ -63,7 +65,7 @@ class NeverDraft(GammaPolicy):
         self.name = "plain"
         self.last_reason = "plain: the control policy never drafts"
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: str = "") -> int:
         return 0
 
     def update(self, r: RoundStats) -> None:
@@ -81,7 +83,7 @@ class HeuristicGamma(GammaPolicy):
         self.gamma = min(gamma, max_gamma)
         self.max_gamma = max_gamma
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: str = "") -> int:
         self.last_reason = (f"heuristic: gamma {self.gamma} (+2 after a round that kept every "
                             "drafted token, -1 after a rejection)")
         return self.gamma

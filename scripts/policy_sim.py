@@ -293,8 +293,8 @@ class _NoTrim(GammaPolicy):
     def __init__(self, inner: AdaptiveController) -> None:
         self.inner = inner
 
-    def next_gamma(self) -> int:
-        return self.inner.next_gamma()
+    def next_gamma(self, source: str = "") -> int:
+        return self.inner.next_gamma(source)
 
     def update(self, r: RoundStats) -> None:
         self.inner.update(r)

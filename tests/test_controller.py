@@ -364,7 +364,7 @@ def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
             self.gammas = list(gammas)
             self.i = 0
 
-        def next_gamma(self):
+        def next_gamma(self, source=""):
             self.i += 1
             return self.gammas[(self.i - 1) % len(self.gammas)]
 
@@ -512,3 +512,41 @@ def test_the_reason_reaches_the_generation_stats():
                                                   max_tokens=6), FixedGamma(2)))[-1]
     assert done.stats.reason == "fixed: gamma 2 every round"
     assert done.stats.as_dict()["reason"] == done.stats.reason
+
+
+def test_a_copy_from_the_context_is_priced_by_its_verify_alone():
+    """Hybrid drafting (issue 17's first item): prompt lookup costs no draft decode and no
+    catch-up, so it may speculate where the draft model, as dear as the target, may not."""
+    c = AdaptiveController(max_gamma=8, draft_ms=draft_table(100.0), verify_ms=VERIFY,
+                           model_source="draft-model", copy_source="prompt-lookup",
+                           opening_plain=0, probe_every=10**6)
+    c.tries[:] = 1.0
+    c.hits[:] = 0.7
+    assert c.next_gamma("draft-model") == 0
+    g = c.next_gamma("prompt-lookup")
+    assert g > 0 and c.copying
+    assert c.cost_ms(g) == c.verify_cost(g + 1)
+    assert "copying from the context" in c.last_reason
+    # A copy round teaches the copy's acceptance, not the model's, and no draft cost.
+    before = (c.draft_token, c.tries.copy())
+    c.update(RoundStats(index=1, gamma=g, drafted=g, accepted=0, kind="correction",
+                        committed=1, draft_ms=0.1, verify_ms=130.0, source="prompt-lookup"))
+    assert c.draft_token == before[0] and np.array_equal(c.tries, before[1])
+    assert c.copy_tries[0] > 0 and c.copy_hits[0] == 0
+    # The draft model fell one more token behind.
+    assert c.lag == 2
+
+
+def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():
+    from engine.pair import Pair
+    from tests.exact_law import TableFake, VirtualClock
+    clock = VirtualClock()
+    dear = [30.0 + 3.0 * w for w in range(10)]
+    pair = Pair(TableFake(seed=3, clock=clock, cost=[30.0 + 3.0 * w for w in range(10)]),
+                TableFake(seed=3, noise=0.5, clock=clock, cost=dear), clock=clock.now)
+    config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=8, max_tokens=40)
+    rounds = [ev.round for ev in pair.generate("abcdefg" * 6, config, raw=True)
+              if type(ev).__name__ == "RoundEvent"]
+    sources = {r.source for r in rounds if r.drafted}
+    assert sources == {"prompt-lookup"}
+    assert sum(r.drafted for r in rounds) > 0

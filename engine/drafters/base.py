@@ -55,6 +55,12 @@ class Drafter:
                 keep: Keep | None = None) -> Proposal:
         raise NotImplementedError
 
+    def source_for(self, context: Sequence[int]) -> str:
+        """The `Proposal.source` of the drafter that would propose after `context` (a drafter
+        that delegates, like hybrid, says which of its parts): a function of the committed
+        text alone, so a policy may price the round by it."""
+        return self.name
+
     def prefill(self, context: Sequence[int]) -> None:
         """Called once with the prompt before the first round (a model warms its cache)."""
 

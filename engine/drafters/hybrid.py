@@ -26,6 +26,9 @@ class HybridDrafter(Drafter):
         self.lookup.reset()
         self.model.reset()
 
+    def source_for(self, context: Sequence[int]) -> str:
+        return self.lookup.name if self.lookup.find(context, 1)[2] else self.model.name
+
     def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
         found = self.lookup.propose(context, gamma, params, rng, keep)
