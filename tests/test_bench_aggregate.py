@@ -106,12 +106,12 @@ def test_amdahl_view_uses_the_baseline_prefill_share():
 def test_leviathan_row_from_measured_costs():
     base = rec(order=0, decode_ms=4000.0, output_tokens=40)  # 100 ms per token
     r = spec(1, base, 2.0, gamma=4, accepted=32, drafted=40, draft_ms=400.0, verify_ms=1300.0)
-    (l,) = leviathan_rows([base, r])
-    assert l.alpha == pytest.approx(0.8)
-    assert l.cost_ratio == pytest.approx(0.1)  # 10 ms per drafted token / 100 ms
-    assert l.verify_ratio == pytest.approx(1.3)  # 130 ms per verify call / 100 ms
-    assert l.predicted_speedup == pytest.approx(expected_tokens_per_round(0.8, 4) / (0.4 + 1.3))
-    assert l.measured_speedup == pytest.approx(2.0)
+    (row,) = leviathan_rows([base, r])
+    assert row.alpha == pytest.approx(0.8)
+    assert row.cost_ratio == pytest.approx(0.1)  # 10 ms per drafted token / 100 ms
+    assert row.verify_ratio == pytest.approx(1.3)  # 130 ms per verify call / 100 ms
+    assert row.predicted_speedup == pytest.approx(expected_tokens_per_round(0.8, 4) / (0.4 + 1.3))
+    assert row.measured_speedup == pytest.approx(2.0)
 
 
 def test_acceptance_by_draft_and_output_position():

@@ -69,9 +69,10 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
               "```", "",
               "alpha = pooled acceptance rate; c and v = medians over runs, relative to the paired "
               "baseline's decode time per token; gamma = mean drafted length asked per round.", ""]
-    rows = [[l.config, l.sampling, _f(l.alpha), _f(l.gamma, 1), _f(l.cost_ratio), _f(l.verify_ratio),
-             _f(l.expected_tokens_per_round), _f(l.measured_tokens_per_round),
-             _f(l.predicted_speedup), _f(l.measured_speedup)] for l in summary.leviathan]
+    rows = [[row.config, row.sampling, _f(row.alpha), _f(row.gamma, 1), _f(row.cost_ratio),
+             _f(row.verify_ratio), _f(row.expected_tokens_per_round),
+             _f(row.measured_tokens_per_round), _f(row.predicted_speedup),
+             _f(row.measured_speedup)] for row in summary.leviathan]
     lines += _table(["config", "sampling", "alpha", "gamma", "c", "v(gamma)", "E predicted",
                      "tokens/round measured", "predicted speedup", "measured speedup"], rows)
 
