@@ -122,7 +122,8 @@ class AdaptiveController(GammaPolicy):
 
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
                  verify_ms: Sequence[float] | None = None, model_source: str | None = None,
-                 copy_source: str | None = None, prior: float = 0.7, prior_weight: float = 2.0, decay: float = 0.9,
+                 copy_source: str | None = None, prior: float = 0.7,
+                 prior_weight: float = 2.0, decay: float = 0.9,
                  rate: float = 0.2, margin: float = 0.05, probe_every: int = 64,
                  probe_max: int = 256, probe_gamma: int = 2, conf_weight: float = 0.5,
                  scale_prior_weight: float = 8.0, horizon: float = 4.0,
