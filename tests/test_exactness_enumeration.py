@@ -81,11 +81,14 @@ def make_policy(kind: str, drafter: Drafter) -> GammaPolicy:
     if kind == "plain":
         return NeverDraft()
     source = drafter.model.name if isinstance(drafter, HybridDrafter) else drafter.name
+    # As the pair calibrates them: hybrid's copies (and lookup's) are priced apart.
+    copy = (drafter.lookup.name if isinstance(drafter, HybridDrafter)
+            else drafter.name if isinstance(drafter, PromptLookupDrafter) else None)
     if kind == "adaptive":
         return CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=VERIFY,
-                                  model_source=source, opening_plain=0)
+                                  model_source=source, copy_source=copy, opening_plain=0)
     return AdaptiveController(max_gamma=2, draft_ms=CHEAP_DRAFT, verify_ms=FLAT_VERIFY,
-                              model_source=source, opening_plain=1)
+                              model_source=source, copy_source=copy, opening_plain=1)
 
 
 class CountingController(AdaptiveController):
@@ -216,3 +219,27 @@ def _first_token(p, q, rng):
     x = rng.draw(q)
     v = speculative_verify(p, q[None], np.array([x]), rng)
     return x if v.n_accepted else v.token
+
+
+def test_hybrid_priced_apart_really_copies_in_the_enumeration():
+    """The adaptive policy prices hybrid's copies by their verify alone (`copy_source`): the
+    enumerated runs include rounds drafted by prompt lookup, and the law stays exact."""
+    params, grid = SAMPLINGS["T=1"]
+    copied = [0]
+
+    def run(rng):
+        clock = VirtualClock()
+        target = Session(TableFake(seed=1, eog=EOG, grid=grid, clock=clock, cost=VERIFY))
+        drafter = make_drafter("hybrid", clock, grid)
+        policy = make_policy("adaptive", drafter)
+        config = GenerationConfig(params=params, gamma=2, max_tokens=N)
+        events = list(generate(target, drafter, PROMPT, config, policy, rng=rng,
+                               clock=clock.now))
+        copied[0] += any(type(e).__name__ == "RoundEvent" and e.round.drafted
+                         and e.round.source == "prompt-lookup" for e in events)
+        return events[-1].tokens
+
+    spec = exact_law(run)
+    assert copied[0] > 0
+    assert total_variation(spec, target_law(TableFake(seed=1, eog=EOG, grid=grid), PROMPT,
+                                            params, N)) < 1e-9
