@@ -5,7 +5,9 @@ set -euo pipefail
 TANDEM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TANDEM_HOME="${TANDEM_HOME:-$HOME/.cache/tandem}"
 export TANDEM_HOME
-LLAMA_CPP_VERSION="0.3.36"
+# The one pin of llama-cpp-python is pyproject.toml's dependency; the wheel cache follows it.
+LLAMA_CPP_VERSION="$(sed -n 's/^ *"llama-cpp-python==\([^"]*\)".*/\1/p' "$TANDEM_ROOT/pyproject.toml")"
+[ -n "$LLAMA_CPP_VERSION" ] || { echo "error: no llama-cpp-python==VERSION in pyproject.toml" >&2; exit 1; }
 VENV="${TANDEM_VENV:-$TANDEM_ROOT/.venv}"
 PY="$VENV/bin/python"
 

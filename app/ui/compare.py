@@ -4,7 +4,7 @@ repeated N times with the median and spread of each measure.
 
 In greedy mode the two outputs should match; where they do not, the first differing token is
 reported: batched verification and one-token decoding give slightly different logits in
-llama.cpp, so near-ties can flip (DEVELOPERS.md, batch-vs-single numerics).
+llama.cpp, so near-ties can flip (docs/EXACTNESS.md, "Numerics: batch width").
 """
 from __future__ import annotations
 
