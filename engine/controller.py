@@ -19,7 +19,7 @@ again after plain rounds).
 Plain rounds still say how predictable the text is: the target's top probability at the token it
 commits. Over 18 suite prompts the 0.5B draft's greedy agreement with the 1.5B target tracked it
 closely (0.99 where the target was above 0.97 sure, 0.61 at 0.5-0.7, 0.27 at 0.3-0.5;
-scripts/measure_costs.py agree). So every plain round adds a pseudo-observation `conf_weight *
+research/measure_costs.py agree). So every plain round adds a pseudo-observation `conf_weight *
 scale * confidence` to the acceptance counts, where `scale` (acceptance per unit of confidence)
 is learned from the rounds that did draft. This lets speculation resume on its own when the text
 turns predictable, without waiting for a probe. A resumption pays the draft's catch-up once and

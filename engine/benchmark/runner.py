@@ -7,7 +7,7 @@ baseline-last so that machine drift and warm CPU caches do not favour one side; 
 generation per drafter runs before the first measured run and is not recorded.
 
 Repeats: with `repeats` > 1 each group runs that many times in a row (alternating the order
-again). A one-second run on a shared machine is noisy (scripts/noise_floor.py), so the first
+again). A one-second run on a shared machine is noisy (research/noise_floor.py), so the first
 repetition's records carry the speedup of the medians: median decode tokens/s of the
 configuration over median tokens/s of the baseline. The later repetitions are kept in the raw
 data with role "baseline-repeat" / "speculative-repeat" and do not count twice in the

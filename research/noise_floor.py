@@ -3,7 +3,7 @@ interleaved "baselines", and the ratio of their decode speeds reported like a sp
 
 Whatever spread this shows (median, p10, share below 0.95x) is what measurement noise alone puts
 into every speedup in docs/BENCHMARKS.md. Usage:
-  .venv/bin/python scripts/noise_floor.py [PROMPTS_PER_CATEGORY] [MAX_TOKENS]
+  .venv/bin/python research/noise_floor.py [PROMPTS_PER_CATEGORY] [MAX_TOKENS]
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@
                     prompts per category (64 target tokens each), by category and by the target's
                     top probability at the position
 
-Usage: .venv/bin/python scripts/measure_costs.py verify|widths|decode|agree [PATH...]
+Usage: .venv/bin/python research/measure_costs.py verify|widths|decode|agree [PATH...]
 """
 from __future__ import annotations
 
