@@ -1,7 +1,26 @@
-"""Shared fixtures: the embedded GGUF pair, loaded once per test session."""
+"""Shared fixtures: the embedded GGUF pair, loaded once per test session; `long` tests run only
+with --all (scripts/test --all) or TANDEM_TEST_ALL=1."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+LONG_SKIP = "long real-model test: run it with scripts/test --all (or TANDEM_TEST_ALL=1)"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="also run the tests marked `long` (minutes each on a 2-core CPU)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--all") or os.environ.get("TANDEM_TEST_ALL") == "1":
+        return
+    skip = pytest.mark.skip(reason=LONG_SKIP)
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ def run(tmp_path, capsys, *extra):
     return rc, printed, json.loads((out / "exactness.json").read_text()), out
 
 
+@pytest.mark.long
 def test_exactness_quick_prints_every_setting_and_writes_the_report(tmp_path, capsys):
     rc, printed, data, out = run(tmp_path, capsys, "--settings", "all", "--policy", "fixed",
                                  "--gamma", "2")
@@ -49,6 +50,7 @@ def test_exactness_quick_prints_every_setting_and_writes_the_report(tmp_path, ca
     assert "## Negative control" in md and "## Greedy agreement" in md
 
 
+@pytest.mark.long
 def test_the_default_checks_the_default_path_after_its_plain_opening(tmp_path, capsys):
     """Hybrid and the adaptive controller, comparing the positions after its plain opening.
     Whether anything is drafted there depends on the machine (the draft model here costs as

@@ -107,6 +107,7 @@ def test_pair_load_gives_the_loader_the_derived_draft_unless_off(tmp_path, store
         pair.close()
 
 
+@pytest.mark.long
 @pytest.mark.real
 def test_the_embedded_draft_requantized_still_drafts_the_targets_tokens(embedded_paths):
     from engine.drafters.draft_model import DraftModelDrafter

@@ -49,6 +49,7 @@ def test_ctx_16_answer_runs_into_the_context_end_mid_round(embedded_paths):
     assert s["drafted_tokens"] > 0
 
 
+@pytest.mark.long
 @pytest.mark.real
 def test_ctx_32_with_a_batch_smaller_than_the_prompt(embedded_paths):
     proc = tandem("--ctx", "32", "--batch", "3", "--raw", "--prompt",
@@ -59,6 +60,7 @@ def test_ctx_32_with_a_batch_smaller_than_the_prompt(embedded_paths):
     assert s["prompt_tokens"] > 3 and 1 <= s["output_tokens"] <= 6
 
 
+@pytest.mark.long
 @pytest.mark.real
 def test_ctx_64_stop_string_across_rounds(embedded_paths):
     # Rounds commit at most 3 tokens at gamma 2; the stop string is more tokens than that.
@@ -73,6 +75,7 @@ def test_ctx_64_stop_string_across_rounds(embedded_paths):
     assert "return a + b" not in out["text"] and "a +" not in out["text"]
 
 
+@pytest.mark.long
 @pytest.mark.real
 def test_ctrl_c_during_a_real_generation_exits_130_with_one_line(embedded_paths):
     proc = subprocess.Popen([sys.executable, "-u", "-m", "app.cli", "generate", "--threads", "2",

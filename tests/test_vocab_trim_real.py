@@ -23,6 +23,7 @@ TEXT = ("<|im_start|>user\nWrite a palindrome check in Python, then say it in Fr
         "Vérifier un palindrome")
 
 
+@pytest.mark.long
 def test_trimmed_logits_equal_the_full_drafts_at_every_kept_token(embedded_paths):
     source = derive_quantized(embedded_paths[1], "q4_0")
     path = derive_trimmed(source)
@@ -52,6 +53,7 @@ def test_trimmed_logits_equal_the_full_drafts_at_every_kept_token(embedded_paths
         trimmed.close()
 
 
+@pytest.mark.long
 def test_a_pair_loads_and_drafts_with_the_trimmed_draft(embedded_paths):
     target, draft = embedded_paths
     pair = Pair.load(ModelConfig(str(target), n_ctx=512, n_threads=2),
