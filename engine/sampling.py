@@ -124,7 +124,7 @@ class Rng:
     """The engine's one source of randomness: a token drawn from a distribution (`draw`) and a
     biased coin (`coin`), each consuming one uniform. Every random choice of a generation goes
     through these two methods, so a test can substitute a subclass that branches on every
-    outcome and computes the exact law of the output (tests/enumerate.py)."""
+    outcome and computes the exact law of the output (tests/exact_law.py)."""
 
     def __init__(self, seed: int | None = None) -> None:
         self._gen = np.random.default_rng(seed)

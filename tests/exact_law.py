@@ -95,7 +95,7 @@ def total_variation(a: dict, b: dict) -> float:
 
 class VirtualClock:
     """Milliseconds that pass only when a costed fake decodes: a deterministic stand-in for
-    wall time, and a cost profile (tests/costed.py) when the costs are chosen to match one."""
+    wall time, and a cost profile (TableFake's `cost`) when the costs are chosen to match one."""
 
     def __init__(self) -> None:
         self.ms = 0.0
