@@ -12,7 +12,6 @@ from tests.realmodels import smollm2_135m
 pytestmark = pytest.mark.real
 
 
-@pytest.mark.long
 def test_bench_quick_writes_every_report(tmp_path, capsys):
     model = str(smollm2_135m())
     out = tmp_path / "bench"

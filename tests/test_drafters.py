@@ -286,7 +286,6 @@ def test_pair_load_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_
     pair.close()
 
 
-@pytest.mark.long
 @pytest.mark.real
 def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedded_paths):
     from engine.backend import ModelConfig
