@@ -62,13 +62,13 @@ def _timed(backend, prefix: list[int], filler: list[int], widths, all_rows: bool
 def _draft_backend(draft: Path, vocab: str):
     """The draft as the engine loads it by default (its Q4_0 copy), its vocabulary trimmed when
     `vocab` is "trim"."""
-    from engine.drafters.quantized import derive_quantized
+    from loading.derived.quantized import derive_quantized
     from engine.llama_backend import LlamaBackend
     source = derive_quantized(draft, "q4_0")
     if vocab == "full":
         return LlamaBackend(ModelConfig(path=str(source), n_ctx=4096, n_threads=2))
-    from engine.drafters.trimmed import load_trimmed
-    from engine.drafters.vocab_trim import derive_trimmed
+    from loading.derived.embeddings import load_trimmed
+    from loading.derived.vocab_trim import derive_trimmed
     trimmed = derive_trimmed(source)
     inner = LlamaBackend(ModelConfig(path=str(trimmed), n_ctx=4096, n_threads=2))
     return load_trimmed(source, trimmed, inner)
