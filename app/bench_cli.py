@@ -48,7 +48,8 @@ def _numbers(text: str, kind: type) -> list:
 
 
 def _pick(args: argparse.Namespace, name: str, full: dict, quick: dict):
-    value = getattr(args, name)
+    """Option `name` as given, else its preset (--quick or full): both are keyed by the name."""
+    value = vars(args)[name]
     if value is not None:
         return value
     return (quick if args.quick else full)[name]

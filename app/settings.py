@@ -9,7 +9,7 @@ from engine.errors import SettingsError
 from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
-from engine.policy import POLICIES
+from engine.policies import POLICIES
 from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions

@@ -29,7 +29,8 @@ from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
 from engine.limits import check_prompt_fits
-from engine.policy import GammaPolicy, make_policy
+from engine.policies import make_policy
+from engine.policy import GammaPolicy
 from engine.session import Session
 from engine.widths import padded_width
 

@@ -13,7 +13,8 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, make_policy
+from engine.policies import make_policy
+from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats

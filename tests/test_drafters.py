@@ -18,7 +18,7 @@ from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.pair import Pair
-from engine.policy import make_policy
+from engine.policies import make_policy
 from engine.sampling import Rng, SamplingParams, probabilities
 from engine.session import Session
 from loading.derived.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
