@@ -9,7 +9,7 @@ adaptive controller's proposal trimming and the drafter's chain stop.
   redraft TRACE.json OUT.json
       Keep a trace's target side and measure the draft's columns and costs again (with
       `--draft-vocab trim`, the draft with a trimmed output vocabulary: scripts/benchmarks'
-      what-if for engine/drafters/vocab_trim.py).
+      what-if for loading/derived/vocab_trim.py).
   replay TRACE.json
       Replay the engine's own policies over the trace, with round costs from the timings (or
       with `--verify-ratios r1,r2,...` to try another verify curve, relative to one token): a
