@@ -6,8 +6,8 @@ generations: a second caller waits its turn instead of corrupting the KV caches.
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
 when a draft is loaded, "lookup" always, "early-exit" once the loading step added the target's
-first k layers (loading.pair.add_early_exit). The default is hybrid when a draft is loaded (plain decoding
-otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
+first k layers (loading.pair.add_early_exit). The default is hybrid when a draft is loaded
+(plain decoding otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
 slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
 (docs/BENCHMARKS.md). Without an explicit policy a generation uses the adaptive controller,
 calibrated once per drafter on first use.
