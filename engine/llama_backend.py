@@ -158,13 +158,14 @@ class LlamaBackend:
         llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
 
     def close(self) -> None:
-        if getattr(self, "_batch", None) is not None:
+        # Safe to call twice: each freed resource is set to None.
+        if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
-        if getattr(self, "_embd_batch", None) is not None:
+        if self._embd_batch is not None:
             llama_cpp.llama_batch_free(self._embd_batch)
             self._embd_batch = None
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 
@@ -203,7 +204,7 @@ class Vocabulary:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 
