@@ -142,8 +142,14 @@ def cmd_budget(args: argparse.Namespace) -> int:
     is_pair = any(p.id == args.target for p in catalog.load_catalog())
     draft_spec = args.draft or (args.target if is_pair else None)
     draft = resolve_model(draft_spec, "draft") if draft_spec else None
-    report = budget.estimate_pair(target, draft, n_ctx=args.ctx, kv_type=args.kv_type, gpu_layers=args.gpu_layers,
-                                  draft_gpu_layers=args.draft_gpu_layers)
+    if args.rpc:
+        from engine.rpc import parse_endpoints, probe_all
+        workers = probe_all(parse_endpoints(args.rpc))
+        report = budget.estimate_rpc(target, draft, workers, n_ctx=args.ctx, kv_type=args.kv_type,
+                                     gpu_layers=args.gpu_layers or -1)
+    else:
+        report = budget.estimate_pair(target, draft, n_ctx=args.ctx, kv_type=args.kv_type,
+                                      gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers)
     print(report.text())
     return 0 if report.ok else 1
 
@@ -178,4 +184,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--gpu-layers", type=int, default=0)
     b.add_argument("--draft-gpu-layers", type=int, default=0)
     b.add_argument("--kv-type", choices=sorted(budget.KV_TYPES), default="f16")
+    b.add_argument("--rpc", metavar="HOST:PORT[,...]",
+                   help="the target spread over these RPC workers: what each one holds")
     b.set_defaults(func=cmd_budget)

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import statistics
 import sys
 import time
@@ -66,14 +65,12 @@ def main() -> int:
     rtts = [float(r) for r in args.rtts.split(",")]
     target, draft = embedded.ensure()
     runs: list[dict] = []
-    # SIGTERM would skip `finally`; make it an exception so the lab is always torn down.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     with Lab(n=2, threads=1) as lab:
         for route, endpoints in (("proxy", lab.proxied), ("direct", lab.direct)):
             t0 = time.perf_counter()
             pair = Pair.load(ModelConfig(str(target), n_ctx=1024, rpc=tuple(endpoints)),
                              ModelConfig(str(draft), n_ctx=1024),
-                             LoadOptions(draft_quant="off"))
+                             LoadOptions())
             load_s = time.perf_counter() - t0
             try:
                 run(pair, "none", 8)  # warm-up

@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 50052
 _LABS = 0  # labs started by this process
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt("SIGTERM")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -130,6 +135,9 @@ class Lab:
         atexit.register(self.close)
 
     def __enter__(self) -> "Lab":
+        # A plain SIGTERM would end the process without `finally` blocks or atexit hooks.
+        if threading.current_thread() is threading.main_thread():
+            self._old_term = signal.signal(signal.SIGTERM, _interrupt)
         try:
             self.start()
         except BaseException:
@@ -139,6 +147,8 @@ class Lab:
 
     def __exit__(self, *exc) -> None:
         self.close()
+        if getattr(self, "_old_term", None) is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
 
     def start(self) -> None:
         global _LABS

@@ -205,3 +205,16 @@ def test_worker_command_line(monkeypatch, tmp_path):
     monkeypatch.setenv("TANDEM_RPC_SERVER", str(tmp_path / "missing"))
     with pytest.raises(WorkerBuildError):
         worker_command(args)
+
+
+def test_budget_command_shows_each_worker(tmp_path, capsys):
+    from app.cli import main
+    path = tinygguf.write(tmp_path / "t.gguf", n_layer=4)
+    w = ScriptedWorker(free=(4 << 30,))
+    try:
+        rc = main(["budget", "--target", str(path), "--ctx", "256", "--rpc", w.endpoint])
+    finally:
+        w.close()
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f"worker {w.endpoint}: layers 0-3 + output" in out
