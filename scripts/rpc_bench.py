@@ -68,8 +68,10 @@ def main() -> int:
     with Lab(n=2, threads=1) as lab:
         for route, endpoints in (("proxy", lab.proxied), ("direct", lab.direct)):
             t0 = time.perf_counter()
-            pair = Pair.load(ModelConfig(str(target), n_ctx=1024, rpc=tuple(endpoints)),
-                             ModelConfig(str(draft), n_ctx=1024),
+            # One thread everywhere: with more threads than free cores, ggml's OpenMP threads
+            # spin waiting for preempted peers and a batched verify collapses (10x slower).
+            pair = Pair.load(ModelConfig(str(target), n_ctx=1024, n_threads=1, rpc=tuple(endpoints)),
+                             ModelConfig(str(draft), n_ctx=1024, n_threads=1),
                              LoadOptions())
             load_s = time.perf_counter() - t0
             try:

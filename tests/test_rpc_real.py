@@ -15,7 +15,7 @@ from engine.backend import ModelConfig
 from engine.events import DoneEvent, TokenEvent
 from engine.generator import GenerationConfig, generate
 from engine.llama_backend import load
-from engine.pair import LoadOptions, Pair
+from engine.pair import Pair
 from engine.rpc import WorkerError
 from engine.sampling import SamplingParams, probabilities
 from engine.session import Session
@@ -59,8 +59,8 @@ def _greedy(backend, prompt: list[int], n: int) -> tuple[int, ...]:
 
 def test_greedy_over_rpc_equals_local_greedy(lab):
     target, _ = embedded_pair()
-    local = load(ModelConfig(str(target), n_ctx=512, n_threads=2))
-    remote = load(ModelConfig(str(target), n_ctx=512, rpc=tuple(lab.direct)))
+    local = load(ModelConfig(str(target), n_ctx=512, n_threads=1))
+    remote = load(ModelConfig(str(target), n_ctx=512, n_threads=1, rpc=tuple(lab.direct)))
     try:
         prompt = local.tokenize(PROMPT)
         assert remote.tokenize(PROMPT) == prompt
@@ -94,7 +94,7 @@ def test_exactness_check_passes_over_rpc(lab, tmp_path, capsys):
     rc = main(["exactness", "--quick", "--samples", "20", "--compare", "2", "--settings", "t1",
                "--policy", "fixed", "--gamma", "2", "--greedy-prompts", "1",
                "--greedy-tokens", "16", "--target", str(target), "--draft", str(draft),
-               "--threads", "2", "--ctx", "512", "--rpc", ",".join(lab.direct),
+               "--threads", "1", "--ctx", "512", "--rpc", ",".join(lab.direct),
                "--out", str(out)])
     printed = capsys.readouterr().out
     print(printed)
@@ -110,8 +110,8 @@ def test_a_killed_worker_ends_the_request_with_an_error_naming_it(tmp_path):
     _skip_unless_possible()
     target, draft = embedded_pair()
     with Lab(n=1, threads=1) as lab:
-        pair = Pair.load(ModelConfig(str(target), n_ctx=512, rpc=tuple(lab.direct)),
-                         ModelConfig(str(draft), n_ctx=512), LoadOptions(draft_quant="off"))
+        pair = Pair.load(ModelConfig(str(target), n_ctx=512, n_threads=1, rpc=tuple(lab.direct)),
+                         ModelConfig(str(draft), n_ctx=512, n_threads=1))
         try:
             config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=0,
                                       max_tokens=200)
