@@ -76,7 +76,7 @@ ensure_llama_cpp() {
 ensure_rpc_server() {
   local dir="$1" out="$1/rpc-server" src lib
   [ -x "$out/rpc-server" ] && return
-  src="$(ls "$dir"/llama_cpp_python-*.tar.gz 2>/dev/null | head -1)"
+  src="$(ls "$dir"/llama_cpp_python-*.tar.gz 2>/dev/null | head -1 || true)"
   if [ -z "$src" ]; then
     src="$dir/llama_cpp_python-$LLAMA_CPP_VERSION.tar.gz"
     "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$dir"
