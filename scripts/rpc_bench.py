@@ -4,11 +4,13 @@ root with a Python whose llama-cpp-python has RPC, e.g. the venv scripts/run set
 
 One load through the delay proxies serves every delay (the proxies' delay changes between runs,
 interleaved rep by rep); a second load straight to the workers measures the proxy's own cost at
-0 ms. The round-trip model: a token costs its 0 ms time plus (target calls per token) x k x RTT,
-where k, the network round trips one target call makes, is fitted on the plain runs (slope of
-time per call over RTT) and then predicts the speculative runs.
+0 ms. The round-trip model: a token costs its direct (0 ms) time plus (target calls per token)
+x L, where L, the network cost of one target call, is read off plain decoding at each setting
+(its ms/token minus direct plain's) and then predicts speculative decoding; L's slope over the
+RTT is the number of network round trips per target call.
 
-Usage: sudo .venv/bin/python scripts/rpc_bench.py [--tokens 64] [--reps 3] [--out DIR]
+Usage: sudo .venv/bin/python scripts/rpc_bench.py [--tokens 64] [--reps 3] [--rtts 0,2,10]
+       [--out DIR]; `--table` rewrites summary.json (and prints the table) from DIR/runs.json.
 Every namespace and process it starts is removed on exit, also on failure or Ctrl-C.
 """
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -57,12 +58,16 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rtts", default="0,2,10")
     ap.add_argument("--out", default="docs/results/latest/rpc")
+    ap.add_argument("--table", action="store_true", help="only rewrite summary.json from runs.json")
     args = ap.parse_args()
+    rtts = [float(r) for r in args.rtts.split(",")]
+    if args.table:
+        write(Path(args.out), json.loads((Path(args.out) / "runs.json").read_text()), rtts)
+        return 0
     reason = namespaces_allowed()
     if reason:
         print(f"cannot run: {reason}", file=sys.stderr)
         return 2
-    rtts = [float(r) for r in args.rtts.split(",")]
     target, draft = embedded.ensure()
     runs: list[dict] = []
     with Lab(n=2, threads=1) as lab:
@@ -93,6 +98,9 @@ def main() -> int:
 
 
 def write(out: Path, runs: list[dict], rtts: list[float]) -> None:
+    """runs.json, and summary.json with the table: per route and RTT, L (the network cost per
+    target call: plain ms/token minus direct plain's), tok/s, speedup, and the model's
+    speculative tok/s = 1000 / (direct speculative ms/token + calls per token x L)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs.json").write_text(json.dumps(runs, indent=1))
 
@@ -100,29 +108,31 @@ def write(out: Path, runs: list[dict], rtts: list[float]) -> None:
         return statistics.median(r[key] for r in runs
                                  if r["route"] == route and r["rtt_ms"] == rtt and r["drafter"] == drafter)
 
-    # k: round trips per target call, from plain decoding's time per call against the RTT.
-    base = med("proxy", 0.0, "none", "decode_ms") / med("proxy", 0.0, "none", "target_calls")
-    top = max(rtts)
-    k = ((med("proxy", top, "none", "decode_ms") / med("proxy", top, "none", "target_calls") - base)
-         / top) if top else 0.0
+    plain0, spec0 = (1000.0 / med("direct", 0.0, d, "tps") for d in ("none", "draft"))
+    cpt = med("direct", 0.0, "draft", "calls_per_token")
     rows = []
-    for rtt in rtts:
-        plain, spec = med("proxy", rtt, "none", "tps"), med("proxy", rtt, "draft", "tps")
-        model = {}
-        for d in ("none", "draft"):
-            ms0 = 1000.0 / med("proxy", 0.0, d, "tps")
-            model[d] = 1000.0 / (ms0 + med("proxy", rtt, d, "calls_per_token") * k * rtt)
-        rows.append({"rtt_ms": rtt, "plain_tps": plain, "spec_tps": spec, "speedup": spec / plain,
-                     "plain_calls_per_token": med("proxy", rtt, "none", "calls_per_token"),
-                     "spec_calls_per_token": med("proxy", rtt, "draft", "calls_per_token"),
-                     "model_plain_tps": model["none"], "model_spec_tps": model["draft"],
-                     "model_speedup": model["draft"] / model["none"]})
-    direct = {d: med("direct", 0.0, d, "tps") for d in ("none", "draft")}
-    summary = {"round_trips_per_call": k, "rows": rows, "direct_0ms": direct,
-               "cpu": platform.processor() or platform.machine(), "gamma": GAMMA,
-               "tokens": runs[0]["tokens"], "reps": max(r["rep"] for r in runs) + 1}
+    for route, rtt in [("direct", 0.0)] + [("proxy", r) for r in rtts]:
+        plain, spec = med(route, rtt, "none", "tps"), med(route, rtt, "draft", "tps")
+        net = 1000.0 / plain - plain0
+        model = 1000.0 / (spec0 + cpt * net)
+        rows.append({"route": route, "rtt_ms": rtt, "net_ms_per_call": net, "plain_tps": plain,
+                     "spec_tps": spec, "speedup": spec / plain, "model_spec_tps": model,
+                     "model_speedup": model / plain})
+    proxied = [r for r in rows if r["route"] == "proxy"]
+    lo, hi = proxied[0], proxied[-1]
+    summary = {"round_trips_per_call": (hi["net_ms_per_call"] - lo["net_ms_per_call"])
+               / (hi["rtt_ms"] - lo["rtt_ms"]) if hi["rtt_ms"] > lo["rtt_ms"] else None,
+               "direct_ms_per_token": {"plain": plain0, "speculative": spec0},
+               "spec_calls_per_token": cpt, "breakeven_net_ms_per_call": (spec0 - plain0) / (1 - cpt),
+               "rows": rows, "gamma": GAMMA, "tokens": runs[0]["tokens"],
+               "reps": max(r["rep"] for r in runs) + 1,
+               "load": [min(r["load"] for r in runs), max(r["load"] for r in runs)]}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
+    for r in rows:
+        print(f"| {r['route']}, {r['rtt_ms']:g} ms | {r['net_ms_per_call']:.1f} | {r['plain_tps']:.2f} | "
+              f"{r['spec_tps']:.2f} | {r['speedup']:.2f}x | {r['model_spec_tps']:.2f} | "
+              f"{r['model_speedup']:.2f}x |")
 
 
 if __name__ == "__main__":
