@@ -9,7 +9,9 @@ import sys
 
 from engine.errors import SettingsError
 from engine.limits import MAX_THREADS
-from engine.rpc import DEFAULT_PORT
+from engine.rpc import DEFAULT_PORT, parse_endpoints, probe_all
+from models import cli as models_cli
+from models.rpc_server import find_rpc_server
 
 SECURITY_WARNING = ("warning: the RPC protocol has no authentication and no encryption: whoever "
                     "reaches this port can use this machine's memory and CPU and read what it "
@@ -18,7 +20,6 @@ SECURITY_WARNING = ("warning: the RPC protocol has no authentication and no encr
 
 def worker_command(args: argparse.Namespace) -> list[str]:
     """The rpc-server command line for these options (checked first)."""
-    from models.rpc_server import find_rpc_server
     if not 0 < args.port < 65536:
         raise SettingsError(f"port must be 1 to 65535, got {args.port}")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
@@ -55,7 +56,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def cmd_budget(args: argparse.Namespace) -> int:
+    """`tandem budget`, with `--rpc`: the workers probed (the models library stays off the
+    network), then what each would hold."""
+    return models_cli.cmd_budget(args, probe_all(parse_endpoints(args.rpc)) if args.rpc else ())
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """`tandem worker`, and `--rpc` on `tandem budget` (registered before)."""
+    b = subparsers.choices["budget"]
+    b.add_argument("--rpc", metavar="HOST:PORT[,...]",
+                   help="the target spread over these RPC workers: what each one holds")
+    b.set_defaults(func=cmd_budget)
     p = subparsers.add_parser("worker", help="offer this machine's memory and CPU to another "
                               "Tandem's target over llama.cpp RPC (trusted networks only)")
     p.add_argument("--host", default="127.0.0.1",

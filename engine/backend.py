@@ -35,8 +35,8 @@ class ModelConfig:
 class Backend(Protocol):
     n_vocab: int
     n_ctx: int
-    # A backend may also carry `n_batch`, the most tokens one decode call takes; `Session`
-    # splits longer batches to fit it.
+    # The most tokens one decode call takes (0: no limit); `Session` splits longer batches.
+    n_batch: int
     name: str
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

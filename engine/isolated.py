@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from engine.backend import F32, ModelConfig
 from engine.errors import DecodeError, ModelFileError, TandemError
 from engine.rpc import WorkerError, probe
 
 
-def _child(conn, config: ModelConfig) -> None:
+def _child(conn, config: ModelConfig, make: Callable[[ModelConfig], Any]) -> None:
     # On abort, ggml attaches gdb to print a backtrace: seconds of noise for a lost worker.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    from engine import llama_backend
     try:
-        backend = llama_backend.LlamaBackend(config)
+        backend = make(config)
     except TandemError as exc:
         conn.send(("err", exc))
         return
@@ -54,13 +53,14 @@ def _child(conn, config: ModelConfig) -> None:
 
 
 class IsolatedBackend:
-    """The Backend interface of a LlamaBackend living in a child process."""
+    """The Backend interface of the backend `make(config)` builds in a child process (`make`
+    is passed by reference: engine.llama_backend.LlamaBackend, imported there)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, make: Callable[[ModelConfig], Any]) -> None:
         self.config = config
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(child_conn, config), daemon=True,
+        self._proc = ctx.Process(target=_child, args=(child_conn, config, make), daemon=True,
                                  name="tandem-rpc-model")
         self._proc.start()
         child_conn.close()

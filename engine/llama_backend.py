@@ -18,6 +18,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.backend import F32, ModelConfig
 from engine.errors import DecodeError, ModelFileError, SettingsError
+from engine.isolated import IsolatedBackend
 from engine.rpc import WorkerError, probe_all
 
 
@@ -164,13 +165,14 @@ class LlamaBackend:
         llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
 
     def close(self) -> None:
-        if getattr(self, "_batch", None) is not None:
+        # Safe to call twice: each freed resource is set to None.
+        if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
-        if getattr(self, "_embd_batch", None) is not None:
+        if self._embd_batch is not None:
             llama_cpp.llama_batch_free(self._embd_batch)
             self._embd_batch = None
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 
@@ -209,7 +211,7 @@ class Vocabulary:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 
@@ -274,10 +276,9 @@ def ggml_lib() -> ctypes.CDLL:
     return lib
 
 
-def load(config: ModelConfig):
+def load(config: ModelConfig) -> LlamaBackend | IsolatedBackend:
     """The model as a backend; one spread over RPC workers runs in its own process, which a lost
     worker's abort takes down instead of Tandem (engine/isolated.py)."""
     if config.rpc:
-        from engine.isolated import IsolatedBackend
-        return IsolatedBackend(config)
+        return IsolatedBackend(config, LlamaBackend)
     return LlamaBackend(config)

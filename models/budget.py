@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, Sequence
 
 from engine.errors import DoesNotFitError, SettingsError
-from engine.rpc import WorkerInfo, probe_all
 from models import machine as machine_mod
 from models.gguf_info import GGUFInfo, read_info
 
@@ -313,6 +313,13 @@ def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int
     return out
 
 
+class WorkerMemory(Protocol):
+    """What the budget needs of an RPC worker (engine.rpc.WorkerInfo, from its probe)."""
+    endpoint: str
+    free: int
+    total: int
+
+
 @dataclass(frozen=True)
 class WorkerShare:
     """What one RPC worker holds of the target: layers [first, last) (index n_layer is the
@@ -343,7 +350,7 @@ class WorkerShare:
                 f"MiB of {self.free / MIB:.0f} MiB free")
 
 
-def worker_split(target: ModelLike, workers: list[WorkerInfo], *, n_ctx: int = 4096,
+def worker_split(target: ModelLike, workers: Sequence[WorkerMemory], *, n_ctx: int = 4096,
                  kv_type: str = "f16", gpu_layers: int = -1, n_ubatch: int = 512) -> list[WorkerShare]:
     """llama.cpp's layer split over RPC workers (llama-model.cpp load_tensors): layer il of
     n_layer + 1 goes to the first worker whose cumulative share of the free memory exceeds
@@ -384,7 +391,7 @@ def worker_split(target: ModelLike, workers: list[WorkerInfo], *, n_ctx: int = 4
     return out
 
 
-def estimate_rpc(target: ModelLike, draft: ModelLike | None, workers: list[WorkerInfo], *,
+def estimate_rpc(target: ModelLike, draft: ModelLike | None, workers: Sequence[WorkerMemory], *,
                  n_ctx: int = 4096, kv_type: str = "f16", gpu_layers: int = -1,
                  n_ubatch: int = 512, draft_n_ctx: int | None = None,
                  machine: machine_mod.Machine | None = None) -> BudgetReport:
@@ -412,34 +419,20 @@ def estimate_rpc(target: ModelLike, draft: ModelLike | None, workers: list[Worke
     return report
 
 
-def require_fits(target: ModelLike | object, draft: ModelLike | object | None = None, **kw) -> BudgetReport:
-    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair does not fit.
-
-    Besides paths, headers and layouts, it takes the engine's ModelConfig objects (anything with
-    `path`, `n_ctx`, `n_gpu_layers`, `n_batch`), whose settings then apply unless given in `kw`.
-    """
-    rpc = tuple(getattr(target, "rpc", ()) or ()) if _is_config(target) else ()
-    if _is_config(target):
-        kw.setdefault("n_ctx", target.n_ctx)  # type: ignore[attr-defined]
-        kw.setdefault("gpu_layers", getattr(target, "n_gpu_layers", 0))
-        kw.setdefault("n_ubatch", getattr(target, "n_batch", 512))
-        target = target.path  # type: ignore[attr-defined]
-    if _is_config(draft):
-        kw.setdefault("draft_n_ctx", draft.n_ctx)  # type: ignore[union-attr]
-        kw.setdefault("draft_gpu_layers", getattr(draft, "n_gpu_layers", 0))
-        draft = draft.path  # type: ignore[union-attr]
-    if rpc:
-        kw["gpu_layers"] = kw.get("gpu_layers") or -1
+def require_fits(target: ModelLike, draft: ModelLike | None = None,
+                 workers: Sequence[WorkerMemory] = (), **kw) -> BudgetReport:
+    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair
+    does not fit. The loading step passes a load's hardware settings in `kw`
+    (loading/pair.py `budget_settings`), and the probed RPC workers of a target spread over
+    them in `workers` (estimate_rpc)."""
+    if workers:
         kw.pop("draft_gpu_layers", None)
-        report = estimate_rpc(target, draft, probe_all(rpc), **kw)  # type: ignore[arg-type]
+        kw["gpu_layers"] = kw.get("gpu_layers") or -1
+        report = estimate_rpc(target, draft, workers, **kw)
     else:
-        report = estimate_pair(target, draft, **kw)  # type: ignore[arg-type]
+        report = estimate_pair(target, draft, **kw)
     if not report.ok:
         err = DoesNotFitError(report.one_line())
         err.report = report  # type: ignore[attr-defined]  # the UI shows the full table
         raise err
     return report
-
-
-def _is_config(obj: object) -> bool:
-    return obj is not None and not isinstance(obj, (GGUFInfo, Layout, str, Path)) and hasattr(obj, "path")

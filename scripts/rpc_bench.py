@@ -28,9 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.backend import ModelConfig  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
-from engine.pair import LoadOptions, Pair  # noqa: E402
-from engine.policy import make_policy  # noqa: E402
+from engine.pair import Pair  # noqa: E402
+from engine.policies import make_policy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
+from loading.options import LoadOptions  # noqa: E402
+from loading.pair import load_pair  # noqa: E402
 from models import embedded  # noqa: E402
 from tests.rpc_lab import Lab, namespaces_allowed  # noqa: E402
 
@@ -75,7 +77,7 @@ def main() -> int:
             t0 = time.perf_counter()
             # One thread everywhere: with more threads than free cores, ggml's OpenMP threads
             # spin waiting for preempted peers and a batched verify collapses (10x slower).
-            pair = Pair.load(ModelConfig(str(target), n_ctx=1024, n_threads=1, rpc=tuple(endpoints)),
+            pair = load_pair(ModelConfig(str(target), n_ctx=1024, n_threads=1, rpc=tuple(endpoints)),
                              ModelConfig(str(draft), n_ctx=1024, n_threads=1),
                              LoadOptions())
             load_s = time.perf_counter() - t0

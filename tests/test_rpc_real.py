@@ -15,7 +15,7 @@ from engine.backend import ModelConfig
 from engine.events import DoneEvent, TokenEvent
 from engine.generator import GenerationConfig, generate
 from engine.llama_backend import load
-from engine.pair import Pair
+from loading.pair import load_pair
 from engine.rpc import WorkerError
 from engine.sampling import SamplingParams, probabilities
 from engine.session import Session
@@ -110,8 +110,8 @@ def test_a_killed_worker_ends_the_request_with_an_error_naming_it(tmp_path):
     _skip_unless_possible()
     target, draft = embedded_pair()
     with Lab(n=1, threads=1) as lab:
-        pair = Pair.load(ModelConfig(str(target), n_ctx=512, n_threads=1, rpc=tuple(lab.direct)),
-                         ModelConfig(str(draft), n_ctx=512, n_threads=1))
+        pair = load_pair(ModelConfig(str(target), n_ctx=512, n_threads=1, rpc=tuple(lab.direct)),
+                          ModelConfig(str(draft), n_ctx=512, n_threads=1))
         try:
             config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=0,
                                       max_tokens=200)

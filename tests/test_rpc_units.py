@@ -13,6 +13,8 @@ from app.settings import rpc_workers
 from app.worker_cli import worker_command
 from engine.backend import ModelConfig
 from engine.errors import DoesNotFitError, SettingsError
+from loading.options import LoadOptions
+from loading.pair import check_files
 from engine.rpc import (CMD_DEVICE_COUNT, CMD_GET_DEVICE_MEMORY, CMD_HELLO, CONN_CAPS_SIZE,
                         WorkerError, WorkerInfo, parse_endpoints, probe)
 from models import budget
@@ -159,17 +161,17 @@ def test_budget_checks_each_worker(tmp_path):
     assert "more or larger workers: worker a:1" in report.suggestions[0]
 
 
-def test_require_fits_probes_the_workers_first(tmp_path):
+def test_loading_probes_the_workers_before_the_budget(tmp_path):
     path = tinygguf.write(tmp_path / "t.gguf", n_layer=2)
     port = _free_port()
     cfg = ModelConfig(str(path), n_ctx=256, rpc=(f"127.0.0.1:{port}",))
     with pytest.raises(WorkerError, match=f"127.0.0.1:{port} is unreachable"):
-        budget.require_fits(cfg, None)
+        check_files(cfg, None, LoadOptions())
     w = ScriptedWorker(free=(100,))
     try:
         cfg = ModelConfig(str(path), n_ctx=256, rpc=(w.endpoint,))
         with pytest.raises(DoesNotFitError, match=f"worker {w.endpoint}"):
-            budget.require_fits(cfg, None)
+            check_files(cfg, None, LoadOptions())
     finally:
         w.close()
 
