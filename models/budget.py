@@ -191,18 +191,19 @@ class BudgetReport:
         def mib(b: int) -> str:
             return f"{b / MIB:9.1f}"
 
+        dev = "workers" if self.workers else "GPU"  # a target on RPC workers: theirs
         rows = [f"{'':18}{'target':>10}{'draft':>10}   (MiB, n_ctx {self.n_ctx}, KV {self.kv_type})"]
         t, d = self.target, self.draft
         for label, a, b in (("weights (CPU)", t.weights_cpu, d.weights_cpu),
                             ("repacked (CPU)", t.repack_cpu, d.repack_cpu),
                             ("KV cache (CPU)", t.kv_cpu, d.kv_cpu), ("compute (CPU)", t.compute_cpu, d.compute_cpu),
-                            ("logits (CPU)", t.output_cpu, d.output_cpu), ("weights (GPU)", t.weights_gpu, d.weights_gpu),
-                            ("KV cache (GPU)", t.kv_gpu, d.kv_gpu), ("compute (GPU)", t.compute_gpu, d.compute_gpu)):
+                            ("logits (CPU)", t.output_cpu, d.output_cpu), (f"weights ({dev})", t.weights_gpu, d.weights_gpu),
+                            (f"KV cache ({dev})", t.kv_gpu, d.kv_gpu), (f"compute ({dev})", t.compute_gpu, d.compute_gpu)):
             if a or b:
                 rows.append(f"{label:18}{mib(a)} {mib(b)}")
         rows.append(f"{'total RAM':18}{mib(t.cpu)} {mib(d.cpu)}  = {self.ram_needed / GIB:.2f} GiB")
         if self.gpu_needed:
-            rows.append(f"{'total GPU':18}{mib(t.gpu)} {mib(d.gpu)}  = {self.gpu_needed / GIB:.2f} GiB")
+            rows.append(f"{'total ' + dev:18}{mib(t.gpu)} {mib(d.gpu)}  = {self.gpu_needed / GIB:.2f} GiB")
         rows.append(f"machine: {self.machine.describe()}")
         rows.append(f"verdict: {self.verdict}" + (f" (--gpu-layers {self.split[0]} --draft-gpu-layers {self.split[1]})"
                                                   if self.split else ""))
