@@ -11,6 +11,7 @@ from app.serve_cli import register as register_serve
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
                           drafter_name, generation_config, load_options, model_configs)
 from app.ui_cli import register as register_ui
+from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
 from loading.pair import load_pair
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_ui(sub)
     register_bench(sub)
     register_serve(sub)
+    register_worker(sub)
     return parser
 
 
