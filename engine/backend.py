@@ -25,6 +25,8 @@ class ModelConfig:
     n_threads: int | None = None
     n_gpu_layers: int = 0
     n_batch: int = 512
+    # GGUF LoRA adapters applied on load, each (path, scale) (engine/adapters.py).
+    lora: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         check_hardware(self.n_ctx, self.n_threads, self.n_gpu_layers, self.n_batch)

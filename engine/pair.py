@@ -138,6 +138,10 @@ class Pair:
             if options.check_compat:
                 from models.compat import require_compatible
                 require_compatible(target.path, draft.path)
+        from engine.adapters import check_adapters
+        check_adapters(target.path, target.lora)
+        if draft is not None:
+            check_adapters(draft.path, draft.lora)
         if options.draft_vocab not in DRAFT_VOCAB_CHOICES:
             raise SettingsError(f"unknown draft vocabulary {options.draft_vocab!r}; choose one "
                                 f"of {', '.join(DRAFT_VOCAB_CHOICES)}")
@@ -191,7 +195,10 @@ class Pair:
             from models.gguf_info import read_info
             layers = default_layers(read_info(self.target_config.path).n_layer)
         path = derive_early_exit(self.target_config.path, layers)
-        backend = self._loader(replace(self.target_config, path=str(path)))
+        # An adapted target drafts through its own first layers, adapter included.
+        from engine.adapters import adapter_for_layers
+        lora = tuple((str(adapter_for_layers(p, layers)), s) for p, s in self.target_config.lora)
+        backend = self._loader(replace(self.target_config, path=str(path), lora=lora))
         with self.lock:
             old = self._drafters.get("early-exit")
             if old is not None:

@@ -14,9 +14,10 @@ tests/test_models_budget.py):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from engine.adapters import adapter_bytes
 from engine.errors import DoesNotFitError, SettingsError
 from models import machine as machine_mod
 from models.gguf_info import GGUFInfo, read_info
@@ -225,11 +226,14 @@ def _empty_layout() -> Layout:
 
 def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 4096, kv_type: str = "f16",
                   gpu_layers: int = 0, draft_gpu_layers: int = 0, n_ubatch: int = 512,
-                  draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None) -> BudgetReport:
+                  draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None,
+                  adapter_bytes: tuple[int, int] = (0, 0)) -> BudgetReport:
     """Estimate the pair's memory on this machine and decide: fits, fits with offload, or does not fit.
 
     `target` and `draft` are GGUF paths, parsed headers, or layouts; `draft` may be None (target only).
     The draft's context defaults to the target's, as speculative decoding needs.
+    `adapter_bytes` are the LoRA adapters' tensors of target and draft, counted as CPU weights
+    (llama.cpp copies them in whole, beside the weights they adapt).
     """
     m = machine or machine_mod.detect()
     lt = _layout(target)
@@ -242,11 +246,13 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
     def est(g: int, dg: int, ctx: int = n_ctx, kv: str = kv_type) -> tuple[Breakdown, Breakdown]:
         t = estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv, gpu_layers=g, n_ubatch=n_ubatch,
                            repack=m.cpu_repacks)
+        t = replace(t, weights_cpu=t.weights_cpu + adapter_bytes[0])
         if draft is None:
             return t, Breakdown("draft", ld.name, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         dctx = max(256, d_ctx * ctx // n_ctx)
-        return t, estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=dg, n_ubatch=n_ubatch,
-                                 repack=m.cpu_repacks)
+        d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=dg, n_ubatch=n_ubatch,
+                           repack=m.cpu_repacks)
+        return t, replace(d, weights_cpu=d.weights_cpu + adapter_bytes[1])
 
     t, d = est(gpu_layers, draft_gpu_layers)
     report = BudgetReport(t, d, m, n_ctx, kv_type, "fits")
@@ -311,6 +317,9 @@ def require_fits(target: ModelLike | object, draft: ModelLike | object | None = 
     Besides paths, headers and layouts, it takes the engine's ModelConfig objects (anything with
     `path`, `n_ctx`, `n_gpu_layers`, `n_batch`), whose settings then apply unless given in `kw`.
     """
+    if _is_config(target) or _is_config(draft):
+        kw.setdefault("adapter_bytes", (adapter_bytes(getattr(target, "lora", ())),
+                                        adapter_bytes(getattr(draft, "lora", ()))))
     if _is_config(target):
         kw.setdefault("n_ctx", target.n_ctx)  # type: ignore[attr-defined]
         kw.setdefault("gpu_layers", getattr(target, "n_gpu_layers", 0))
