@@ -15,9 +15,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from engine.events import DoneEvent, TokenEvent
     from engine.pair import Pair
 
-    config = generation_config(args)
+    from app.pairing_use import apply, expected_acceptance, lookup, running_name, stale_line
+    from engine.staleness import StaleDraftEvent, watch
+    from models.gguf_info import read_info
+
     tcfg, dcfg = model_configs(args)
+    use = lookup(tcfg, dcfg)
+    apply(args, use)
+    if use.applied:
+        tcfg, dcfg = model_configs(args)
+    for line in use.messages:
+        print(line, file=sys.stderr)
+    config = generation_config(args)
     drafter = drafter_name(args)
+    expected = expected_acceptance(use, running_name(args, dcfg, read_info(tcfg.path).n_layer))
     pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), lookup_ngram=args.lookup_ngram,
                      **draft_stops(args))
     try:
@@ -25,17 +36,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
         pair.prompt_tokens(args.prompt, raw=args.raw)
         policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None
-        for ev in pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy):
+        stale = None
+        events = pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy)
+        for ev in watch(events, expected if drafter != "none" else None):
             if isinstance(ev, TokenEvent) and not args.json:
                 sys.stdout.write(ev.text)
                 sys.stdout.flush()
+            elif isinstance(ev, StaleDraftEvent):
+                stale = ev
+                if not args.json:
+                    print(f"\n{stale_line(ev)}", file=sys.stderr)
             elif isinstance(ev, DoneEvent):
                 done = ev
     finally:
         pair.close()
     assert done is not None
     if args.json:
-        print(json.dumps({"text": done.text, "stats": done.stats.as_dict()}, indent=2))
+        print(json.dumps({"text": done.text, "stats": done.stats.as_dict(),
+                          "pairing": use.record.key.id if use.applied else None,
+                          "stale": stale_line(stale) if stale else None}, indent=2))
     else:
         s = done.stats
         print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
@@ -53,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.ui_cli import register as register_ui
     from app.bench_cli import register as register_bench
     from app.serve_cli import register as register_serve
+    from app.tune_cli import register as register_tune
 
     parser = argparse.ArgumentParser(prog="tandem", description="Exact speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", required=True)
     g.add_argument("--raw", action="store_true", help="do not apply the chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
+    g.add_argument("--no-pairing", action="store_true",
+                   help="ignore the pairing record `tandem tune` wrote for these files")
     add_model_args(g)
     add_sampling_args(g)
     add_speculation_args(g)
@@ -70,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_ui(sub)
     register_bench(sub)
     register_serve(sub)
+    register_tune(sub)
     return parser
 
 

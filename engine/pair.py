@@ -221,6 +221,11 @@ class Pair:
         self._drafters[name] = drafter
         self._calibrations.pop(name, None)
 
+    def remove_drafter(self, name: str) -> None:
+        """Forget drafter `name` and its calibration (whoever loaded its backend closes it)."""
+        self._drafters.pop(name, None)
+        self._calibrations.pop(name, None)
+
     def drafter(self, name: str) -> Drafter | None:
         if name == "none":
             return None
