@@ -5,11 +5,13 @@ against (engine/staleness.py)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.backend import ModelConfig
 from engine.drafters.quantized import resolve as resolve_quant
+from engine.errors import ModelFileError
+from engine.pair import LoadOptions
 from engine.staleness import StaleDraftEvent
 from engine.tuning.candidates import Candidate
 from models.pairing import PairingRecord, find, key_for, stale_for
@@ -26,6 +28,8 @@ class PairingUse:
     stale: list[PairingRecord] = field(default_factory=list)
     applied: bool = False
     messages: list[str] = field(default_factory=list)
+    # The drafter the record chose, when applied.
+    drafter: str | None = None
 
     @property
     def reference(self) -> PairingRecord | None:
@@ -38,9 +42,19 @@ def chose_speculation(args: argparse.Namespace) -> bool:
 
 
 def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
-    """The record for these files and the stale ones (same draft, other target or adapter)."""
+    """The record for these files and the stale ones (same draft, other target or adapter).
+    Nothing when a file is missing: loading says so, in its own words."""
+    paths = [tcfg.path, *(p for p, _ in tcfg.lora)]
+    if dcfg is not None:
+        paths += [dcfg.path, *(p for p, _ in dcfg.lora)]
+    if not all(Path(p).is_file() for p in paths):
+        return PairingUse()
     key = key_for(tcfg.path, dcfg.path if dcfg else None, tcfg.lora, dcfg.lora if dcfg else ())
-    use = PairingUse(find(key), stale_for(key))
+    try:
+        use = PairingUse(find(key), stale_for(key))
+    except ModelFileError as exc:
+        # A damaged record costs the tuned choice, not the load.
+        return PairingUse(messages=[f"warning: {exc}"])
     for r in use.stale[:1]:
         use.messages.append(
             f"warning: the draft {Path(dcfg.path).name if dcfg else ''} was tuned on {r.date[:10]}"
@@ -67,6 +81,7 @@ def apply(args: argparse.Namespace, use: PairingUse) -> None:
         args.policy = c.policy
         args.gamma = c.gamma
     use.applied = True
+    use.drafter = c.drafter
     use.messages.append(f"using tuned pairing {use.record.key.id} ({use.record.date[:10]}): "
                         f"{c.label}, {c.speedup_median:.2f}x measured")
 
@@ -102,3 +117,33 @@ def stale_line(ev: StaleDraftEvent) -> str:
     return (f"warning: acceptance over the last {ev.drafted} drafted tokens is {ev.observed:.2f}, "
             f"well below the {ev.expected:.2f} this pairing was tuned at (threshold "
             f"{ev.threshold:.2f}); the draft may be stale for this target: run `tandem tune`")
+
+
+def for_load(target: ModelConfig, draft: ModelConfig | None,
+             options: LoadOptions) -> tuple[LoadOptions, PairingUse]:
+    """The app's and serve's load (no command-line drafter): the record's draft variant and
+    early-exit depth unless `options` chose them; `use.drafter` is then the pair's default."""
+    use = lookup(target, draft)
+    r = use.record
+    if r is None or (options.draft_quant, options.draft_vocab, options.early_exit_layers) != \
+            ("auto", "full", None):
+        return options, use
+    c = r.chosen
+    options = replace(options, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
+                      early_exit=options.early_exit or c.drafter == "early-exit",
+                      early_exit_layers=c.early_exit_layers)
+    use.applied = True
+    use.drafter = c.drafter
+    use.messages.append(f"tuned pairing: {c.label}, {c.speedup_median:.2f}x measured on "
+                        f"{r.date[:10]}")
+    return options, use
+
+
+def chosen_acceptance(use: PairingUse, drafter: str) -> float | None:
+    """The acceptance to watch a generation of `drafter` against, when it is the tuned choice."""
+    if not use.applied or use.record is None or drafter != use.record.chosen.drafter:
+        return None
+    c = use.record.chosen
+    name = Candidate(c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
+                     early_exit_layers=c.early_exit_layers).name
+    return expected_acceptance(use, name)

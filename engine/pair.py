@@ -113,6 +113,7 @@ class Pair:
         self._extra_backends: list[Backend] = []
         self._calibrations: dict[str, Calibration] = {}
         self._drafters: dict[str, Drafter] = {}
+        self.preferred_drafter: str | None = None
         if draft is not None:
             model = DraftModelDrafter(draft, p_min=p_min, chain_min=chain_min)
             self._drafters["draft"] = model
@@ -215,6 +216,9 @@ class Pair:
 
     @property
     def default_drafter(self) -> str:
+        # A drafter chosen for this pair (a pairing record, `tandem tune`) comes first.
+        if self.preferred_drafter in self.drafters:
+            return self.preferred_drafter
         return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else "none"
 
     def add_drafter(self, name: str, drafter: Drafter) -> None:

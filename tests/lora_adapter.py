@@ -45,3 +45,41 @@ def write_lora(model: str | Path, out: str | Path, layers: Sequence[int], rank: 
     w.write_tensors_to_file()
     w.close()
     return Path(out)
+
+
+# Layers the test adapter perturbs on the embedded 1.5B target (28 layers): all within the
+# first 21, so the default early-exit draft carries the whole adapter.
+TEST_LAYERS = (2, 5, 8, 11, 14, 17)
+WEAK_SCALE = 0.05
+STRONG_SCALE = 1.0
+
+
+def acceptance(target: str, draft: str | None, lora: Sequence[tuple[str, float]],
+               drafter: str, prompts: Sequence[str], max_tokens: int = 48,
+               early_exit_layers: int | None = None) -> tuple[float, list[str]]:
+    """Pooled greedy acceptance of `drafter` (fixed gamma 4, full drafts) for the target with
+    these adapters, and the texts; the draft is loaded as given."""
+    from engine.backend import ModelConfig
+    from engine.events import DoneEvent
+    from engine.generator import GenerationConfig
+    from engine.pair import LoadOptions, Pair
+    from engine.policy import make_policy
+    tcfg = ModelConfig(str(target), n_ctx=512, n_threads=2, lora=tuple(lora))
+    dcfg = ModelConfig(str(draft), n_ctx=512, n_threads=2) if draft else None
+    pair = Pair.load(tcfg, dcfg, LoadOptions(draft_quant="off", early_exit_layers=early_exit_layers),
+                     chain_min=0.0)
+    drafted = accepted = 0
+    texts = []
+    try:
+        for p in prompts:
+            done = None
+            for ev in pair.generate(p, GenerationConfig(gamma=4, max_tokens=max_tokens),
+                                    drafter=drafter, policy=make_policy("fixed", 4)):
+                if isinstance(ev, DoneEvent):
+                    done = ev
+            drafted += done.stats.drafted_tokens
+            accepted += done.stats.accepted_tokens
+            texts.append(done.text)
+    finally:
+        pair.close()
+    return (accepted / drafted if drafted else 0.0), texts

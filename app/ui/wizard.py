@@ -211,9 +211,17 @@ def files(repo: str) -> tuple[dict, str]:
     return gr.update(choices=choices, value=choices[0][1] if choices else None), f"<p>{len(found)} GGUF files</p>"
 
 
+def _adapters(path: str, scale: float) -> tuple[tuple[str, float], ...]:
+    """A LoRA field's (path, scale) list: empty when no path is given."""
+    path = (path or "").strip()
+    return ((str(Path(path).expanduser()), float(scale)),) if path else ()
+
+
 def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo: str, draft_file: str,
-              n_ctx: float) -> Iterator[str]:
-    """Load the chosen pair into the chat, yielding the loading status until it ends."""
+              n_ctx: float, lora: str = "", lora_scale: float = 1.0, draft_lora: str = "",
+              draft_lora_scale: float = 1.0) -> Iterator[str]:
+    """Load the chosen pair into the chat, yielding the loading status until it ends. `lora` and
+    `draft_lora` are GGUF LoRA adapters (local paths) for the target and the draft."""
     target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
     tpath, dpath = target.local_path(), draft.local_path()
     if tpath is None or (draft.file and dpath is None):
@@ -222,8 +230,10 @@ def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo
         return
     ctx = int(n_ctx)
     try:
-        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx),
-                          ModelConfig(str(dpath), n_ctx=ctx) if dpath is not None else None)
+        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx, lora=_adapters(lora, lora_scale)),
+                          ModelConfig(str(dpath), n_ctx=ctx,
+                                      lora=_adapters(draft_lora, draft_lora_scale))
+                          if dpath is not None else None)
     except TandemError as exc:
         yield f"<p><b>Refused:</b> {html.escape(str(exc))}</p>"
         return
@@ -276,6 +286,13 @@ def build(holder: PairHolder) -> dict[str, Any]:
         download_note = gr.HTML()
     with gr.Group():
         gr.Markdown("### 5. Load into the chat")
+        with gr.Row():
+            lora = gr.Textbox(label="target LoRA adapter (GGUF path, optional)",
+                              elem_id="wizard-lora", scale=3)
+            lora_scale = gr.Number(value=1.0, label="scale", elem_id="wizard-lora-scale", scale=1)
+            draft_lora = gr.Textbox(label="draft LoRA adapter (GGUF path, optional)",
+                                    elem_id="wizard-draft-lora", scale=3)
+            draft_lora_scale = gr.Number(value=1.0, label="scale", scale=1)
         load_btn = gr.Button("Load pair", variant="primary", elem_id="wizard-load")
         load_note = gr.HTML(elem_id="wizard-load-note")
     with gr.Accordion("catalog", open=False):
@@ -311,10 +328,13 @@ def build(holder: PairHolder) -> dict[str, Any]:
     check_btn.click(check, [*fields, n_ctx], [report, verdict], api_name="check")
     download_btn.click(download, fields, download_note, api_name="download", concurrency_id="download",
                        concurrency_limit=1)
-    def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float) -> Iterator[str]:
-        yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx)
+    def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float, lora_path: str = "",
+                scale: float = 1.0, draft_lora_path: str = "", draft_scale: float = 1.0) -> Iterator[str]:
+        yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx, lora_path, scale,
+                             draft_lora_path, draft_scale)
 
-    load_event = load_btn.click(on_load, [*fields, n_ctx], load_note, api_name="load_pair",
+    load_event = load_btn.click(on_load, [*fields, n_ctx, lora, lora_scale, draft_lora, draft_lora_scale],
+                                load_note, api_name="load_pair",
                                 concurrency_id="generation", concurrency_limit=1)
     catalog_btn.click(catalog_rows, None, table, api_name="catalog")
     return {"load_event": load_event, "pair": pair}
