@@ -83,7 +83,13 @@ def apply(args: argparse.Namespace, use: PairingUse) -> None:
     use.applied = True
     use.drafter = c.drafter
     use.messages.append(f"using tuned pairing {use.record.key.id} ({use.record.date[:10]}): "
-                        f"{c.label}, {c.speedup_median:.2f}x measured")
+                        f"{c.label}, {_measured(c)}")
+
+
+def _measured(c) -> str:
+    if c.drafter == "none":
+        return "no candidate beat it"
+    return f"{c.speedup_median:.2f}x measured"
 
 
 def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: int) -> str:
@@ -134,8 +140,7 @@ def for_load(target: ModelConfig, draft: ModelConfig | None,
                       early_exit_layers=c.early_exit_layers)
     use.applied = True
     use.drafter = c.drafter
-    use.messages.append(f"tuned pairing: {c.label}, {c.speedup_median:.2f}x measured on "
-                        f"{r.date[:10]}")
+    use.messages.append(f"tuned pairing: {c.label}, {_measured(c)} ({r.date[:10]})")
     return options, use
 
 

@@ -82,7 +82,10 @@ def table_lines(results, cats: list[str]) -> list[str]:
              f"{'speedup':>9}{'p10':>7}  note"]
     for r in table(results):
         if r.n:
-            lines.append(f"{r.candidate.name:<22}{r.n:>8}{r.acceptance:>8.2f}{r.draft_cost:>11.2f}"
+            # A candidate the policy never let draft has no acceptance or cost to show.
+            acc, cost = ((f"{r.acceptance:>8.2f}", f"{r.draft_cost:>11.2f}") if r.drafted
+                         else (f"{'-':>8}", f"{'-':>11}"))
+            lines.append(f"{r.candidate.name:<22}{r.n:>8}{acc}{cost}"
                          f"{r.speedup.median:>8.2f}x{r.speedup.p10:>7.2f}  {r.note}")
         else:
             lines.append(f"{r.candidate.name:<22}{0:>8}{'':>8}{'':>11}{'':>9}{'':>7}  {r.note}")
@@ -195,10 +198,11 @@ def cmd_pairs(args: argparse.Namespace) -> int:
         adapter = f" + {Path(r.adapter).name}@{r.adapter_scale:g}" if r.adapter else ""
         draft = Path(r.draft).name if r.draft else "(no draft)"
         print(f"{r.key.id}  {r.date}  {Path(r.target).name}{adapter} / {draft}")
-        print(f"    chosen {r.chosen.label}: {r.chosen.speedup_median:.2f}x "
-              f"(p10 {r.chosen.speedup_p10:.2f}), acceptance {r.chosen.acceptance:.2f}; "
-              f"{r.machine.get('device', '?')} {r.machine.get('threads', '?')} threads, "
-              f"Tandem {r.tandem_version}")
+        c = r.chosen
+        result = ("no candidate beat it" if c.drafter == "none" else
+                  f"{c.speedup_median:.2f}x (p10 {c.speedup_p10:.2f}), acceptance {c.acceptance:.2f}")
+        print(f"    chosen {c.label}: {result}; {r.machine.get('device', '?')} "
+              f"{r.machine.get('threads', '?')} threads, Tandem {r.tandem_version}")
         for cat, c in r.by_category.items():
             print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != "none"
                                                else ""))

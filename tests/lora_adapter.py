@@ -64,8 +64,9 @@ def acceptance(target: str, draft: str | None, lora: Sequence[tuple[str, float]]
     from engine.generator import GenerationConfig
     from engine.pair import LoadOptions, Pair
     from engine.policy import make_policy
-    tcfg = ModelConfig(str(target), n_ctx=512, n_threads=2, lora=tuple(lora))
-    dcfg = ModelConfig(str(draft), n_ctx=512, n_threads=2) if draft else None
+    # One thread: acceptance does not depend on it, and a shared CPU runs it faster.
+    tcfg = ModelConfig(str(target), n_ctx=512, n_threads=1, lora=tuple(lora))
+    dcfg = ModelConfig(str(draft), n_ctx=512, n_threads=1) if draft else None
     pair = Pair.load(tcfg, dcfg, LoadOptions(draft_quant="off", early_exit_layers=early_exit_layers),
                      chain_min=0.0)
     drafted = accepted = 0

@@ -24,6 +24,7 @@ OVERALL = "overall"
 class Row:
     candidate: Candidate
     n: int
+    drafted: int
     acceptance: float
     draft_cost: float
     speedup: Quantiles
@@ -39,7 +40,7 @@ def row(res: CandidateResult, category: str = OVERALL) -> Row:
     drafted = sum(r.drafted for r in runs)
     costs = [r.draft_ms / r.drafted / r.plain_ms_per_token for r in runs
              if r.drafted and r.plain_ms_per_token > 0]
-    return Row(res.candidate, len(runs), sum(r.accepted for r in runs) / drafted if drafted else 0.0,
+    return Row(res.candidate, len(runs), drafted, sum(r.accepted for r in runs) / drafted if drafted else 0.0,
                float(np.median(costs)) if costs else 0.0, quantiles(r.speedup for r in runs),
                res.error or res.stopped)
 
