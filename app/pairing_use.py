@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
 from engine.backend import ModelConfig
 from engine.drafters.quantized import resolve as resolve_quant
@@ -14,7 +15,8 @@ from engine.errors import ModelFileError
 from engine.pair import LoadOptions
 from engine.staleness import StaleDraftEvent
 from engine.tuning.candidates import Candidate
-from models.pairing import PairingRecord, find, key_for, stale_for
+from engine.drafters.derived import file_sha256
+from models.pairing import PairingRecord, PairKey, find, stale_for
 
 # Speculation options and their defaults: any other value is the user's choice, which a record
 # does not override.
@@ -35,6 +37,21 @@ class PairingUse:
     def reference(self) -> PairingRecord | None:
         """The record acceptance is compared with: the matching one, else the newest stale."""
         return self.record or (self.stale[0] if self.stale else None)
+
+
+def _adapters(adapters: Sequence[tuple[str, float]]) -> str:
+    # The scale is part of an adapter's identity here: it changes the model as much as the file.
+    return ",".join(f"{file_sha256(Path(p))}@{float(s):g}" for p, s in adapters)
+
+
+def key_for(target: str | Path, draft: str | Path | None,
+            adapters: Sequence[tuple[str, float]] = (),
+            draft_adapters: Sequence[tuple[str, float]] = ()) -> PairKey:
+    """The key of a target with its adapters and of a draft (with its own adapters, if any)."""
+    d = file_sha256(Path(draft)) if draft else ""
+    if d and draft_adapters:
+        d += "+" + _adapters(draft_adapters)
+    return PairKey(file_sha256(Path(target)), _adapters(adapters), d)
 
 
 def chose_speculation(args: argparse.Namespace) -> bool:

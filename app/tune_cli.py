@@ -141,7 +141,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from engine.tuning.host import PairHost
     from engine.tuning.measure import measure
     from models.gguf_info import read_info
-    from models.pairing import key_for, save
+    from app.pairing_use import key_for
+    from models.pairing import save
 
     if args.budget_minutes <= 0:
         raise SettingsError(f"--budget-minutes must be positive, got {args.budget_minutes}")

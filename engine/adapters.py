@@ -119,8 +119,3 @@ def adapter_for_layers(path: str | Path, layers: int) -> Path:
             if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
     return publish(out, f"{source.stem}.layers-{layers}.*.gguf",
                    lambda tmp: write_copy(reader, tmp, lambda key, value: value, [], kept))
-
-
-def adapter_bytes(lora: Sequence[tuple[str, float]]) -> int:
-    """Bytes the adapters' tensors take in memory (llama.cpp copies them in whole)."""
-    return sum(read_adapter(p).n_bytes for p, _ in lora)

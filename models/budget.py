@@ -17,7 +17,6 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.adapters import adapter_bytes
 from engine.errors import DoesNotFitError, SettingsError
 from models import machine as machine_mod
 from models.gguf_info import GGUFInfo, read_info
@@ -318,8 +317,7 @@ def require_fits(target: ModelLike | object, draft: ModelLike | object | None = 
     `path`, `n_ctx`, `n_gpu_layers`, `n_batch`), whose settings then apply unless given in `kw`.
     """
     if _is_config(target) or _is_config(draft):
-        kw.setdefault("adapter_bytes", (adapter_bytes(getattr(target, "lora", ())),
-                                        adapter_bytes(getattr(draft, "lora", ()))))
+        kw.setdefault("adapter_bytes", (_adapter_bytes(target), _adapter_bytes(draft)))
     if _is_config(target):
         kw.setdefault("n_ctx", target.n_ctx)  # type: ignore[attr-defined]
         kw.setdefault("gpu_layers", getattr(target, "n_gpu_layers", 0))
@@ -335,6 +333,13 @@ def require_fits(target: ModelLike | object, draft: ModelLike | object | None = 
         err.report = report  # type: ignore[attr-defined]  # the UI shows the full table
         raise err
     return report
+
+
+def _adapter_bytes(config: object) -> int:
+    """A config's LoRA adapters (`lora`: (path, scale) pairs), by file size: their tensors and a
+    small header, all loaded. A missing file counts 0 (loading reports it)."""
+    paths = [Path(p) for p, _ in getattr(config, "lora", ())]
+    return sum(p.stat().st_size for p in paths if p.is_file())
 
 
 def _is_config(obj: object) -> bool:

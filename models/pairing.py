@@ -4,7 +4,8 @@ model store under `pairs/`, one JSON file per key.
 The key is the SHA-256 of the target file, of its LoRA adapter (if any) and of the draft file
 (empty when tuned without a draft), so a record applies only to those exact files; a record for
 the same draft with another target or adapter hash means the draft was tuned for another version
-of the target (`stale_for`). Hashes come from the store's cached hasher.
+of the target (`stale_for`). The caller hashes the files (app/pairing_use.py `key_for`, with
+the store's cached hasher).
 """
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from engine.atomic import write_atomically
-from engine.drafters.derived import file_sha256
 from engine.errors import ModelFileError
 from models.store import store_dir, writable_dir
 
@@ -102,21 +101,6 @@ class PairingRecord:
 
 def pairs_dir() -> Path:
     return writable_dir(store_dir() / "pairs")
-
-
-def _adapters(adapters: Sequence[tuple[str, float]]) -> str:
-    # The scale is part of an adapter's identity here: it changes the model as much as the file.
-    return ",".join(f"{file_sha256(Path(p))}@{float(s):g}" for p, s in adapters)
-
-
-def key_for(target: str | Path, draft: str | Path | None,
-            adapters: Sequence[tuple[str, float]] = (),
-            draft_adapters: Sequence[tuple[str, float]] = ()) -> PairKey:
-    """The key of a target with its adapters and of a draft (with its own adapters, if any)."""
-    d = file_sha256(Path(draft)) if draft else ""
-    if d and draft_adapters:
-        d += "+" + _adapters(draft_adapters)
-    return PairKey(file_sha256(Path(target)), _adapters(adapters), d)
 
 
 def save(record: PairingRecord) -> Path:

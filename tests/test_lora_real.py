@@ -12,7 +12,8 @@ from app.cli import main
 from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
 from engine.pair import LoadOptions, Pair
-from models.pairing import Choice, PairingRecord, key_for, save
+from app.pairing_use import key_for
+from models.pairing import Choice, PairingRecord, save
 from tests.lora_adapter import (STRONG_SCALE, TEST_LAYERS, WEAK_SCALE, acceptance, write_lora)
 from tests.realmodels import embedded_pair, smollm2_135m
 

@@ -10,7 +10,8 @@ from app.pairing_use import apply, expected_acceptance, lookup, running_name
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from models import pairing
-from models.pairing import Choice, PairingRecord, all_records, find, key_for, save, stale_for
+from app.pairing_use import key_for
+from models.pairing import Choice, PairingRecord, all_records, find, save, stale_for
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from engine.errors import SettingsError
 from engine.sampling import SamplingParams
 from engine.tuning.candidates import Candidate
 from engine.tuning.measure import CandidateResult, PairRun
-from models.pairing import find, key_for, save
+from app.pairing_use import key_for
+from models.pairing import find, save
 
 
 def _args(**kw) -> argparse.Namespace:
