@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -100,7 +101,10 @@ class PairingRecord:
 
 
 def pairs_dir() -> Path:
-    return writable_dir(store_dir() / "pairs")
+    """`pairs/` in the model store; `TANDEM_PAIRS` overrides it (the test suite points it at an
+    empty folder, so records tuned on the machine do not steer its generations)."""
+    env = os.environ.get("TANDEM_PAIRS")
+    return writable_dir(Path(env) if env else store_dir() / "pairs")
 
 
 def save(record: PairingRecord) -> Path:

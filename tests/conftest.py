@@ -1,7 +1,14 @@
 """Shared fixtures: the embedded GGUF pair, loaded once per test session."""
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# Pairing records `tandem tune` wrote on this machine must not change what the tests' generations
+# run (models/pairing.py); subprocesses inherit this.
+os.environ["TANDEM_PAIRS"] = tempfile.mkdtemp(prefix="tandem-test-pairs-")
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,7 @@ def store(tmp_path, monkeypatch, files):
     root = tmp_path / "store"
     root.mkdir()
     monkeypatch.setenv("TANDEM_MODELS", str(root))
+    monkeypatch.setenv("TANDEM_PAIRS", str(root / "pairs"))
     return root
 
 
@@ -113,7 +114,7 @@ def test_the_staleness_warning_fires_for_the_strong_adapter_only(files, store, c
     save(PairingRecord(key=key, target=str(target), draft=str(draft), adapter="", adapter_scale=1.0,
                        chosen=Choice("draft", acceptance=base, speedup_median=1.2, n_prompts=3),
                        measured={"draft": {"acceptance": base, "acceptance_min": base, "n": 3}}))
-    common = ["--prompt", PROMPTS[0], "--max-tokens", "96", "--drafter", "draft",
+    common = ["--target", str(target), "--draft", str(draft), "--prompt", PROMPTS[0], "--max-tokens", "96", "--drafter", "draft",
               "--draft-quant", "off", "--policy", "fixed", "--gamma", "4",
               "--draft-chain-min", "0", "--ctx", "512", "--threads", "2"]
     weak = _generate([*common, "--lora", str(lora), "--lora-scale", str(WEAK_SCALE)], capsys)

@@ -17,6 +17,7 @@ from models.pairing import Choice, PairingRecord, all_records, find, save, stale
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    monkeypatch.delenv("TANDEM_PAIRS", raising=False)
     files = {}
     for name in ("target", "target2", "draft", "adapter"):
         files[name] = tmp_path / f"{name}.gguf"

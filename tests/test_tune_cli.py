@@ -72,6 +72,7 @@ def test_table_and_choices():
 
 def test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    monkeypatch.delenv("TANDEM_PAIRS", raising=False)
     t, d = tmp_path / "t.gguf", tmp_path / "d.gguf"
     t.write_bytes(b"t" * 10)
     d.write_bytes(b"d" * 10)
@@ -90,6 +91,7 @@ def test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch
 
 def test_pairs_lists_records(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    monkeypatch.delenv("TANDEM_PAIRS", raising=False)
     assert main(["pairs"]) == 0
     assert "no pairing records" in capsys.readouterr().out
     test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch)
