@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.benchmark.suite import DEFAULT_SUITE, load_suite  # noqa: E402
 from models import embedded  # noqa: E402
-from tests.lora_adapter import TEST_LAYERS, acceptance, write_lora  # noqa: E402
+from tests.lora_adapter import TEST_EXIT_LAYERS, TEST_LAYERS, acceptance, write_lora  # noqa: E402
 
 
 def main() -> int:
@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=1, help="prompts per category")
     ap.add_argument("--categories", default="code-generation,chat,math")
-    ap.add_argument("--early-exit", type=int, default=21)
+    ap.add_argument("--early-exit", type=int, default=TEST_EXIT_LAYERS)
     args = ap.parse_args()
     target, draft = embedded.ensure()
     suite = load_suite(DEFAULT_SUITE).select(args.categories.split(","), args.prompts)

@@ -47,9 +47,13 @@ def write_lora(model: str | Path, out: str | Path, layers: Sequence[int], rank: 
     return Path(out)
 
 
-# Layers the test adapter perturbs on the embedded 1.5B target (28 layers): all within the
-# first 21, so the default early-exit draft carries the whole adapter.
-TEST_LAYERS = (2, 5, 8, 11, 14, 17)
+# Layers the test adapter perturbs on the embedded 1.5B target (28 layers): the first four, so
+# every early-exit draft carries the whole adapter. Spread over layers 2-17 instead, scale 1 cut
+# the draft's acceptance from 0.67 to 0.41 but early exit at 21 layers to 0.02: the deeper
+# perturbations leave the truncated model nothing to agree with.
+TEST_LAYERS = (0, 1, 2, 3)
+# Early exit this deep agrees with the adapted target more often than the unadapted draft does.
+TEST_EXIT_LAYERS = 26
 WEAK_SCALE = 0.05
 STRONG_SCALE = 1.0
 

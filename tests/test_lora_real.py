@@ -14,7 +14,8 @@ from engine.errors import IncompatiblePairError
 from engine.pair import LoadOptions, Pair
 from app.pairing_use import key_for
 from models.pairing import Choice, PairingRecord, save
-from tests.lora_adapter import (STRONG_SCALE, TEST_LAYERS, WEAK_SCALE, acceptance, write_lora)
+from tests.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
+                                acceptance, write_lora)
 from tests.realmodels import embedded_pair, smollm2_135m
 
 pytestmark = pytest.mark.real
@@ -89,7 +90,7 @@ def test_weak_and_strong_adapters_and_early_exit_recovery(files):
     weak, _ = acceptance(target, draft, [(str(lora), WEAK_SCALE)], "draft", PROMPTS)
     strong, _ = acceptance(target, draft, [(str(lora), STRONG_SCALE)], "draft", PROMPTS)
     exit_strong, _ = acceptance(target, None, [(str(lora), STRONG_SCALE)], "early-exit", PROMPTS,
-                                early_exit_layers=21)
+                                early_exit_layers=TEST_EXIT_LAYERS)
     print(f"acceptance: base {base:.3f}, weak {weak:.3f}, strong {strong:.3f}, "
           f"early exit of the strongly adapted target {exit_strong:.3f}")
     assert abs(weak - base) < 0.05
