@@ -72,7 +72,8 @@ def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
     except ModelFileError as exc:
         # A damaged record costs the tuned choice, not the load.
         return PairingUse(messages=[f"warning: {exc}"])
-    for r in use.stale[:1]:
+    # With a record of its own, other versions' records are no news.
+    for r in use.stale[:1] if use.record is None else ():
         use.messages.append(
             f"warning: the draft {Path(dcfg.path).name if dcfg else ''} was tuned on {r.date[:10]}"
             f" for another version of the target ({Path(r.target).name}"

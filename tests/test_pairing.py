@@ -143,3 +143,13 @@ def test_record_json_is_readable(store):
     data = json.loads(path.read_text())
     assert data["key"]["target_sha256"] == key.target_sha256
     assert data["chosen"]["drafter"] == "draft"
+
+
+def test_no_staleness_warning_when_the_files_have_their_own_record(store):
+    t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
+    adapted = ModelConfig(t.path, lora=((str(store["adapter"]), 2.0),))
+    save(_record(key_for(t.path, d.path), t.path, d.path))
+    save(_record(key_for(t.path, d.path, adapted.lora), t.path, d.path))
+    use = lookup(adapted, d)
+    assert use.record is not None and len(use.stale) == 1
+    assert not any("warning" in m for m in use.messages)
