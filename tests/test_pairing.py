@@ -153,3 +153,29 @@ def test_no_staleness_warning_when_the_files_have_their_own_record(store):
     use = lookup(adapted, d)
     assert use.record is not None and len(use.stale) == 1
     assert not any("warning" in m for m in use.messages)
+
+
+def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
+    from app.ui.state import READY, PairHolder
+    from engine.pair import LoadOptions
+    from tests import tinygguf
+    from tests.fakes import FakeBackend
+    monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    monkeypatch.delenv("TANDEM_PAIRS", raising=False)
+    t = tinygguf.write(tmp_path / "t.gguf", n_embd=64)
+    t2 = tinygguf.write(tmp_path / "t2.gguf", n_embd=64, n_layer=3)
+    d = tinygguf.write(tmp_path / "d.gguf", n_embd=64)
+    rec = _record(key_for(t, d), t, d, drafter="lookup")
+    rec.chosen.draft_quant = "off"
+    save(rec)
+    holder = PairHolder()
+    holder._loader = lambda config: FakeBackend()
+    opts = LoadOptions(check_budget=False)
+    assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)), opts) is None
+    assert holder.status.state == READY
+    assert holder.pair.default_drafter == "lookup"
+    assert "tuned pairing: lookup adaptive g=8" in holder.status.message
+    # Another target with this draft: the banner says the draft was tuned for another one.
+    assert holder.load(ModelConfig(str(t2)), ModelConfig(str(d)), opts) is None
+    assert holder.pair.default_drafter == "hybrid"
+    assert "another version of the target" in holder.status.message
