@@ -70,6 +70,14 @@ def _model_words(args: argparse.Namespace) -> list[str]:
                         ("--draft-gpu-layers", args.draft_gpu_layers or None)):
         if value is not None:
             words += [flag, str(value)]
+    for flag, paths in (("--lora", getattr(args, "lora", [])),
+                        ("--draft-lora", getattr(args, "draft_lora", []))):
+        for path in paths or []:
+            words += [flag, str(path)]
+    for flag, scale in (("--lora-scale", getattr(args, "lora_scale", 1.0)),
+                        ("--draft-lora-scale", getattr(args, "draft_lora_scale", 1.0))):
+        if scale != 1.0:
+            words += [flag, f"{scale:g}"]
     if getattr(args, "draft_quant", "auto") != "auto":
         words += ["--draft-quant", args.draft_quant]
     if getattr(args, "draft_vocab", "full") != "full":
