@@ -93,8 +93,10 @@ def test_weak_and_strong_adapters_and_early_exit_recovery(files):
                                 early_exit_layers=TEST_EXIT_LAYERS)
     print(f"acceptance: base {base:.3f}, weak {weak:.3f}, strong {strong:.3f}, "
           f"early exit of the strongly adapted target {exit_strong:.3f}")
-    assert abs(weak - base) < 0.05
-    assert strong < base - 0.15
+    # Measured here: base 0.66, weak 0.70 (its answers differ a little), strong 0.23, early
+    # exit of the strong one 0.29.
+    assert abs(weak - base) < 0.1
+    assert strong < base - 0.2
     # Self-speculation carries the adapter: the adapted target's own first layers draft
     # better than the unadapted draft model does.
     assert exit_strong > strong
@@ -108,18 +110,24 @@ def _generate(args: list[str], capsys) -> dict:
 @pytest.mark.long
 def test_the_staleness_warning_fires_for_the_strong_adapter_only(files, store, capsys):
     target, draft, lora = files
-    base, _ = acceptance(target, draft, [], "draft", PROMPTS)
+    # The chat prompt: on the Fibonacci one the strong adapter still leaves 0.55 (117 drafted
+    # tokens, short of the watch's window).
+    prompt = PROMPTS[1]
+    base, _ = acceptance(target, draft, [], "draft", [prompt], max_tokens=96)
     # A record as `tandem tune` writes it for the unadapted pair, with the acceptance the
-    # unadapted pair just measured for this configuration.
+    # unadapted pair just measured for this configuration on this kind of prompt (the record's
+    # lowest category).
     key = key_for(target, draft)
     save(PairingRecord(key=key, target=str(target), draft=str(draft), adapter="", adapter_scale=1.0,
                        chosen=Choice("draft", acceptance=base, speedup_median=1.2, n_prompts=3),
                        measured={"draft": {"acceptance": base, "acceptance_min": base, "n": 3}}))
-    common = ["--target", str(target), "--draft", str(draft), "--prompt", PROMPTS[0], "--max-tokens", "96", "--drafter", "draft",
-              "--draft-quant", "off", "--policy", "fixed", "--gamma", "4",
-              "--draft-chain-min", "0", "--ctx", "512", "--threads", "2"]
+    common = ["--target", str(target), "--draft", str(draft), "--prompt", prompt,
+              "--max-tokens", "96", "--drafter", "draft", "--draft-quant", "off",
+              "--policy", "fixed", "--gamma", "4", "--draft-chain-min", "0", "--ctx", "512",
+              "--threads", "1"]
     weak = _generate([*common, "--lora", str(lora), "--lora-scale", str(WEAK_SCALE)], capsys)
     strong = _generate([*common, "--lora", str(lora), "--lora-scale", str(STRONG_SCALE)], capsys)
-    print(weak["stats"]["acceptance_rate"], strong["stats"]["acceptance_rate"])
+    print(f"reference {base:.3f}, weak {weak['stats']['acceptance_rate']:.3f}, "
+          f"strong {strong['stats']['acceptance_rate']:.3f}")
     assert weak["stale"] is None
     assert strong["stale"] and "tandem tune" in strong["stale"]
