@@ -6,31 +6,34 @@ import json
 import os
 import sys
 
+from app.bench_cli import register as register_bench
+from app.pairing_use import apply, expected_acceptance, lookup, running_name, stale_line
+from app.serve_cli import register as register_serve
+from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
+                          drafter_name, generation_config, load_options, model_configs)
+from app.tune_cli import register as register_tune
+from app.ui_cli import register as register_ui
 from engine.errors import TandemError
+from engine.events import DoneEvent, TokenEvent
+from engine.staleness import StaleDraftEvent, watch
+from loading.pair import load_pair
+from models.cli import register as register_models
+from models.gguf_info import read_info
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from app.settings import (draft_stops, drafter_name, generation_config, load_options,
-                              model_configs)
-    from engine.events import DoneEvent, TokenEvent
-    from engine.pair import Pair
-
-    from app.pairing_use import apply, expected_acceptance, lookup, running_name, stale_line
-    from engine.staleness import StaleDraftEvent, watch
-    from models.gguf_info import read_info
-
-    tcfg, dcfg = model_configs(args)
+    tcfg, dcfg = model_configs(args, args.drafter)
     use = lookup(tcfg, dcfg)
     apply(args, use)
     if use.applied:
-        tcfg, dcfg = model_configs(args)
+        tcfg, dcfg = model_configs(args, args.drafter)
     for line in use.messages:
         print(line, file=sys.stderr)
     config = generation_config(args)
     drafter = drafter_name(args)
     expected = expected_acceptance(use, running_name(args, dcfg, read_info(tcfg.path).n_layer))
-    pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), lookup_ngram=args.lookup_ngram,
-                     **draft_stops(args))
+    pair = load_pair(tcfg, dcfg, load_options(args, [drafter], early_exit_layers=args.early_exit_layers),
+                     lookup_ngram=args.lookup_ngram, **draft_stops(args))
     try:
         # Refuse a prompt the context cannot hold before calibrating for it.
         pair.prompt_tokens(args.prompt, raw=args.raw)
@@ -67,13 +70,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.settings import add_model_args, add_sampling_args, add_speculation_args
-    from models.cli import register as register_models
-    from app.ui_cli import register as register_ui
-    from app.bench_cli import register as register_bench
-    from app.serve_cli import register as register_serve
-    from app.tune_cli import register as register_tune
-
     parser = argparse.ArgumentParser(prog="tandem", description="Exact speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
 

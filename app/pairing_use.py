@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Sequence
 
 from engine.backend import ModelConfig
-from engine.drafters.quantized import resolve as resolve_quant
 from engine.errors import ModelFileError
-from engine.pair import LoadOptions
 from engine.staleness import StaleDraftEvent
 from engine.tuning.candidates import Candidate
-from engine.drafters.derived import file_sha256
+from loading.derived.early_exit import default_layers
+from loading.derived.files import file_sha256
+from loading.derived.quantized import resolve as resolve_quant
+from loading.options import LoadOptions
 from models.pairing import PairingRecord, PairKey, find, stale_for
 
 # Speculation options and their defaults: any other value is the user's choice, which a record
@@ -112,7 +113,6 @@ def _measured(c) -> str:
 
 def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: int) -> str:
     """The candidate name (engine/tuning/candidates.py) of the configuration about to run."""
-    from engine.drafters.early_exit import default_layers
     drafter = args.drafter or ("hybrid" if dcfg is not None else "none")
     if drafter in ("draft", "hybrid") and dcfg is not None:
         quant = resolve_quant(args.draft_quant, dcfg.path, dcfg.n_gpu_layers) or "off"

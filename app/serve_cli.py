@@ -7,29 +7,33 @@ from __future__ import annotations
 
 import argparse
 
+from app.pairing_use import apply, lookup
+from app.serve.queue import GenerationQueue
+from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
+                          model_configs)
 from engine.errors import SettingsError
+from loading.pair import load_pair
 
 DEFAULT_MAX_QUEUE = 8
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app.pairing_use import apply, lookup
-    from app.serve.queue import GenerationQueue
+    # FastAPI and uvicorn, and Gradio under app.ui, take about 2 s to import: only this command
+    # pays for them, not `tandem --help` and the others.
     from app.serve.server import create_app, run
-    from app.settings import draft_stops, load_options, model_configs
     from app.ui.state import PairHolder
-    from engine.pair import Pair
 
     queue = GenerationQueue(checked_max_queue(args.max_queue))
     tcfg, dcfg = model_configs(args)
     use = lookup(tcfg, dcfg)
     apply(args, use)
     if use.applied:
-        tcfg, dcfg = model_configs(args)
+        tcfg, dcfg = model_configs(args, use.drafter)
     for line in use.messages:
         print(line, flush=True)
-    pair = Pair.load(tcfg, dcfg, load_options(args, [use.drafter] if use.drafter else []),
-                     **draft_stops(args))
+    options = (load_options(args, [use.drafter], early_exit_layers=args.early_exit_layers)
+               if use.applied else load_options(args))
+    pair = load_pair(tcfg, dcfg, options, **draft_stops(args))
     pair.preferred_drafter = use.drafter
     holder = PairHolder(pair, queue=queue)
     try:
@@ -55,8 +59,6 @@ def add_api_args(p: argparse.ArgumentParser, default_queue: int | None = DEFAULT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from app.settings import add_draft_stop_args, add_model_args
-
     p = subparsers.add_parser("serve", help="serve an OpenAI-compatible API")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")

@@ -8,10 +8,12 @@ from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
-from engine.drafters.quantized import CHOICES as QUANT_CHOICES
-from engine.pair import DRAFT_VOCAB_CHOICES, LoadOptions
-from engine.policy import POLICIES
+from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
+from engine.policies import POLICIES
 from engine.sampling import SamplingParams
+from loading.derived.quantized import CHOICES as QUANT_CHOICES
+from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
+from models import embedded
 
 DRAFTERS = ("draft", "none", "lookup", "hybrid", "early-exit")
 # Drafters that need the separate draft model loaded.
@@ -87,7 +89,6 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_draft_stop_args(g) -> None:
-    from engine.pair import DEFAULT_CHAIN_MIN
     g.add_argument("--draft-p-min", type=float, default=0.0,
                    help="stop drafting before a token the draft gives a probability below this "
                    "(untempered when greedy; 0, the default, never stops)")
@@ -97,36 +98,33 @@ def add_draft_stop_args(g) -> None:
 
 
 def draft_stops(args: argparse.Namespace) -> dict:
-    """Pair.load's keyword arguments for the draft stopping rules."""
-    from engine.pair import DEFAULT_CHAIN_MIN
-    return {"p_min": getattr(args, "draft_p_min", 0.0),
-            "chain_min": getattr(args, "draft_chain_min", DEFAULT_CHAIN_MIN)}
+    """load_pair's keyword arguments for the draft stopping rules (add_draft_stop_args)."""
+    return {"p_min": args.draft_p_min, "chain_min": args.draft_chain_min}
 
 
-def load_options(args: argparse.Namespace, drafters: Sequence[str] = (),
-                 early_exit: bool = False) -> LoadOptions:
-    """What to check and derive at load, from the model options and the drafters in use."""
+def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_exit: bool = False,
+                 early_exit_layers: int | None = None) -> LoadOptions:
+    """What to check and derive at load, from the model options (add_model_args), the drafters
+    in use and, for the commands that offer them, the early-exit options."""
     return LoadOptions(check_budget=not args.no_budget_check,
                        early_exit=early_exit or "early-exit" in drafters,
-                       early_exit_layers=getattr(args, "early_exit_layers", None),
-                       draft_quant=getattr(args, "draft_quant", "auto"),
-                       draft_vocab=getattr(args, "draft_vocab", "full"))
+                       early_exit_layers=early_exit_layers,
+                       draft_quant=args.draft_quant, draft_vocab=args.draft_vocab)
 
 
 def drafter_name(args: argparse.Namespace) -> str:
-    chosen = getattr(args, "drafter", None)
-    if chosen is not None:
-        return chosen
-    from engine.pair import DEFAULT_DRAFTER
+    """`tandem generate`'s drafter: --drafter, else the default for the models given."""
+    if args.drafter is not None:
+        return args.drafter
     return "none" if args.draft == "none" else DEFAULT_DRAFTER
 
 
-def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, ModelConfig | None]:
-    from models import embedded
-    chosen = getattr(args, "drafter", None)
-    # An explicit drafter that does not use the draft model does not load it.
+def model_configs(args: argparse.Namespace,
+                  chosen: str | None = None) -> tuple[ModelConfig, ModelConfig | None]:
+    """Target and draft configs from the model options (add_model_args); an explicit drafter
+    `chosen` that does not use the draft model does not load it."""
     draft_arg = "none" if chosen is not None and chosen not in NEEDS_DRAFT_MODEL else args.draft
-    batch = getattr(args, "batch", 512)
+    batch = args.batch
     # Before the embedded files are assembled (minutes on a first run), not after.
     for layers in (args.gpu_layers, args.draft_gpu_layers):
         check_hardware(args.ctx, args.threads, layers, batch)
@@ -155,6 +153,6 @@ def lora_list(args: argparse.Namespace, prefix: str = "") -> tuple[tuple[str, fl
 def generation_config(args: argparse.Namespace) -> GenerationConfig:
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             min_p=args.min_p, seed=args.seed)
-    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[getattr(args, "policy", "fixed")]
+    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[args.policy]
     return GenerationConfig(params=params, gamma=gamma, max_tokens=args.max_tokens,
                             stop=tuple(args.stop))

@@ -135,10 +135,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.settings import draft_stops, generation_config, model_configs
-    from engine.pair import LoadOptions, Pair
     from engine.tuning.candidates import default_candidates
     from engine.tuning.decide import categories
-    from engine.tuning.host import PairHost
+    from loading.options import LoadOptions
+    from loading.pair import load_pair
+    from loading.tuning_host import PairHost
     from engine.tuning.measure import measure
     from models.gguf_info import read_info
     from app.pairing_use import key_for
@@ -160,7 +161,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise SettingsError(f"unknown candidate {unknown[0]!r}; choose from {', '.join(known)}")
         candidates = [known[w] for w in wanted]
     # The draft as given: tuning decides whether a requantized or trimmed one is faster.
-    pair = Pair.load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
+    pair = load_pair(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
                                              draft_quant="off"),
                      lookup_ngram=args.lookup_ngram, **draft_stops(args))
     print(f"tuning {len(candidates)} candidates on {len(prompts)} prompts "
@@ -168,7 +169,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"{args.budget_minutes:g} min, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     started = time.monotonic()
     try:
-        host = PairHost(pair, dcfg, max_tokens=config.max_tokens, stop=config.stop)
+        host = PairHost(pair, tcfg, dcfg, max_tokens=config.max_tokens, stop=config.stop)
         with tqdm(total=len(candidates) * len(prompts), unit="pair", file=sys.stderr) as bar:
             def progress(p) -> None:
                 bar.total = p.expected

@@ -25,7 +25,7 @@ class ModelConfig:
     n_threads: int | None = None
     n_gpu_layers: int = 0
     n_batch: int = 512
-    # GGUF LoRA adapters applied on load, each (path, scale) (engine/adapters.py).
+    # GGUF LoRA adapters applied on load, each (path, scale) (loading/adapters.py).
     lora: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
@@ -35,8 +35,8 @@ class ModelConfig:
 class Backend(Protocol):
     n_vocab: int
     n_ctx: int
-    # A backend may also carry `n_batch`, the most tokens one decode call takes; `Session`
-    # splits longer batches to fit it.
+    # The most tokens one decode call takes (0: no limit); `Session` splits longer batches.
+    n_batch: int
     name: str
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

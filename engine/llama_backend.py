@@ -39,9 +39,6 @@ class LlamaBackend:
             raise ModelFileError(f"llama.cpp could not load {path.name}: {exc}") from None
         self.name = path.name
         self.config = config
-        self._adapters: list = []
-        if config.lora:
-            self._apply_adapters(config.lora)
         self.n_vocab: int = self.llm.n_vocab()
         # llama.cpp pads a small context up (16 became 256); the context asked for is the limit
         # the user set, so it is the one the engine keeps to.
@@ -58,6 +55,9 @@ class LlamaBackend:
         # Allocated on first use: only a draft with a trimmed vocabulary decodes embeddings.
         self._embd_batch = None
         self._piece_cache: dict[int, bytes] = {}
+        self._adapters: list = []
+        if config.lora:
+            self._apply_adapters(config.lora)
 
     def _apply_adapters(self, lora: Sequence[tuple[str, float]]) -> None:
         """Load GGUF LoRA adapters into the model and set them on the context at their scales
@@ -181,17 +181,18 @@ class LlamaBackend:
         llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
 
     def close(self) -> None:
-        if getattr(self, "_batch", None) is not None:
+        # Safe to call twice: each freed resource is set to None.
+        if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
-        if getattr(self, "_embd_batch", None) is not None:
+        if self._embd_batch is not None:
             llama_cpp.llama_batch_free(self._embd_batch)
             self._embd_batch = None
         # Adapters belong to the model: freed before it, as llama-cpp-python frees its own.
-        for adapter in getattr(self, "_adapters", ()):
+        for adapter in self._adapters:
             llama_cpp.llama_adapter_lora_free(adapter)
         self._adapters = []
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 
@@ -230,7 +231,7 @@ class Vocabulary:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 

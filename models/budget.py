@@ -310,37 +310,13 @@ def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int
     return out
 
 
-def require_fits(target: ModelLike | object, draft: ModelLike | object | None = None, **kw) -> BudgetReport:
-    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair does not fit.
-
-    Besides paths, headers and layouts, it takes the engine's ModelConfig objects (anything with
-    `path`, `n_ctx`, `n_gpu_layers`, `n_batch`), whose settings then apply unless given in `kw`.
-    """
-    if _is_config(target) or _is_config(draft):
-        kw.setdefault("adapter_bytes", (_adapter_bytes(target), _adapter_bytes(draft)))
-    if _is_config(target):
-        kw.setdefault("n_ctx", target.n_ctx)  # type: ignore[attr-defined]
-        kw.setdefault("gpu_layers", getattr(target, "n_gpu_layers", 0))
-        kw.setdefault("n_ubatch", getattr(target, "n_batch", 512))
-        target = target.path  # type: ignore[attr-defined]
-    if _is_config(draft):
-        kw.setdefault("draft_n_ctx", draft.n_ctx)  # type: ignore[union-attr]
-        kw.setdefault("draft_gpu_layers", getattr(draft, "n_gpu_layers", 0))
-        draft = draft.path  # type: ignore[union-attr]
-    report = estimate_pair(target, draft, **kw)  # type: ignore[arg-type]
+def require_fits(target: ModelLike, draft: ModelLike | None = None, **kw) -> BudgetReport:
+    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair
+    does not fit. The loading step passes a load's hardware settings in `kw`
+    (loading/pair.py `budget_settings`)."""
+    report = estimate_pair(target, draft, **kw)
     if not report.ok:
         err = DoesNotFitError(report.one_line())
         err.report = report  # type: ignore[attr-defined]  # the UI shows the full table
         raise err
     return report
-
-
-def _adapter_bytes(config: object) -> int:
-    """A config's LoRA adapters (`lora`: (path, scale) pairs), by file size: their tensors and a
-    small header, all loaded. A missing file counts 0 (loading reports it)."""
-    paths = [Path(p) for p, _ in getattr(config, "lora", ())]
-    return sum(p.stat().st_size for p in paths if p.is_file())
-
-
-def _is_config(obj: object) -> bool:
-    return obj is not None and not isinstance(obj, (GGUFInfo, Layout, str, Path)) and hasattr(obj, "path")

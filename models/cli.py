@@ -9,8 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from engine.errors import HubError, ModelFileError
-from models import budget, catalog, compat, hub, registry
+from models import budget, catalog, compat, embedded, hub, registry
 from models.store import store_dir
 
 GIB = 1 << 30
@@ -58,8 +60,6 @@ class _Bar:
         self.bar = None
 
     def __call__(self, done: int, total: int) -> None:
-        from tqdm import tqdm
-
         if self.bar is None:
             self.bar = tqdm(total=total, initial=done, unit="B", unit_scale=True, desc=self.name, file=sys.stderr)
         self.bar.update(done - self.bar.n)
@@ -91,7 +91,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
     spec: str = args.spec
     pair = next((p for p in catalog.load_catalog() if p.id == spec), None)
     if pair is not None and pair.offline:
-        from models import embedded
         t, d = embedded.ensure()
         print(f"{pair.id}: target {t}\n{pair.id}: draft  {d}")
         return 0

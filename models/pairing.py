@@ -16,9 +16,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.atomic import write_atomically
 from engine.errors import ModelFileError
-from models.store import store_dir, writable_dir
+from models.store import store_dir, writable_dir, write_atomically
 
 RECORD_VERSION = 1
 

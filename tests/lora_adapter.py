@@ -1,5 +1,5 @@
 """Write a small GGUF LoRA adapter for a model with the `gguf` package, in llama.cpp's layout
-(engine/adapters.py): random low-rank A and B on a few layers' matrices. No adapter for the
+(loading/adapters.py): random low-rank A and B on a few layers' matrices. No adapter for the
 embedded pair exists offline; this one stands in for a fine-tune that moves the target away
 from its draft, by an amount set with the scale it is applied at."""
 from __future__ import annotations
@@ -66,13 +66,14 @@ def acceptance(target: str, draft: str | None, lora: Sequence[tuple[str, float]]
     from engine.backend import ModelConfig
     from engine.events import DoneEvent
     from engine.generator import GenerationConfig
-    from engine.pair import LoadOptions, Pair
-    from engine.policy import make_policy
+    from engine.policies import make_policy
+    from loading.options import LoadOptions
+    from loading.pair import load_pair
     # One thread: acceptance does not depend on it, and a shared CPU runs it faster.
     tcfg = ModelConfig(str(target), n_ctx=512, n_threads=1, lora=tuple(lora))
     dcfg = ModelConfig(str(draft), n_ctx=512, n_threads=1) if draft else None
-    pair = Pair.load(tcfg, dcfg, LoadOptions(draft_quant="off", early_exit_layers=early_exit_layers),
-                     chain_min=0.0)
+    pair = load_pair(tcfg, dcfg, LoadOptions(draft_quant="off",
+                                             early_exit_layers=early_exit_layers), chain_min=0.0)
     drafted = accepted = 0
     texts = []
     try:

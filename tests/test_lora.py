@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from app.settings import lora_list
-from engine.adapters import adapter_for_layers, check_adapters, read_adapter
+from loading.adapters import adapter_for_layers, check_adapters, read_adapter
+from loading.pair import budget_settings
 from engine.errors import IncompatiblePairError, ModelFileError, SettingsError
 from models.budget import estimate_pair, require_fits
 from engine.backend import ModelConfig
@@ -90,7 +91,8 @@ def test_the_budget_counts_the_adapters(model, tmp_path):
     plain = estimate_pair(model, None, n_ctx=256)
     more = estimate_pair(model, None, n_ctx=256, adapter_bytes=(1000, 0))
     assert more.target.weights_cpu == plain.target.weights_cpu + 1000
-    with_lora = require_fits(ModelConfig(str(model), n_ctx=256, lora=((str(path), 1.0),)))
+    cfg = ModelConfig(str(model), n_ctx=256, lora=((str(path), 1.0),))
+    with_lora = require_fits(cfg.path, None, **budget_settings(cfg, None))
     assert with_lora.target.weights_cpu == plain.target.weights_cpu + path.stat().st_size
 
 

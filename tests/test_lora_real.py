@@ -11,7 +11,8 @@ import pytest
 from app.cli import main
 from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
-from engine.pair import LoadOptions, Pair
+from loading.options import LoadOptions
+from loading.pair import load_pair
 from app.pairing_use import key_for
 from models.pairing import Choice, PairingRecord, save
 from tests.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
@@ -45,12 +46,12 @@ def store(tmp_path, monkeypatch, files):
 def test_speculation_with_an_adapted_target_is_exact(files):
     target, draft, lora = files
     tcfg = ModelConfig(str(target), n_ctx=512, n_threads=2, lora=((str(lora), STRONG_SCALE),))
-    pair = Pair.load(tcfg, ModelConfig(str(draft), n_ctx=512, n_threads=2),
+    pair = load_pair(tcfg, ModelConfig(str(draft), n_ctx=512, n_threads=2),
                      LoadOptions(draft_quant="off"), chain_min=0.0)
     try:
         from engine.events import DoneEvent
         from engine.generator import GenerationConfig
-        from engine.policy import make_policy
+        from engine.policies import make_policy
 
         def text(drafter: str) -> str:
             done = [ev for ev in pair.generate(PROMPTS[0], GenerationConfig(gamma=4, max_tokens=24),
@@ -63,7 +64,7 @@ def test_speculation_with_an_adapted_target_is_exact(files):
         assert text("draft") == adapted
     finally:
         pair.close()
-    plain = Pair.load(ModelConfig(str(target), n_ctx=512, n_threads=2), None)
+    plain = load_pair(ModelConfig(str(target), n_ctx=512, n_threads=2), None)
     try:
         base = [ev for ev in plain.generate(PROMPTS[0], GenerationConfig(gamma=0, max_tokens=24),
                                             drafter="none") if isinstance(ev, DoneEvent)][0].text
@@ -78,7 +79,7 @@ def test_an_adapter_for_another_model_is_refused_before_loading(files, tmp_path)
     other = write_lora(smollm2_135m(), tmp_path / "smol-lora.gguf", [0])
     calls = []
     with pytest.raises(IncompatiblePairError, match="is for llama"):
-        Pair.load(ModelConfig(str(target), lora=((str(other), 1.0),)), None,
+        load_pair(ModelConfig(str(target), lora=((str(other), 1.0),)), None,
                   loader=lambda c: calls.append(c))
     assert calls == []
 

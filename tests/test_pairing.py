@@ -157,7 +157,7 @@ def test_no_staleness_warning_when_the_files_have_their_own_record(store):
 
 def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     from app.ui.state import READY, PairHolder
-    from engine.pair import LoadOptions
+    from loading.options import LoadOptions
     from tests import tinygguf
     from tests.fakes import FakeBackend
     monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))

@@ -6,12 +6,13 @@ import pytest
 
 from engine.benchmark.suite import SuitePrompt
 from engine.errors import ModelFileError
+from engine.backend import ModelConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
 from engine.tuning.candidates import Candidate, default_candidates
 from engine.tuning.decide import OVERALL, categories, choose, table
-from engine.tuning.host import PairHost
+from loading.tuning_host import PairHost
 from engine.tuning.measure import (MIN_PAIRS_TO_STOP, TuneHost, clearly_loses, leader_median,
                                    measure)
 from tests.exact_law import TableFake, VirtualClock
@@ -167,7 +168,7 @@ def test_pair_host_measures_a_fake_pair_on_a_virtual_clock():
     target = TableFake(n_vocab=8, seed=3, clock=clock, cost=[30.0 + 3.0 * w for w in range(10)])
     draft = TableFake(n_vocab=8, seed=3, clock=clock, cost=[3.0] * 10)
     pair = Pair(target, draft, clock=clock.now)
-    host = PairHost(pair, None, max_tokens=24)
+    host = PairHost(pair, ModelConfig("unused.gguf"), None, max_tokens=24)
     results = measure(host, [Candidate("draft"), Candidate("lookup")], PROMPTS[:3],
                       SamplingParams(), budget_s=1e9, now=lambda: clock.now() / 1e3)
     rows = {r.candidate.name: r for r in table(results)}

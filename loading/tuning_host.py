@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.backend import Backend, ModelConfig
+from engine import llama_backend
+from engine.backend import ModelConfig
 from engine.benchmark.runner import cold_start
 from engine.benchmark.suite import SuitePrompt
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.drafters.quantized import derive_quantized
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
@@ -17,6 +17,10 @@ from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
 from engine.tuning.candidates import Candidate
 from engine.tuning.measure import TuneHost
+from loading.derived.embeddings import load_trimmed
+from loading.derived.quantized import derive_quantized
+from loading.derived.vocab_trim import derive_trimmed
+from loading.pair import Loader, add_early_exit
 
 # A short unmeasured generation per candidate first: page faults and first-call costs.
 WARMUP_TEXT = "Say hello."
@@ -24,14 +28,15 @@ WARMUP_TOKENS = 8
 
 
 class PairHost(TuneHost):
-    def __init__(self, pair: Pair, draft: ModelConfig | None, max_tokens: int,
-                 stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, pair: Pair, target: ModelConfig, draft: ModelConfig | None,
+                 max_tokens: int, stop: tuple[str, ...] = (), loader: Loader | None = None) -> None:
         self.pair = pair
+        self.target = target
         self.draft = draft
         self.max_tokens = max_tokens
         self.stop = stop
+        self.loader = loader or llama_backend.load
         self._names: dict[Candidate, str] = {}
-        self._backends: list[Backend] = []
 
     def _variant(self, c: Candidate) -> bool:
         """Whether the candidate needs a draft file other than the one the pair loaded."""
@@ -39,34 +44,36 @@ class PairHost(TuneHost):
 
     def open(self, c: Candidate) -> None:
         if c.drafter == "early-exit":
-            self.pair.enable_early_exit(c.early_exit_layers)
+            add_early_exit(self.pair, self.target, c.early_exit_layers, self.loader)
             self._names[c] = "early-exit"
         elif self._variant(c):
             self._names[c] = c.name
-            self.pair.add_drafter(c.name, self._load_variant(c))
+            self._add_variant(c)
         else:
             self.pair.drafter(c.drafter)  # a clear error when the pair lacks it
             self._names[c] = c.drafter
         self._generate(c, SuitePrompt("warm-up", "", WARMUP_TEXT), SamplingParams(),
                        WARMUP_TOKENS)
 
-    def _load_variant(self, c: Candidate) -> DraftModelDrafter:
+    def _add_variant(self, c: Candidate) -> None:
         assert self.draft is not None
-        loader = self.pair._loader
         cfg = self.draft
         if c.draft_quant != "off":
             cfg = replace(cfg, path=str(derive_quantized(cfg.path, c.draft_quant)))
         if c.draft_vocab == "trim":
-            from engine.drafters.trimmed import load_trimmed
-            from engine.drafters.vocab_trim import derive_trimmed
             trimmed = replace(cfg, path=str(derive_trimmed(cfg.path)))
-            inner = loader(trimmed)
-            self._backends.append(inner)
-            backend = load_trimmed(cfg.path, trimmed.path, inner)
+            inner = self.loader(trimmed)
+            try:
+                backend = load_trimmed(cfg.path, trimmed.path, inner)
+            except Exception:
+                inner.close()
+                raise
         else:
-            backend = loader(cfg)
-            self._backends.append(backend)
-        return DraftModelDrafter(backend, p_min=self.pair.p_min, chain_min=self.pair.chain_min)
+            backend = self.loader(cfg)
+        # The pair owns the variant's model and closes it when the drafter is removed.
+        self.pair.add_drafter(c.name, DraftModelDrafter(backend, p_min=self.pair.p_min,
+                                                        chain_min=self.pair.chain_min),
+                              backend=backend)
 
     def run(self, c: Candidate | None, prompt: SuitePrompt,
             params: SamplingParams) -> GenerationStats:
@@ -93,8 +100,6 @@ class PairHost(TuneHost):
 
     def close(self, c: Candidate) -> None:
         name = self._names.pop(c, None)
-        if name is not None and self._variant(c):
+        # Variants and early exit hold a model of their own: the pair closes it.
+        if name is not None and (self._variant(c) or c.drafter == "early-exit"):
             self.pair.remove_drafter(name)
-        for backend in self._backends:
-            backend.close()
-        self._backends.clear()

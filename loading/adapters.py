@@ -20,9 +20,10 @@ from typing import Sequence
 
 import gguf
 
-from engine.drafters.derived import derived_dir, publish, source_sha256
-from engine.drafters.gguf_copy import open_gguf, write_copy
 from engine.errors import IncompatiblePairError, ModelFileError, SettingsError
+from loading.derived.early_exit import block_count
+from loading.derived.files import derive
+from loading.derived.gguf_copy import open_gguf, write_copy
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Tensor types llama.cpp's LoRA matmuls are known to take.
@@ -81,7 +82,6 @@ def check_adapters(model_path: str | Path, lora: Sequence[tuple[str, float]]) ->
     architecture, or a tensor the model does not have. Shapes are left to llama.cpp."""
     if not lora:
         return
-    from engine.drafters.early_exit import block_count
     model = open_gguf(model_path)
     arch = _field(model, gguf.Keys.General.ARCHITECTURE)
     tensors = {t.name for t in model.tensors}
@@ -105,17 +105,22 @@ def check_adapters(model_path: str | Path, lora: Sequence[tuple[str, float]]) ->
 
 def adapter_for_layers(path: str | Path, layers: int) -> Path:
     """The adapter without the tensors of layers >= `layers` (for a model made of the first
-    `layers` layers): the file itself when it adapts none of them, else a derived copy in the
-    store, named with the adapter's SHA-256."""
+    `layers` layers): the file itself when it adapts none of them, else a copy derived once into
+    the store (loading/derived/files.py), named with the adapter's SHA-256."""
     info = read_adapter(path)
     if all(layer < layers for layer in info.layers):
         return info.path
-    source, sha = source_sha256(path)
-    out = derived_dir() / f"{source.stem}.layers-{layers}.{sha[:16]}.gguf"
-    if out.is_file():
-        return out
-    reader = open_gguf(source)
-    kept = [(t, t.data) for t in reader.tensors
-            if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
-    return publish(out, f"{source.stem}.layers-{layers}.*.gguf",
-                   lambda tmp: write_copy(reader, tmp, lambda key, value: value, [], kept))
+
+    def prepare(source: Path, sha: str):
+        reader = open_gguf(source)
+        kept = [(t, t.data) for t in reader.tensors
+                if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
+        return lambda tmp: write_copy(reader, tmp, lambda key, value: value, [], kept)
+
+    return derive(path, f"layers-{layers}", prepare)
+
+
+def adapter_bytes(lora: Sequence[tuple[str, float]]) -> int:
+    """Memory the adapters take, by file size (tensors and a small header, all loaded); a
+    missing file counts 0 (the checks report it)."""
+    return sum(Path(p).stat().st_size for p, _ in lora if Path(p).is_file())
