@@ -13,6 +13,7 @@ from app.settings import (add_model_args, add_sampling_args, add_speculation_arg
                           drafter_name, generation_config, load_options, model_configs)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
+from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
@@ -88,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     register_ui(sub)
     register_bench(sub)
     register_serve(sub)
+<<<<<<< HEAD
     register_tune(sub)
+=======
+    register_worker(sub)
+>>>>>>> main
     return parser
 
 

@@ -10,6 +10,7 @@ from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
 from engine.policies import POLICIES
+from engine.rpc import parse_endpoints
 from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
@@ -39,6 +40,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="target layers on the GPU (-ngl; -1 or more than the model has: all)")
     g.add_argument("--draft-gpu-layers", type=int, default=0,
                    help="draft layers on the GPU (-ngld; -1 or more than the model has: all)")
+<<<<<<< HEAD
     g.add_argument("--lora", action="append", default=[], metavar="PATH",
                    help="GGUF LoRA adapter applied to the target (repeatable)")
     g.add_argument("--lora-scale", type=float, default=1.0,
@@ -47,6 +49,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF LoRA adapter applied to the draft (repeatable)")
     g.add_argument("--draft-lora-scale", type=float, default=1.0,
                    help="scale of the draft's LoRA adapters (default 1)")
+=======
+    g.add_argument("--rpc", metavar="HOST:PORT[,...]", default=None,
+                   help="spread the target's layers over these RPC workers (`tandem worker` on "
+                   "each machine); the draft stays here")
+    g.add_argument("--draft-rpc", metavar="HOST:PORT[,...]", default=None,
+                   help="RPC workers for the draft (other workers than --rpc's)")
+>>>>>>> main
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
     g.add_argument("--draft-quant", choices=QUANT_CHOICES, default="auto",
                    help="load the draft requantized to Q4_0, derived once and kept in the store: "
@@ -128,18 +137,24 @@ def model_configs(args: argparse.Namespace,
     # Before the embedded files are assembled (minutes on a first run), not after.
     for layers in (args.gpu_layers, args.draft_gpu_layers):
         check_hardware(args.ctx, args.threads, layers, batch)
+    rpc, draft_rpc = rpc_workers(args)
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
     target = args.target or str(embedded_target)
     draft_path = draft_arg if draft_arg is not None else str(embedded_draft)
     tcfg = ModelConfig(path=target, n_ctx=args.ctx, n_threads=args.threads,
+<<<<<<< HEAD
                        n_gpu_layers=args.gpu_layers, n_batch=batch, lora=lora_list(args))
+=======
+                       n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc)
+>>>>>>> main
     if draft_path == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
     return tcfg, ModelConfig(path=draft_path, n_ctx=args.ctx, n_threads=args.threads,
+<<<<<<< HEAD
                              n_gpu_layers=args.draft_gpu_layers, n_batch=batch,
                              lora=lora_list(args, "draft_"))
 
@@ -148,6 +163,21 @@ def lora_list(args: argparse.Namespace, prefix: str = "") -> tuple[tuple[str, fl
     """The (path, scale) adapters of the target, or of the draft with prefix "draft_"."""
     scale = getattr(args, f"{prefix}lora_scale", 1.0)
     return tuple((str(p), float(scale)) for p in getattr(args, f"{prefix}lora", None) or ())
+=======
+                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc)
+
+
+def rpc_workers(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The target's and the draft's RPC workers; a worker serves one client at a time, so the
+    two lists may not share one."""
+    rpc = parse_endpoints(args.rpc)
+    draft_rpc = parse_endpoints(args.draft_rpc)
+    shared = sorted(set(rpc) & set(draft_rpc))
+    if shared:
+        raise SettingsError(f"worker {shared[0]} is in both --rpc and --draft-rpc; a worker "
+                            "serves one model at a time, start another for the draft")
+    return rpc, draft_rpc
+>>>>>>> main
 
 
 def generation_config(args: argparse.Namespace) -> GenerationConfig:

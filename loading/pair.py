@@ -19,7 +19,11 @@ from engine.drafters.early_exit import early_exit_drafter
 from engine.errors import SettingsError
 from engine.limits import check_ctx_trained
 from engine.pair import DEFAULT_CHAIN_MIN, Pair
+<<<<<<< HEAD
 from loading.adapters import adapter_bytes, adapter_for_layers, check_adapters
+=======
+from engine.rpc import probe_all
+>>>>>>> main
 from loading.derived.early_exit import default_layers, derive_early_exit
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import Quantizer, derive_quantized
@@ -64,8 +68,10 @@ def check_files(target: ModelConfig, draft: ModelConfig | None, options: LoadOpt
     if draft is not None:
         check_adapters(draft.path, draft.lora)
     if options.check_budget:
+        # A target on RPC workers: each is probed (a one-line error naming one that does not
+        # answer) and its share of the layers checked against the memory it reports.
         require_fits(target.path, draft.path if draft is not None else None,
-                     **budget_settings(target, draft))
+                     workers=probe_all(target.rpc), **budget_settings(target, draft))
 
 
 def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
