@@ -89,11 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_ui(sub)
     register_bench(sub)
     register_serve(sub)
-<<<<<<< HEAD
     register_tune(sub)
-=======
     register_worker(sub)
->>>>>>> main
     return parser
 
 

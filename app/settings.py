@@ -40,7 +40,6 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="target layers on the GPU (-ngl; -1 or more than the model has: all)")
     g.add_argument("--draft-gpu-layers", type=int, default=0,
                    help="draft layers on the GPU (-ngld; -1 or more than the model has: all)")
-<<<<<<< HEAD
     g.add_argument("--lora", action="append", default=[], metavar="PATH",
                    help="GGUF LoRA adapter applied to the target (repeatable)")
     g.add_argument("--lora-scale", type=float, default=1.0,
@@ -49,13 +48,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF LoRA adapter applied to the draft (repeatable)")
     g.add_argument("--draft-lora-scale", type=float, default=1.0,
                    help="scale of the draft's LoRA adapters (default 1)")
-=======
     g.add_argument("--rpc", metavar="HOST:PORT[,...]", default=None,
                    help="spread the target's layers over these RPC workers (`tandem worker` on "
                    "each machine); the draft stays here")
     g.add_argument("--draft-rpc", metavar="HOST:PORT[,...]", default=None,
                    help="RPC workers for the draft (other workers than --rpc's)")
->>>>>>> main
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
     g.add_argument("--draft-quant", choices=QUANT_CHOICES, default="auto",
                    help="load the draft requantized to Q4_0, derived once and kept in the store: "
@@ -144,18 +141,14 @@ def model_configs(args: argparse.Namespace,
     target = args.target or str(embedded_target)
     draft_path = draft_arg if draft_arg is not None else str(embedded_draft)
     tcfg = ModelConfig(path=target, n_ctx=args.ctx, n_threads=args.threads,
-<<<<<<< HEAD
-                       n_gpu_layers=args.gpu_layers, n_batch=batch, lora=lora_list(args))
-=======
-                       n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc)
->>>>>>> main
+                       n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
+                       lora=lora_list(args))
     if draft_path == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
     return tcfg, ModelConfig(path=draft_path, n_ctx=args.ctx, n_threads=args.threads,
-<<<<<<< HEAD
-                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch,
+                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,
                              lora=lora_list(args, "draft_"))
 
 
@@ -163,8 +156,6 @@ def lora_list(args: argparse.Namespace, prefix: str = "") -> tuple[tuple[str, fl
     """The (path, scale) adapters of the target, or of the draft with prefix "draft_"."""
     scale = getattr(args, f"{prefix}lora_scale", 1.0)
     return tuple((str(p), float(scale)) for p in getattr(args, f"{prefix}lora", None) or ())
-=======
-                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc)
 
 
 def rpc_workers(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -177,7 +168,6 @@ def rpc_workers(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, .
         raise SettingsError(f"worker {shared[0]} is in both --rpc and --draft-rpc; a worker "
                             "serves one model at a time, start another for the draft")
     return rpc, draft_rpc
->>>>>>> main
 
 
 def generation_config(args: argparse.Namespace) -> GenerationConfig:

@@ -25,13 +25,10 @@ class ModelConfig:
     n_threads: int | None = None
     n_gpu_layers: int = 0
     n_batch: int = 512
-<<<<<<< HEAD
     # GGUF LoRA adapters applied on load, each (path, scale) (loading/adapters.py).
     lora: tuple[tuple[str, float], ...] = ()
-=======
     # RPC workers ("host:port", engine/rpc.py) holding this model's layers; empty: all local.
     rpc: tuple[str, ...] = ()
->>>>>>> main
 
     def __post_init__(self) -> None:
         check_hardware(self.n_ctx, self.n_threads, self.n_gpu_layers, self.n_batch)

@@ -19,11 +19,8 @@ from engine.drafters.early_exit import early_exit_drafter
 from engine.errors import SettingsError
 from engine.limits import check_ctx_trained
 from engine.pair import DEFAULT_CHAIN_MIN, Pair
-<<<<<<< HEAD
 from loading.adapters import adapter_bytes, adapter_for_layers, check_adapters
-=======
 from engine.rpc import probe_all
->>>>>>> main
 from loading.derived.early_exit import default_layers, derive_early_exit
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import Quantizer, derive_quantized
