@@ -433,6 +433,8 @@ def require_fits(target: ModelLike, draft: ModelLike | None = None,
     them in `workers` (estimate_rpc)."""
     if workers:
         kw.pop("draft_gpu_layers", None)
+        # Adapters are not counted on workers (nor supported there by the engine's checks).
+        kw.pop("adapter_bytes", None)
         kw["gpu_layers"] = kw.get("gpu_layers") or -1
         report = estimate_rpc(target, draft, workers, **kw)
     else:
