@@ -43,8 +43,12 @@ def store(tmp_path, monkeypatch, files):
     return root
 
 
-def test_speculation_with_an_adapted_target_is_exact(files):
-    target, draft, lora = files
+def test_speculation_with_an_adapted_target_is_exact(files, tmp_path):
+    target, draft, _ = files
+    # Spread over middle layers the adapter changes the answer but keeps it coherent; the test
+    # adapter (layers 0-3, scale 1) makes a degenerate model full of near-ties, where greedy
+    # text can follow llama.cpp's batch-width rounding (docs/EXACTNESS.md), not the rule.
+    lora = write_lora(target, tmp_path / "mid-lora.gguf", (2, 5, 8, 11, 14, 17))
     tcfg = ModelConfig(str(target), n_ctx=512, n_threads=2, lora=((str(lora), STRONG_SCALE),))
     pair = load_pair(tcfg, ModelConfig(str(draft), n_ctx=512, n_threads=2),
                      LoadOptions(draft_quant="off"), chain_min=0.0)
