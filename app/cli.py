@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.ui_cli import register as register_ui
     from app.bench_cli import register as register_bench
     from app.serve_cli import register as register_serve
+    from app.calibrate_cli import register as register_calibrate
 
     parser = argparse.ArgumentParser(prog="tandem", description="Exact speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_ui(sub)
     register_bench(sub)
     register_serve(sub)
+    register_calibrate(sub)
     return parser
 
 
