@@ -35,7 +35,7 @@ def suggestions(c: Ceiling, has_draft: bool) -> list[str]:
 
 
 def _table(c: Ceiling, has_draft: bool) -> list[str]:
-    lines = [f"verify cost per batch width (ms): "
+    lines = ["verify cost per batch width (ms): "
              + "  ".join(f"{w}: {v:.1f}" for w, v in enumerate(c.verify_ms, 1)),
              "  relative to one token: "
              + " ".join(f"{v / c.verify_ms[0]:.2f}" for v in c.verify_ms)]
