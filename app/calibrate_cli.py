@@ -63,19 +63,16 @@ def _table(c: Ceiling, has_draft: bool) -> list[str]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from app.settings import draft_stops, load_options, model_configs
-    from engine.ceiling import ceiling
+    from engine.ceiling import measure
     from engine.pair import Pair
 
     tcfg, dcfg = model_configs(args)
-    drafter = "hybrid" if dcfg is not None else "lookup"
-    pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), **draft_stops(args))
+    pair = Pair.load(tcfg, dcfg, load_options(args, ["hybrid"]), **draft_stops(args))
     try:
-        with pair.lock:
-            cal = pair.calibration(drafter, args.gamma)
+        c = measure(pair, args.gamma)
         draft_file = pair.draft_path
     finally:
         pair.close()
-    c = ceiling(cal, args.gamma)
     has_draft = dcfg is not None
     tips = suggestions(c, has_draft)
     if args.json:

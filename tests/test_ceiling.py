@@ -58,3 +58,14 @@ def test_a_generation_carries_the_controller_block():
                                    "prompt-lookup": 0.0}
     assert len(block["predicted_speedup"]) == 5 and block["predicted_speedup"][0] == 1.0
     assert block["gamma"] == done.stats.gammas[-1] or block["gamma"] > done.stats.gammas[-1]
+
+
+def test_the_wizard_formats_the_ceiling_and_waits_for_the_files():
+    from app.ui.wizard import ceiling_html, measure_ceiling
+    page = ceiling_html(ceiling(SLOW_CAL, 4))
+    assert "cannot pay" in page and "The draft costs 0.70 of a target token" in page
+    assert page.count("<tr>") == 5 and "What might pay instead" in page
+    assert "pays" in ceiling_html(ceiling(GPU_CAL, 4)) and "What might" not in ceiling_html(
+        ceiling(GPU_CAL, 4))
+    assert "Not on disk yet" in measure_ceiling("some/repo", "absent.gguf", "some/repo",
+                                                "absent-draft.gguf", 4096)
