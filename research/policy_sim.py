@@ -243,11 +243,13 @@ class TraceFake:
 def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: Costs,
                chain_min: float, drafter: str = "draft", max_tokens: int = 64) -> float:
     """Simulated speedup of one prompt: plain decoding's time over the policy's, both through
-    `Pair.generate` over the trace (prefill included: the target's is the same for both)."""
+    `Pair.generate` over the trace, less the target's prefill (the same for both, and not what a
+    policy changes); the draft's prefill counts wherever it is paid."""
     ids = {t: i for i, t in enumerate(dict.fromkeys(rec["toks"] + rec["gen"] + rec["dargmax"]))}
     prompt = " ".join(str(ids[t]) for t in rec["toks"])
 
-    def run(policy_drafter: str, policy: GammaPolicy | None) -> tuple[float, tuple[int, ...]]:
+    def run(policy_drafter: str, policy: GammaPolicy | None) -> tuple[float, float,
+                                                                      tuple[int, ...]]:
         clock = Clock()
         pair = Pair(TraceFake(rec, ids, clock, costs.verify),
                     TraceFake(rec, ids, clock, costs.draft_batch, draft=True),
@@ -256,12 +258,12 @@ def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: 
                                   max_tokens=max_tokens)
         done = [ev for ev in pair.generate(prompt, config, drafter=policy_drafter, raw=True,
                                            policy=policy) if isinstance(ev, DoneEvent)][0]
-        return done.stats.total_time_ms, done.tokens
+        return done.stats.total_time_ms, done.stats.prefill_ms, done.tokens
 
-    plain, want = run("none", None)
-    spent, got = run(drafter, make_policy())
+    plain, prefill, want = run("none", None)
+    spent, _, got = run(drafter, make_policy())
     assert got == want, "a replayed policy changed the greedy answer"
-    return plain / spent
+    return (plain - prefill) / (spent - prefill)
 
 
 def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:

@@ -30,20 +30,20 @@ def test_plain_decoding_replays_at_exactly_one():
     # Hybrid prefills its draft model only when it drafts; the draft drafter prefills at once.
     assert policy_sim.replay_one(trace(12, set()), lambda: FixedGamma(0), COSTS, 0.0,
                                  "hybrid") == pytest.approx(1.0)
-    # Prefill of the first 3 prompt tokens (140 ms), 12 tokens and the end (13 x 100 ms), and
-    # the draft's prefill (10 ms).
+    # 12 tokens and the end (13 x 100 ms), and the draft's prefill (10 ms); the target's
+    # prefill is left out of both.
     assert policy_sim.replay_one(trace(12, set()), lambda: FixedGamma(0), COSTS,
-                                 0.0) == pytest.approx(1440.0 / 1450.0)
+                                 0.0) == pytest.approx(1300.0 / 1310.0)
 
 
 def test_a_draft_that_is_always_right_replays_by_hand_count():
     # 11 tokens then EOS, gamma 3: rounds commit 4, 4 and 3 + the end, each a catch-up-free
     # draft of 3 (the first feeds the prompt's last token too) and a verify of 4 (160 ms);
-    # the prefill of the 4-token prompt's first 3 tokens costs 140 ms either way. Plain: 12
-    # decodes of 100 ms.
+    # the draft's prefill costs 10 ms (the target's is left out of both). Plain: 12 decodes of
+    # 100 ms.
     speed = policy_sim.replay_one(trace(11, set()), lambda: FixedGamma(3), COSTS, 0.0)
-    plain = 140.0 + 100.0 * 12
-    spec = 140.0 + 10.0 + 3 * (30.0 + 160.0)
+    plain = 100.0 * 12
+    spec = 10.0 + 3 * (30.0 + 160.0)
     assert speed == pytest.approx(plain / spec)
 
 
