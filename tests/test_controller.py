@@ -266,19 +266,19 @@ def test_the_drafter_says_how_far_behind_it_is():
 
 def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_fill():
     c = controller()
-    for i in range(30):
+    for i in range(80):
         c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                             draft_ms=0.0, verify_ms=100.0, source="none"))
-    c.next_gamma("draft-model", 31)
-    assert c.elapsed == 30 and c.lag == 31
-    rounds = 30 / c.predict()[0][3]
+    c.next_gamma("draft-model", 81)
+    assert c.elapsed == 80 and c.lag == 81
+    rounds = 80 / c.predict()[0][3]
     assert rounds > c.k.horizon
-    catch_up = c.costs.catch_up_ms(31)
+    catch_up = c.costs.catch_up_ms(81)
     assert c.cost_ms(3) == pytest.approx(c.costs.verify_cost(4) + 3 * c.costs.draft_token
                                          + catch_up / rounds)
     # Without the length rule, the fixed horizon prices it dearer per round.
     fixed = controller(horizon_cap=0.0)
-    fixed.next_gamma("draft-model", 31)
+    fixed.next_gamma("draft-model", 81)
     fixed.elapsed, fixed.costs = c.elapsed, c.costs
     assert fixed.cost_ms(3) == pytest.approx(c.costs.verify_cost(4) + 3 * c.costs.draft_token
                                              + catch_up / c.k.horizon)
