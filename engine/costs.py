@@ -50,22 +50,22 @@ def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps
         # The first decode after load pays one-off allocations: keep it out of the numbers.
         session.extend(filler[:1])
         session.rollback(start)
-        out = []
-        for w in range(1, max_width + 1):
-            best = float("inf")
-            for _ in range(reps):
+        best = [float("inf")] * max_width
+        # Sweeps over every width, the best of `reps` sweeps: a spell of load from another
+        # program then slows one sweep's widths alike instead of one width's every try.
+        for _ in range(reps):
+            for w in range(1, max_width + 1):
                 t0 = clock()
                 session.extend(filler[:w], rows=range(w) if all_rows else None)
-                best = min(best, clock() - t0)
+                best[w - 1] = min(best[w - 1], clock() - t0)
                 session.rollback(start)
-            out.append(best)
-        return out
+        return best
     finally:
         session.rollback(base)
 
 
 def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
-              reps: int = 2, model_source: str | None = None,
+              reps: int = 4, model_source: str | None = None,
               clock: Clock = wall_ms, copy_source: str | None = None) -> Calibration:
     """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
     decodes of as many; every cache is left holding exactly what it held before."""
