@@ -7,12 +7,21 @@ import datetime as dt
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from tqdm import tqdm
+
+from app.reports import bench_files, bench_markdown
+from app.reports.machine import command_line, run_context
+from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
+                          model_configs)
+from engine.benchmark.aggregate import summarize
+from engine.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
+from engine.benchmark.suite import DEFAULT_SUITE, load_suite
+from engine.controller import AdaptiveController
 from engine.errors import SettingsError
-
-if TYPE_CHECKING:
-    from engine.benchmark.runner import SpecConfig
+from engine.pair import Pair
+from engine.sampling import SamplingParams
+from loading.pair import load_pair
 
 # Short first lines ("Dog\n", "Elephant\n") keep samples cheap; the first animal varies a lot.
 EXACTNESS_PROMPT = "Write a list of five animals, one per line."
@@ -39,7 +48,8 @@ def _numbers(text: str, kind: type) -> list:
 
 
 def _pick(args: argparse.Namespace, name: str, full: dict, quick: dict):
-    value = getattr(args, name)
+    """Option `name` as given, else its preset (--quick or full): both are keyed by the name."""
+    value = vars(args)[name]
     if value is not None:
         return value
     return (quick if args.quick else full)[name]
@@ -51,39 +61,38 @@ def _out_dir(args: argparse.Namespace, kind: str) -> Path:
     return Path("out") / f"{kind}-{dt.datetime.now():%Y%m%d-%H%M%S}"
 
 
-def _load_pair(args: argparse.Namespace, drafters: list[str]):
-    from app.settings import draft_stops, load_options, model_configs
-    from engine.pair import Pair
-    tcfg, dcfg = model_configs(args)
-    pair = Pair.load(tcfg, dcfg, load_options(args, drafters),
-                     lookup_ngram=getattr(args, "lookup_ngram", 3), **draft_stops(args))
+def _load_pair(args: argparse.Namespace, drafters: list[str], chosen: str | None = None,
+               lookup_ngram: int = 3, early_exit_layers: int | None = None):
+    """The pair for bench (several drafters) or exactness (one, `chosen`)."""
+    tcfg, dcfg = model_configs(args, chosen)
+    pair = load_pair(tcfg, dcfg, load_options(args, drafters, early_exit_layers=early_exit_layers),
+                     lookup_ngram=lookup_ngram, **draft_stops(args))
     return pair, tcfg, dcfg
 
 
 def _model_words(args: argparse.Namespace) -> list[str]:
-    from app.settings import draft_stops
     words = []
     for flag, value in (("--target", args.target), ("--draft", args.draft),
                         ("--threads", args.threads), ("--ctx", args.ctx),
-                        ("--batch", None if getattr(args, "batch", 512) == 512 else args.batch),
+                        ("--batch", None if args.batch == 512 else args.batch),
                         ("--gpu-layers", args.gpu_layers or None),
                         ("--draft-gpu-layers", args.draft_gpu_layers or None)):
         if value is not None:
             words += [flag, str(value)]
-    if getattr(args, "draft_quant", "auto") != "auto":
+    if args.draft_quant != "auto":
         words += ["--draft-quant", args.draft_quant]
-    if getattr(args, "draft_vocab", "full") != "full":
+    if args.draft_vocab != "full":
         words += ["--draft-vocab", args.draft_vocab]
     for flag, value in draft_stops(args).items():
         words += [f"--draft-{flag.replace('_', '-')}", str(value)]
     return words + (["--no-budget-check"] if args.no_budget_check else [])
 
 
-def _draft_words(pair, dcfg) -> str:
+def _draft_words(pair: Pair, dcfg) -> str:
     """The draft as given and, when it was requantized at load, the file actually used."""
     if dcfg is None:
         return "none"
-    loaded = getattr(pair, "draft_path", None)
+    loaded = pair.draft_path
     if loaded and loaded != dcfg.path:
         return f"{dcfg.path} (loaded as {loaded})"
     return dcfg.path
@@ -91,7 +100,6 @@ def _draft_words(pair, dcfg) -> str:
 
 def parse_configs(text: str) -> list[SpecConfig]:
     """`--configs`: DRAFTER:POLICY:GAMMA[:OPENING] items, comma separated."""
-    from engine.benchmark.runner import SpecConfig
     items = [c.split(":") for c in _csv(text)]
     if any(len(t) not in (3, 4) for t in items):
         raise SettingsError("--configs takes DRAFTER:POLICY:GAMMA[:OPENING] items, e.g. "
@@ -104,14 +112,8 @@ def parse_configs(text: str) -> list[SpecConfig]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from app.reports import bench_files, bench_markdown, bench_plots
-    from app.reports.machine import command_line, run_context
-    from engine.benchmark.aggregate import summarize
-    from engine.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
-    from engine.benchmark.suite import DEFAULT_SUITE, load_suite
-    from engine.sampling import SamplingParams
+    # Matplotlib takes about 0.3 s to import: only the command that plots pays for it.
+    from app.reports import bench_plots
 
     suite = load_suite(args.suite or DEFAULT_SUITE)
     categories = [c for group in args.categories or [] for c in _csv(group)]
@@ -133,7 +135,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed,
                      repeats=args.repeats)
     out = _out_dir(args, "bench")
-    pair, tcfg, dcfg = _load_pair(args, drafters)
+    pair, tcfg, dcfg = _load_pair(args, drafters, lookup_ngram=args.lookup_ngram,
+                                  early_exit_layers=args.early_exit_layers)
     draft_words = _draft_words(pair, dcfg)
     started = time.perf_counter()
     try:
@@ -188,15 +191,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_exactness(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    # SciPy's statistics take over 1 s to import: only the command that tests pays for them.
     from app.reports import exactness_report
-    from app.reports.machine import command_line, run_context
-    from engine.benchmark.suite import DEFAULT_SUITE, load_suite
-    from engine.controller import AdaptiveController
     from engine.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
 
-    pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"])
+    pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"], args.drafter)
     draft_words = _draft_words(pair, dcfg)
     out = _out_dir(args, "exactness")
     started = time.perf_counter()
@@ -256,8 +255,6 @@ def cmd_exactness(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from app.settings import add_draft_stop_args, add_model_args
-
     b = sub.add_parser("bench", help="benchmark speculative decoding against plain decoding")
     b.add_argument("--suite", help="prompt suite JSONL (default: assets/prompts/suite-v1.jsonl)")
     b.add_argument("--categories", nargs="+", help="categories to run (space or comma separated)")

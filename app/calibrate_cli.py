@@ -9,7 +9,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling
+from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
+                          model_configs)
+from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
+from loading.pair import load_pair
 
 
 def suggestions(c: Ceiling, has_draft: bool) -> list[str]:
@@ -62,12 +65,8 @@ def _table(c: Ceiling, has_draft: bool) -> list[str]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from app.settings import draft_stops, load_options, model_configs
-    from engine.ceiling import measure
-    from engine.pair import Pair
-
     tcfg, dcfg = model_configs(args)
-    pair = Pair.load(tcfg, dcfg, load_options(args, ["hybrid"]), **draft_stops(args))
+    pair = load_pair(tcfg, dcfg, load_options(args, ["hybrid"]), **draft_stops(args))
     try:
         c = measure(pair, args.gamma)
         draft_file = pair.draft_path
@@ -96,7 +95,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from app.settings import add_draft_stop_args, add_model_args
     c = sub.add_parser("calibrate", help="measure the pair's decode costs and predicted "
                        "speculation ceiling on this machine")
     add_model_args(c)

@@ -6,20 +6,25 @@ import json
 import os
 import sys
 
+from app.bench_cli import register as register_bench
+from app.calibrate_cli import register as register_calibrate
+from app.serve_cli import register as register_serve
+from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
+                          drafter_name, generation_config, load_options, model_configs)
+from app.ui_cli import register as register_ui
+from app.worker_cli import register as register_worker
 from engine.errors import TandemError
+from engine.events import DoneEvent, TokenEvent
+from loading.pair import load_pair
+from models.cli import register as register_models
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from app.settings import (draft_stops, drafter_name, generation_config, load_options,
-                              model_configs)
-    from engine.events import DoneEvent, TokenEvent
-    from engine.pair import Pair
-
     config = generation_config(args)
-    tcfg, dcfg = model_configs(args)
+    tcfg, dcfg = model_configs(args, args.drafter)
     drafter = drafter_name(args)
-    pair = Pair.load(tcfg, dcfg, load_options(args, [drafter]), lookup_ngram=args.lookup_ngram,
-                     **draft_stops(args))
+    pair = load_pair(tcfg, dcfg, load_options(args, [drafter], early_exit_layers=args.early_exit_layers),
+                     lookup_ngram=args.lookup_ngram, **draft_stops(args))
     try:
         # Refuse a prompt the context cannot hold before calibrating for it.
         pair.prompt_tokens(args.prompt, raw=args.raw)
@@ -48,13 +53,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.settings import add_model_args, add_sampling_args, add_speculation_args
-    from models.cli import register as register_models
-    from app.ui_cli import register as register_ui
-    from app.bench_cli import register as register_bench
-    from app.serve_cli import register as register_serve
-    from app.calibrate_cli import register as register_calibrate
-
     parser = argparse.ArgumentParser(prog="tandem", description="Exact speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -71,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_ui(sub)
     register_bench(sub)
     register_serve(sub)
+    register_worker(sub)
     register_calibrate(sub)
     return parser
 

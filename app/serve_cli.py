@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import argparse
 
+from app.serve.queue import GenerationQueue
+from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
+                          model_configs)
 from engine.errors import SettingsError
+from loading.pair import load_pair
 
 DEFAULT_MAX_QUEUE = 8
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app.serve.queue import GenerationQueue
+    # FastAPI and uvicorn, and Gradio under app.ui, take about 2 s to import: only this command
+    # pays for them, not `tandem --help` and the others.
     from app.serve.server import create_app, run
-    from app.settings import draft_stops, load_options, model_configs
     from app.ui.state import PairHolder
-    from engine.pair import Pair
 
     queue = GenerationQueue(checked_max_queue(args.max_queue))
     tcfg, dcfg = model_configs(args)
-    pair = Pair.load(tcfg, dcfg, load_options(args), **draft_stops(args))
+    pair = load_pair(tcfg, dcfg, load_options(args), **draft_stops(args))
     holder = PairHolder(pair, queue=queue)
     try:
         print(f"Tandem API at http://{args.host}:{args.port}/v1  (Ctrl-C to stop)", flush=True)
@@ -46,8 +49,6 @@ def add_api_args(p: argparse.ArgumentParser, default_queue: int | None = DEFAULT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from app.settings import add_draft_stop_args, add_model_args
-
     p = subparsers.add_parser("serve", help="serve an OpenAI-compatible API")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")

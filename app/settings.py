@@ -8,10 +8,13 @@ from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
-from engine.drafters.quantized import CHOICES as QUANT_CHOICES
-from engine.pair import DRAFT_VOCAB_CHOICES, LoadOptions
-from engine.policy import POLICIES
+from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
+from engine.policies import POLICIES
+from engine.rpc import parse_endpoints
 from engine.sampling import SamplingParams
+from loading.derived.quantized import CHOICES as QUANT_CHOICES
+from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
+from models import embedded
 
 DRAFTERS = ("draft", "none", "lookup", "hybrid", "early-exit")
 # Drafters that need the separate draft model loaded.
@@ -37,6 +40,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="target layers on the GPU (-ngl; -1 or more than the model has: all)")
     g.add_argument("--draft-gpu-layers", type=int, default=0,
                    help="draft layers on the GPU (-ngld; -1 or more than the model has: all)")
+    g.add_argument("--rpc", metavar="HOST:PORT[,...]", default=None,
+                   help="spread the target's layers over these RPC workers (`tandem worker` on "
+                   "each machine); the draft stays here")
+    g.add_argument("--draft-rpc", metavar="HOST:PORT[,...]", default=None,
+                   help="RPC workers for the draft (other workers than --rpc's)")
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
     g.add_argument("--draft-quant", choices=QUANT_CHOICES, default="auto",
                    help="load the draft requantized to Q4_0, derived once and kept in the store: "
@@ -79,7 +87,6 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_draft_stop_args(g) -> None:
-    from engine.pair import DEFAULT_CHAIN_MIN
     g.add_argument("--draft-p-min", type=float, default=0.0,
                    help="stop drafting before a token the draft gives a probability below this "
                    "(untempered when greedy; 0, the default, never stops)")
@@ -89,57 +96,67 @@ def add_draft_stop_args(g) -> None:
 
 
 def draft_stops(args: argparse.Namespace) -> dict:
-    """Pair.load's keyword arguments for the draft stopping rules."""
-    from engine.pair import DEFAULT_CHAIN_MIN
-    return {"p_min": getattr(args, "draft_p_min", 0.0),
-            "chain_min": getattr(args, "draft_chain_min", DEFAULT_CHAIN_MIN)}
+    """load_pair's keyword arguments for the draft stopping rules (add_draft_stop_args)."""
+    return {"p_min": args.draft_p_min, "chain_min": args.draft_chain_min}
 
 
-def load_options(args: argparse.Namespace, drafters: Sequence[str] = (),
-                 early_exit: bool = False) -> LoadOptions:
-    """What to check and derive at load, from the model options and the drafters in use."""
+def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_exit: bool = False,
+                 early_exit_layers: int | None = None) -> LoadOptions:
+    """What to check and derive at load, from the model options (add_model_args), the drafters
+    in use and, for the commands that offer them, the early-exit options."""
     return LoadOptions(check_budget=not args.no_budget_check,
                        early_exit=early_exit or "early-exit" in drafters,
-                       early_exit_layers=getattr(args, "early_exit_layers", None),
-                       draft_quant=getattr(args, "draft_quant", "auto"),
-                       draft_vocab=getattr(args, "draft_vocab", "full"))
+                       early_exit_layers=early_exit_layers,
+                       draft_quant=args.draft_quant, draft_vocab=args.draft_vocab)
 
 
 def drafter_name(args: argparse.Namespace) -> str:
-    chosen = getattr(args, "drafter", None)
-    if chosen is not None:
-        return chosen
-    from engine.pair import DEFAULT_DRAFTER
+    """`tandem generate`'s drafter: --drafter, else the default for the models given."""
+    if args.drafter is not None:
+        return args.drafter
     return "none" if args.draft == "none" else DEFAULT_DRAFTER
 
 
-def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, ModelConfig | None]:
-    from models import embedded
-    chosen = getattr(args, "drafter", None)
-    # An explicit drafter that does not use the draft model does not load it.
+def model_configs(args: argparse.Namespace,
+                  chosen: str | None = None) -> tuple[ModelConfig, ModelConfig | None]:
+    """Target and draft configs from the model options (add_model_args); an explicit drafter
+    `chosen` that does not use the draft model does not load it."""
     draft_arg = "none" if chosen is not None and chosen not in NEEDS_DRAFT_MODEL else args.draft
-    batch = getattr(args, "batch", 512)
+    batch = args.batch
     # Before the embedded files are assembled (minutes on a first run), not after.
     for layers in (args.gpu_layers, args.draft_gpu_layers):
         check_hardware(args.ctx, args.threads, layers, batch)
+    rpc, draft_rpc = rpc_workers(args)
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
     target = args.target or str(embedded_target)
     draft_path = draft_arg if draft_arg is not None else str(embedded_draft)
     tcfg = ModelConfig(path=target, n_ctx=args.ctx, n_threads=args.threads,
-                       n_gpu_layers=args.gpu_layers, n_batch=batch)
+                       n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc)
     if draft_path == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
     return tcfg, ModelConfig(path=draft_path, n_ctx=args.ctx, n_threads=args.threads,
-                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch)
+                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc)
+
+
+def rpc_workers(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The target's and the draft's RPC workers; a worker serves one client at a time, so the
+    two lists may not share one."""
+    rpc = parse_endpoints(args.rpc)
+    draft_rpc = parse_endpoints(args.draft_rpc)
+    shared = sorted(set(rpc) & set(draft_rpc))
+    if shared:
+        raise SettingsError(f"worker {shared[0]} is in both --rpc and --draft-rpc; a worker "
+                            "serves one model at a time, start another for the draft")
+    return rpc, draft_rpc
 
 
 def generation_config(args: argparse.Namespace) -> GenerationConfig:
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             min_p=args.min_p, seed=args.seed)
-    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[getattr(args, "policy", "fixed")]
+    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[args.policy]
     return GenerationConfig(params=params, gamma=gamma, max_tokens=args.max_tokens,
                             stop=tuple(args.stop))

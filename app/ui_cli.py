@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import argparse
 
+from app.serve.queue import GenerationQueue
+from app.serve_cli import add_api_args, checked_max_queue
+from app.settings import add_model_args, load_options, model_configs
 from engine.errors import SettingsError
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from app.serve.queue import GenerationQueue
+    # Gradio (and FastAPI) take about 2 s to import: only this command pays for them, not
+    # `tandem --help` and the others.
     from app.serve.server import mount
-    from app.serve_cli import checked_max_queue
-    from app.settings import load_options, model_configs
     from app.ui import build_app, launch
     from app.ui.state import PairHolder
 
     if args.api_key is not None and not args.api:
         raise SettingsError("--api-key protects the API: add --api")
     holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)))
-    options = load_options(args, early_exit=args.early_exit)
+    options = load_options(args, early_exit=args.early_exit,
+                           early_exit_layers=args.early_exit_layers)
     holder.prepare_async(lambda: model_configs(args), options)
     demo = build_app(holder)
     url = launch(demo, host=args.host, port=args.port)
@@ -40,9 +43,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from app.serve_cli import add_api_args
-    from app.settings import add_model_args
-
     p = subparsers.add_parser("ui", help="start the chat app in the browser")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port (default 7860)")

@@ -25,6 +25,8 @@ class ModelConfig:
     n_threads: int | None = None
     n_gpu_layers: int = 0
     n_batch: int = 512
+    # RPC workers ("host:port", engine/rpc.py) holding this model's layers; empty: all local.
+    rpc: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_hardware(self.n_ctx, self.n_threads, self.n_gpu_layers, self.n_batch)
@@ -33,8 +35,8 @@ class ModelConfig:
 class Backend(Protocol):
     n_vocab: int
     n_ctx: int
-    # A backend may also carry `n_batch`, the most tokens one decode call takes; `Session`
-    # splits longer batches to fit it.
+    # The most tokens one decode call takes (0: no limit); `Session` splits longer batches.
+    n_batch: int
     name: str
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

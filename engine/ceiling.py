@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import TYPE_CHECKING
-
 from engine.costs import Calibration, CostModel, expected_tokens
-
-if TYPE_CHECKING:
-    from engine.pair import Pair
+from engine.pair import Pair
 
 # The per-token acceptance a draft model of the same family typically reaches on code after an
 # answer's opening (docs/design/controller.md): where the "what would pay" figures are read.
@@ -86,7 +82,7 @@ def ceiling(calibration: Calibration, max_gamma: int) -> Ceiling:
         draft_must_cost_under=round(max(cheapest, 0.0), 3))
 
 
-def measure(pair: "Pair", max_gamma: int = 8) -> Ceiling:
+def measure(pair: Pair, max_gamma: int = 8) -> Ceiling:
     """Calibrate a loaded pair (its default drafter's models; lookup alone without a draft)
     and return its ceiling. Caches are left as they were."""
     drafter = pair.default_drafter if pair.default_drafter != "none" else "lookup"

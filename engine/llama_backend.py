@@ -18,6 +18,8 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.backend import F32, ModelConfig
 from engine.errors import DecodeError, ModelFileError, SettingsError
+from engine.isolated import IsolatedBackend
+from engine.rpc import WorkerError, probe_all
 
 
 def default_threads() -> int:
@@ -30,11 +32,16 @@ class LlamaBackend:
         if not path.is_file():
             raise ModelFileError(f"model file not found: {path}")
         threads = config.n_threads or default_threads()
+        gpu_layers = config.n_gpu_layers
+        if config.rpc:
+            add_rpc_workers(config.rpc)
+            # Every layer on the workers unless told otherwise (llama.cpp's -ngl).
+            gpu_layers = gpu_layers or -1
         try:
             self.llm = llama_cpp.Llama(
                 model_path=str(path), n_ctx=config.n_ctx, n_batch=config.n_batch,
                 n_ubatch=config.n_batch, n_threads=threads, n_threads_batch=threads,
-                n_gpu_layers=config.n_gpu_layers, logits_all=False, verbose=False)
+                n_gpu_layers=gpu_layers, logits_all=False, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelFileError(f"llama.cpp could not load {path.name}: {exc}") from None
         self.name = path.name
@@ -158,13 +165,14 @@ class LlamaBackend:
         llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
 
     def close(self) -> None:
-        if getattr(self, "_batch", None) is not None:
+        # Safe to call twice: each freed resource is set to None.
+        if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
-        if getattr(self, "_embd_batch", None) is not None:
+        if self._embd_batch is not None:
             llama_cpp.llama_batch_free(self._embd_batch)
             self._embd_batch = None
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 
@@ -203,7 +211,7 @@ class Vocabulary:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
-        if getattr(self, "llm", None) is not None:
+        if self.llm is not None:
             self.llm.close()
             self.llm = None
 
@@ -230,5 +238,47 @@ def quantize(src: Path, dst: Path, kind: str, threads: int | None = None) -> Non
                              f"(is it a complete GGUF model?)")
 
 
-def load(config: ModelConfig) -> LlamaBackend:
+def add_rpc_workers(endpoints: Sequence[str]) -> None:
+    """Register RPC workers as llama.cpp devices (as llama.cpp's own `--rpc` does), after
+    probing each: llama.cpp aborts the process on a worker it cannot reach. Registered devices
+    are offered to every model this process loads next, hence one process per RPC model
+    (engine/isolated.py)."""
+    if not llama_cpp.llama_supports_rpc():
+        raise WorkerError("this llama-cpp-python was built without RPC; run scripts/run (or "
+                          "scripts/test) to install the RPC build")
+    for info in probe_all(endpoints):
+        if info.devices == 0:
+            raise WorkerError(f"RPC worker {info.endpoint} offers no device")
+    ggml = ggml_lib()
+    reg = ggml.ggml_backend_reg_by_name(b"RPC")
+    add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(
+        ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server"))
+    for endpoint in endpoints:
+        if endpoint not in _REGISTERED:
+            ggml.ggml_backend_register(add(endpoint.encode()))
+            _REGISTERED.add(endpoint)
+
+
+_REGISTERED: set[str] = set()
+
+
+def ggml_lib() -> ctypes.CDLL:
+    """The ggml registry functions, looked up through libllama's own handle: dlsym then finds
+    the libggml that libllama is linked to. (llama_cpp._ggml loads the wheel's `libggml.so`, a
+    separate copy of the file: a second registry that libllama never sees.)"""
+    lib = llama_cpp.llama_cpp._lib
+    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_register.restype = None
+    return lib
+
+
+def load(config: ModelConfig) -> LlamaBackend | IsolatedBackend:
+    """The model as a backend; one spread over RPC workers runs in its own process, which a lost
+    worker's abort takes down instead of Tandem (engine/isolated.py)."""
+    if config.rpc:
+        return IsolatedBackend(config, LlamaBackend)
     return LlamaBackend(config)

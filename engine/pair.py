@@ -1,15 +1,13 @@
 """A loaded target (and optional draft) with the generation entry point used by CLI and UI.
 
-Loading checks the files, the pair's tokenizer compatibility and the memory budget before
-llama.cpp touches memory. llama.cpp contexts are not thread-safe, so a lock serialises
-generations: a second caller waits its turn instead of corrupting the KV caches. A heavy draft
-on the CPU is loaded as its derived Q4_0 copy unless `LoadOptions.draft_quant` says "off", and
-with a trimmed output vocabulary when `LoadOptions.draft_vocab` says "trim".
+The pair is built from backends already loaded (loading/pair.py checks the files and loads
+them; tests pass fakes). llama.cpp contexts are not thread-safe, so a lock serialises
+generations: a second caller waits its turn instead of corrupting the KV caches.
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
-when a draft is loaded, "lookup" always, "early-exit" once `enable_early_exit(k)` derived and
-loaded the target's first k layers. The default is hybrid when a draft is loaded (plain decoding
-otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
+when a draft is loaded, "lookup" always, "early-exit" once the loading step added the target's
+first k layers (loading.pair.add_early_exit). The default is hybrid when a draft is loaded
+(plain decoding otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
 slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
 (docs/BENCHMARKS.md). Without an explicit policy a generation uses the adaptive controller,
 calibrated once per drafter on first use.
@@ -17,12 +15,10 @@ calibrated once per drafter on first use.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from engine.backend import Backend, ModelConfig
+from engine.backend import Backend
 from engine.clock import Clock, wall_ms
 from engine.controller import AdaptiveController
 from engine.costs import Calibration, calibrate
@@ -30,13 +26,12 @@ from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
-from engine.drafters.quantized import Quantizer, derive_quantized
-from engine.drafters.quantized import resolve as resolve_quant
 from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
-from engine.limits import check_ctx_trained, check_prompt_fits
-from engine.policy import GammaPolicy, make_policy
+from engine.limits import check_prompt_fits
+from engine.policies import make_policy
+from engine.policy import GammaPolicy
 from engine.session import Session
 from engine.widths import padded_width
 
@@ -56,30 +51,6 @@ Prompt = str | Sequence[dict]
 DEFAULT_DRAFTER = "hybrid"
 
 
-@dataclass(frozen=True)
-class LoadOptions:
-    check_compat: bool = True
-    check_budget: bool = True
-    # Derive and load the early-exit drafter too (it is another llama.cpp model, so opt-in);
-    # `early_exit_layers` None means three quarters of the target's layers.
-    early_exit: bool = False
-    early_exit_layers: int | None = None
-    # The draft as loaded: "auto" requantizes a heavy draft that runs on the CPU to Q4_0
-    # (engine/drafters/quantized.py), "q4_0" always, "off" uses the file as given.
-    draft_quant: str = "auto"
-    # "trim" loads the draft with a trimmed output vocabulary (engine/drafters/vocab_trim.py):
-    # cheaper per token on a CPU, at some acceptance; "full" as given.
-    draft_vocab: str = "full"
-
-
-DRAFT_VOCAB_CHOICES = ("full", "trim")
-
-
-def _default_loader(config: ModelConfig) -> Backend:
-    from engine import llama_backend
-    return llama_backend.load(config)
-
-
 def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[list[int], int]:
     """The calibration's context and widest batch for a context of `n_ctx`: all of both when
     they fit, else half the context (at least one token) and the widths the rest holds. The
@@ -93,25 +64,23 @@ def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[l
 
 class Pair:
     def __init__(self, target: Backend, draft: Backend | None = None, p_min: float = 0.0,
-                 lookup_ngram: int = 3, target_config: ModelConfig | None = None,
-                 loader: Callable[[ModelConfig], Backend] | None = None,
-                 chain_min: float = DEFAULT_CHAIN_MIN, clock: Clock = wall_ms) -> None:
+                 lookup_ngram: int = 3, chain_min: float = DEFAULT_CHAIN_MIN,
+                 clock: Clock = wall_ms, draft_path: str | None = None) -> None:
         if not (0.0 <= p_min < 1.0):
             raise SettingsError(f"draft p-min must be in [0, 1), got {p_min}")
         if not (0.0 <= chain_min < 1.0):
             raise SettingsError(f"draft chain-min must be in [0, 1), got {chain_min}")
         self.target = Session(target)
         self.draft_backend = draft
-        # The draft file as loaded (its derived Q4_0 copy when Pair.load requantized it).
-        self.draft_path: str | None = None
-        self.target_config = target_config
+        # The draft file as loaded (its derived Q4_0 copy when loading requantized it).
+        self.draft_path = draft_path
         self.p_min = p_min
         self.chain_min = chain_min
         self.lock = threading.Lock()
         # Times calibration and generation (a virtual clock in tests, engine/clock.py).
         self.clock = clock
-        self._loader = loader or _default_loader
-        self._extra_backends: list[Backend] = []
+        # Models only one drafter uses (early exit), by drafter name; closed with the pair.
+        self._own_backends: dict[str, Backend] = {}
         self._calibrations: dict[str, Calibration] = {}
         self._drafters: dict[str, Drafter] = {}
         if draft is not None:
@@ -124,85 +93,6 @@ class Pair:
         self._drafters["lookup"] = PromptLookupDrafter(ngram_max=lookup_ngram,
                                                        is_eog=target.is_eog)
 
-    @classmethod
-    def load(cls, target: ModelConfig, draft: ModelConfig | None,
-             options: LoadOptions = LoadOptions(),
-             loader: Callable[[ModelConfig], Backend] = _default_loader, p_min: float = 0.0,
-             lookup_ngram: int = 3, quantizer: Quantizer | None = None,
-             chain_min: float = DEFAULT_CHAIN_MIN) -> "Pair":
-        from models.gguf_info import read_info
-        info = read_info(target.path)
-        check_ctx_trained(target.n_ctx, info.n_ctx_train, Path(target.path).name)
-        if draft is not None:
-            dinfo = read_info(draft.path)
-            check_ctx_trained(draft.n_ctx, dinfo.n_ctx_train, Path(draft.path).name)
-            if options.check_compat:
-                from models.compat import require_compatible
-                require_compatible(target.path, draft.path)
-        if options.draft_vocab not in DRAFT_VOCAB_CHOICES:
-            raise SettingsError(f"unknown draft vocabulary {options.draft_vocab!r}; choose one "
-                                f"of {', '.join(DRAFT_VOCAB_CHOICES)}")
-        if options.check_budget:
-            from models.budget import require_fits
-            require_fits(target, draft)
-        trimmed = None
-        if draft is not None:
-            kind = resolve_quant(options.draft_quant, draft.path, draft.n_gpu_layers)
-            if kind is not None:
-                draft = replace(draft, path=str(derive_quantized(draft.path, kind, quantizer)))
-            if options.draft_vocab == "trim":
-                from engine.drafters.vocab_trim import derive_trimmed
-                trimmed = replace(draft, path=str(derive_trimmed(draft.path)))
-        target_backend = loader(target)
-        try:
-            draft_backend = None
-            if trimmed is not None:
-                from engine.drafters.trimmed import load_trimmed
-                inner = loader(trimmed)
-                try:
-                    draft_backend = load_trimmed(draft.path, trimmed.path, inner)
-                except Exception:
-                    inner.close()
-                    raise
-            elif draft is not None:
-                draft_backend = loader(draft)
-        except Exception:
-            target_backend.close()
-            raise
-        try:
-            pair = cls(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
-                       target_config=target, loader=loader, chain_min=chain_min)
-            pair.draft_path = (trimmed or draft).path if draft is not None else None
-            if options.early_exit or options.early_exit_layers is not None:
-                pair.enable_early_exit(options.early_exit_layers)
-        except Exception:
-            target_backend.close()
-            if draft_backend is not None:
-                draft_backend.close()
-            raise
-        return pair
-
-    def enable_early_exit(self, layers: int | None = None) -> None:
-        """Derive (or reuse) the target's first-`layers` GGUF (default: three quarters of its
-        layers) and add it as drafter "early-exit"."""
-        from engine.drafters.early_exit import default_layers, derive_early_exit, early_exit_drafter
-        if self.target_config is None:
-            raise SettingsError("early exit needs a target loaded from a file (Pair.load)")
-        if layers is None:
-            from models.gguf_info import read_info
-            layers = default_layers(read_info(self.target_config.path).n_layer)
-        path = derive_early_exit(self.target_config.path, layers)
-        backend = self._loader(replace(self.target_config, path=str(path)))
-        with self.lock:
-            old = self._drafters.get("early-exit")
-            if old is not None:
-                self._extra_backends.remove(old.session.backend)
-                old.session.backend.close()
-            self._extra_backends.append(backend)
-            self._drafters["early-exit"] = early_exit_drafter(backend, p_min=self.p_min,
-                                                               chain_min=self.chain_min)
-            self._calibrations.pop("early-exit", None)
-
     @property
     def drafters(self) -> list[str]:
         return ["none", *self._drafters]
@@ -211,9 +101,17 @@ class Pair:
     def default_drafter(self) -> str:
         return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else "none"
 
-    def add_drafter(self, name: str, drafter: Drafter) -> None:
-        self._drafters[name] = drafter
-        self._calibrations.pop(name, None)
+    def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
+        """Offer `drafter` as `name`, replacing any drafter of that name. `backend` is a model
+        only this drafter uses: the pair closes it with itself, or when the name is replaced."""
+        with self.lock:
+            old = self._own_backends.pop(name, None)
+            if old is not None:
+                old.close()
+            if backend is not None:
+                self._own_backends[name] = backend
+            self._drafters[name] = drafter
+            self._calibrations.pop(name, None)
 
     def drafter(self, name: str) -> Drafter | None:
         if name == "none":
@@ -242,7 +140,8 @@ class Pair:
     def n_ctx(self) -> int:
         """The context every loaded model can hold (the smallest of theirs)."""
         sizes = [self.target.backend.n_ctx]
-        sizes += [b.n_ctx for b in (self.draft_backend, *self._extra_backends) if b is not None]
+        sizes += [b.n_ctx for b in (self.draft_backend, *self._own_backends.values())
+                  if b is not None]
         return min(sizes)
 
     def prompt_tokens(self, prompt: Prompt, raw: bool = False) -> list[int]:
@@ -260,8 +159,7 @@ class Pair:
             return cached
         chosen = self.drafter(drafter)
         model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
-        session = getattr(model, "session", None)
-        session = session if isinstance(session, Session) else None
+        session = model.session
         context, widths = calibration_plan(self.tokens_for(CALIBRATION_TEXT, raw=True),
                                            max_gamma + 1, self.n_ctx)
         if cached is not None and len(cached.verify_ms) >= widths:
@@ -274,7 +172,7 @@ class Pair:
         copy = (chosen.lookup.name if isinstance(chosen, HybridDrafter)
                 else chosen.name if isinstance(chosen, PromptLookupDrafter) else None)
         result = calibrate(self.target, session, widths - 1, context,
-                           model_source=getattr(model, "name", None), clock=self.clock,
+                           model_source=model.name, clock=self.clock,
                            copy_source=copy)
         self._calibrations[drafter] = result
         return result
@@ -322,8 +220,8 @@ class Pair:
 
     def close(self) -> None:
         self.target.backend.close()
-        for backend in self._extra_backends:
+        for backend in self._own_backends.values():
             backend.close()
-        self._extra_backends.clear()
+        self._own_backends.clear()
         if self.draft_backend is not None:
             self.draft_backend.close()

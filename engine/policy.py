@@ -2,7 +2,8 @@
 reports the round back through `update(round)`. `FixedGamma` is the plain policy,
 `HeuristicGamma` the transformers-style one, `NeverDraft` the control that keeps every round of
 the speculative path plain (what that path costs by itself, and the noise floor any policy is
-measured against); the adaptive controller is in `engine.controller`.
+measured against); the adaptive controller is in `engine.controller`, and `engine.policies` makes
+either by name.
 """
 from __future__ import annotations
 
@@ -10,9 +11,6 @@ from typing import Sequence
 
 from engine.errors import SettingsError
 from engine.stats import ControllerReport, RoundStats
-
-POLICIES = ("adaptive", "fixed", "heuristic", "plain")
-
 
 class GammaPolicy:
     """Base class: `next_gamma` and `update` are required; the rest are hooks with defaults."""
@@ -102,22 +100,3 @@ class HeuristicGamma(GammaPolicy):
             self.gamma = min(self.gamma + 2, self.max_gamma)
         else:
             self.gamma = max(self.gamma - 1, 1)
-
-
-def make_policy(name: str, gamma: int, opening: int | None = None, **calibration) -> GammaPolicy:
-    """A policy by name. `gamma` is the fixed gamma, the heuristic's start, or the adaptive
-    controller's maximum; `opening` its plain opening tokens (None: the default);
-    `calibration` (Calibration.as_kwargs()) feeds the adaptive one, which without it is
-    calibrated by `Pair.generate` before its first round."""
-    if name == "fixed":
-        return FixedGamma(gamma)
-    if name == "heuristic":
-        return HeuristicGamma(gamma)
-    if name == "plain":
-        return NeverDraft()
-    if name == "adaptive":
-        from engine.controller import AdaptiveController
-        if opening is not None:
-            calibration["opening_plain"] = opening
-        return AdaptiveController(max_gamma=gamma, **calibration)
-    raise SettingsError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

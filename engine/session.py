@@ -55,7 +55,7 @@ class Session:
 
     def _decode(self, batch: list[int], rows: list[int]) -> F32:
         """Decode `batch` after the cached tokens in pieces of at most the backend's n_batch."""
-        step = int(getattr(self.backend, "n_batch", 0) or len(batch))
+        step = self.backend.n_batch or len(batch)
         if len(batch) <= step:
             return self.backend.decode(batch, self.n_past, rows)
         out: F32 | None = None

@@ -132,8 +132,10 @@ class GenerationStats:
                 self.accepted_at[i] += 1
 
     def as_dict(self) -> dict:
-        d = asdict(self)
-        for name in ("tokens_per_s", "acceptance_rate", "accepted_per_target_call",
-                     "tokens_per_target_call", "target_calls_per_token", "acceptance_by_position"):
-            d[name] = getattr(self, name)
-        return d
+        # The fields, and the figures derived from them.
+        return asdict(self) | {
+            "tokens_per_s": self.tokens_per_s, "acceptance_rate": self.acceptance_rate,
+            "accepted_per_target_call": self.accepted_per_target_call,
+            "tokens_per_target_call": self.tokens_per_target_call,
+            "target_calls_per_token": self.target_calls_per_token,
+            "acceptance_by_position": self.acceptance_by_position}

@@ -10,12 +10,18 @@ tests/test_models_budget.py):
 - compute buffer: the largest of the logits phase (n_vocab x n_ubatch f32) and the attention phase
   (one f32 n_kv x n_ubatch score matrix per head plus the mask), plus a few activation rows.
 - output buffer: n_vocab f32 logits for one sequence (the engine does not keep all logits).
+- RPC workers (`--rpc`): llama.cpp gives each worker a run of layers in proportion to the free
+  memory it reports (the output matrix counts as one more layer and goes last); each worker then
+  holds its layers' weights and KV cache plus an attention-sized compute buffer (the last one a
+  logits-sized one). Token embeddings, the logits and the draft stay on this machine. The
+  workers are counted as one device towards the verdict, then each is checked on its own.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, Sequence
 
 from engine.errors import DoesNotFitError, SettingsError
 from models import machine as machine_mod
@@ -151,6 +157,7 @@ class BudgetReport:
     verdict: str  # "fits", "fits with offload", "does not fit"
     split: tuple[int, int] | None = None  # suggested (gpu_layers, draft_gpu_layers)
     suggestions: list[str] = field(default_factory=list)
+    workers: list["WorkerShare"] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -184,22 +191,24 @@ class BudgetReport:
         def mib(b: int) -> str:
             return f"{b / MIB:9.1f}"
 
+        dev = "workers" if self.workers else "GPU"  # a target on RPC workers: theirs
         rows = [f"{'':18}{'target':>10}{'draft':>10}   (MiB, n_ctx {self.n_ctx}, KV {self.kv_type})"]
         t, d = self.target, self.draft
         for label, a, b in (("weights (CPU)", t.weights_cpu, d.weights_cpu),
                             ("repacked (CPU)", t.repack_cpu, d.repack_cpu),
                             ("KV cache (CPU)", t.kv_cpu, d.kv_cpu), ("compute (CPU)", t.compute_cpu, d.compute_cpu),
-                            ("logits (CPU)", t.output_cpu, d.output_cpu), ("weights (GPU)", t.weights_gpu, d.weights_gpu),
-                            ("KV cache (GPU)", t.kv_gpu, d.kv_gpu), ("compute (GPU)", t.compute_gpu, d.compute_gpu)):
+                            ("logits (CPU)", t.output_cpu, d.output_cpu), (f"weights ({dev})", t.weights_gpu, d.weights_gpu),
+                            (f"KV cache ({dev})", t.kv_gpu, d.kv_gpu), (f"compute ({dev})", t.compute_gpu, d.compute_gpu)):
             if a or b:
                 rows.append(f"{label:18}{mib(a)} {mib(b)}")
         rows.append(f"{'total RAM':18}{mib(t.cpu)} {mib(d.cpu)}  = {self.ram_needed / GIB:.2f} GiB")
         if self.gpu_needed:
-            rows.append(f"{'total GPU':18}{mib(t.gpu)} {mib(d.gpu)}  = {self.gpu_needed / GIB:.2f} GiB")
+            rows.append(f"{'total ' + dev:18}{mib(t.gpu)} {mib(d.gpu)}  = {self.gpu_needed / GIB:.2f} GiB")
         rows.append(f"machine: {self.machine.describe()}")
         rows.append(f"verdict: {self.verdict}" + (f" (--gpu-layers {self.split[0]} --draft-gpu-layers {self.split[1]})"
                                                   if self.split else ""))
         rows += [f"suggestion: {s}" for s in self.suggestions]
+        rows += [w.describe() for w in self.workers]
         return "\n".join(rows)
 
 
@@ -305,28 +314,126 @@ def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int
     return out
 
 
-def require_fits(target: ModelLike | object, draft: ModelLike | object | None = None, **kw) -> BudgetReport:
-    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair does not fit.
+class WorkerMemory(Protocol):
+    """What the budget needs of an RPC worker (engine.rpc.WorkerInfo, from its probe)."""
+    endpoint: str
+    free: int
+    total: int
 
-    Besides paths, headers and layouts, it takes the engine's ModelConfig objects (anything with
-    `path`, `n_ctx`, `n_gpu_layers`, `n_batch`), whose settings then apply unless given in `kw`.
-    """
-    if _is_config(target):
-        kw.setdefault("n_ctx", target.n_ctx)  # type: ignore[attr-defined]
-        kw.setdefault("gpu_layers", getattr(target, "n_gpu_layers", 0))
-        kw.setdefault("n_ubatch", getattr(target, "n_batch", 512))
-        target = target.path  # type: ignore[attr-defined]
-    if _is_config(draft):
-        kw.setdefault("draft_n_ctx", draft.n_ctx)  # type: ignore[union-attr]
-        kw.setdefault("draft_gpu_layers", getattr(draft, "n_gpu_layers", 0))
-        draft = draft.path  # type: ignore[union-attr]
-    report = estimate_pair(target, draft, **kw)  # type: ignore[arg-type]
+
+@dataclass(frozen=True)
+class WorkerShare:
+    """What one RPC worker holds of the target: layers [first, last) (index n_layer is the
+    output matrix) and their bytes."""
+    endpoint: str
+    free: int
+    first: int
+    last: int
+    n_layer: int
+    weights: int
+    kv: int
+    compute: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.free * GPU_SHARE
+
+    def describe(self) -> str:
+        blocks = min(self.last, self.n_layer) - self.first
+        what = (f"layers {self.first}-{min(self.last, self.n_layer) - 1}" if blocks > 0 else "no layers")
+        what += " + output" if self.last > self.n_layer else ""
+        return (f"worker {self.endpoint}: {what}: weights {self.weights / MIB:.1f}, KV "
+                f"{self.kv / MIB:.1f}, compute {self.compute / MIB:.1f} = {self.total / MIB:.1f} "
+                f"MiB of {self.free / MIB:.0f} MiB free")
+
+
+def worker_split(target: ModelLike, workers: Sequence[WorkerMemory], *, n_ctx: int = 4096,
+                 kv_type: str = "f16", gpu_layers: int = -1, n_ubatch: int = 512) -> list[WorkerShare]:
+    """llama.cpp's layer split over RPC workers (llama-model.cpp load_tensors): layer il of
+    n_layer + 1 goes to the first worker whose cumulative share of the free memory exceeds
+    il / (n_layer + 1); `gpu_layers` < 0 offloads them all, else the last `gpu_layers`."""
+    lt = _layout(target)
+    n = lt.n_layer
+    if not workers:
+        return []
+    offload = n + 1 if gpu_layers < 0 else min(gpu_layers, n + 1)
+    start = n + 1 - offload
+    total_free = sum(w.free for w in workers) or len(workers)
+    cum, acc = [], 0.0
+    for w in workers:
+        acc += (w.free or total_free / len(workers)) / total_free
+        cum.append(acc)
+    owner: list[int | None] = [None] * (n + 1)
+    for il in range(start, n + 1):
+        frac = (il - start) / offload
+        owner[il] = next((i for i, c in enumerate(cum) if c > frac), len(workers) - 1)
+    kv_all = estimate_model(lt, role="target", n_ctx=n_ctx, kv_type=kv_type, gpu_layers=n,
+                            n_ubatch=n_ubatch)
+    per_layer_kv = kv_all.kv_gpu / max(n, 1)
+    f32 = 4
+    ub = min(n_ubatch, n_ctx)
+    n_kv = -(-n_ctx // KV_PAD) * KV_PAD
+    rows = lt.n_embd * ub * f32
+    attention = (lt.n_head + 1) * n_kv * ub * f32 + 6 * rows
+    logits = lt.n_vocab * ub * f32 + 3 * rows
+    out = []
+    for i, w in enumerate(workers):
+        mine = [il for il in range(n + 1) if owner[il] == i]
+        blocks = [il for il in mine if il < n]
+        weights = sum(lt.layer_bytes[il] for il in blocks) + (lt.output_bytes if n in mine else 0)
+        compute = max(attention if blocks else 0, logits if n in mine else 0)
+        out.append(WorkerShare(w.endpoint, w.free, mine[0] if mine else 0,
+                               mine[-1] + 1 if mine else 0, n, weights,
+                               int(per_layer_kv * len(blocks)), compute))
+    return out
+
+
+def estimate_rpc(target: ModelLike, draft: ModelLike | None, workers: Sequence[WorkerMemory], *,
+                 n_ctx: int = 4096, kv_type: str = "f16", gpu_layers: int = -1,
+                 n_ubatch: int = 512, draft_n_ctx: int | None = None,
+                 machine: machine_mod.Machine | None = None) -> BudgetReport:
+    """estimate_pair for a target spread over RPC workers: this machine keeps the target's
+    embeddings, logits and the draft; each worker's share is checked against its free memory."""
+    m = machine or machine_mod.detect()
+    lt = _layout(target)
+    offload = lt.n_layer + 1 if gpu_layers < 0 else gpu_layers
+    pooled = machine_mod.Machine(m.ram_total, m.ram_available, gpu_name=f"{len(workers)} RPC workers",
+                                 gpu_free=sum(w.free for w in workers),
+                                 gpu_total=sum(w.total for w in workers), cpu_repacks=m.cpu_repacks)
+    report = estimate_pair(lt, draft, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=offload,
+                           n_ubatch=n_ubatch, draft_n_ctx=draft_n_ctx, machine=pooled)
+    report.machine = m
+    if report.verdict == "fits with offload":
+        # Fewer layers on the workers would mean a local share this report does not price.
+        report.verdict = "does not fit"
+    report.split, report.suggestions = None, [s for s in report.suggestions if "offload" not in s]
+    report.workers = worker_split(lt, workers, n_ctx=n_ctx, kv_type=kv_type,
+                                  gpu_layers=gpu_layers, n_ubatch=n_ubatch)
+    short = [w for w in report.workers if not w.fits]
+    if short:
+        report.verdict = "does not fit"
+        report.suggestions.insert(0, f"more or larger workers: {short[0].describe()}")
+    return report
+
+
+def require_fits(target: ModelLike, draft: ModelLike | None = None,
+                 workers: Sequence[WorkerMemory] = (), **kw) -> BudgetReport:
+    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair
+    does not fit. The loading step passes a load's hardware settings in `kw`
+    (loading/pair.py `budget_settings`), and the probed RPC workers of a target spread over
+    them in `workers` (estimate_rpc)."""
+    if workers:
+        kw.pop("draft_gpu_layers", None)
+        kw["gpu_layers"] = kw.get("gpu_layers") or -1
+        report = estimate_rpc(target, draft, workers, **kw)
+    else:
+        report = estimate_pair(target, draft, **kw)
     if not report.ok:
         err = DoesNotFitError(report.one_line())
         err.report = report  # type: ignore[attr-defined]  # the UI shows the full table
         raise err
     return report
-
-
-def _is_config(obj: object) -> bool:
-    return obj is not None and not isinstance(obj, (GGUFInfo, Layout, str, Path)) and hasattr(obj, "path")

@@ -7,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from engine.errors import SettingsError
+from models import embedded
 from models.store import store_dir
 
 CATALOG_FILE = Path(__file__).with_name("catalog.json")
@@ -56,7 +57,6 @@ class PairEntry:
     def local_paths(self) -> tuple[Path, Path]:
         """Where the pair's two files live (or will live) in the store."""
         if self.offline:
-            from models import embedded
             return embedded.TARGET.path, embedded.DRAFT.path
         d = store_dir()
         return d / self.target_file.filename, d / self.draft_file.filename

@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Sequence
+
+from tqdm import tqdm
 
 from engine.errors import HubError, ModelFileError
-from models import budget, catalog, compat, hub, registry
+from models import budget, catalog, compat, embedded, hub, registry
 from models.store import store_dir
 
 GIB = 1 << 30
@@ -58,8 +61,6 @@ class _Bar:
         self.bar = None
 
     def __call__(self, done: int, total: int) -> None:
-        from tqdm import tqdm
-
         if self.bar is None:
             self.bar = tqdm(total=total, initial=done, unit="B", unit_scale=True, desc=self.name, file=sys.stderr)
         self.bar.update(done - self.bar.n)
@@ -91,7 +92,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
     spec: str = args.spec
     pair = next((p for p in catalog.load_catalog() if p.id == spec), None)
     if pair is not None and pair.offline:
-        from models import embedded
         t, d = embedded.ensure()
         print(f"{pair.id}: target {t}\n{pair.id}: draft  {d}")
         return 0
@@ -137,13 +137,19 @@ def resolve_model(spec: str, role: str) -> Path:
     raise ModelFileError(f"{spec} is not a local file nor in the store; run `tandem pull {repo}:{filename or 'FILE'}` first")
 
 
-def cmd_budget(args: argparse.Namespace) -> int:
+def cmd_budget(args: argparse.Namespace, workers: Sequence[budget.WorkerMemory] = ()) -> int:
+    """The budget table; with probed RPC `workers` (`tandem budget --rpc`, added by the app),
+    the target spread over them."""
     target = resolve_model(args.target, "target")
     is_pair = any(p.id == args.target for p in catalog.load_catalog())
     draft_spec = args.draft or (args.target if is_pair else None)
     draft = resolve_model(draft_spec, "draft") if draft_spec else None
-    report = budget.estimate_pair(target, draft, n_ctx=args.ctx, kv_type=args.kv_type, gpu_layers=args.gpu_layers,
-                                  draft_gpu_layers=args.draft_gpu_layers)
+    if workers:
+        report = budget.estimate_rpc(target, draft, workers, n_ctx=args.ctx, kv_type=args.kv_type,
+                                     gpu_layers=args.gpu_layers or -1)
+    else:
+        report = budget.estimate_pair(target, draft, n_ctx=args.ctx, kv_type=args.kv_type,
+                                      gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers)
     print(report.text())
     return 0 if report.ok else 1
 

@@ -13,9 +13,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.atomic import write_atomically
 from engine.errors import HubError, ModelFileError
-from models.store import sha256_of, store_dir, tandem_home
+from models.store import sha256_of, store_dir, tandem_home, write_atomically
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import HfApi, RepoFile, constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError,
                                     RevisionNotFoundError)
 from huggingface_hub.file_download import http_get
@@ -29,6 +29,7 @@ from engine.errors import HubError
 from models.registry import read_stamp, write_stamp
 from models.store import sha256_of, store_dir
 
+# An optional dependency's fallback, at the top of the module like any import.
 try:
     import httpx2 as _http
 except ImportError:  # huggingface_hub < 1.x used httpx
@@ -112,7 +113,7 @@ def list_gguf_files(repo_id: str, revision: str | None = None, *, endpoint_url: 
     _probe(ep, f"listing {repo_id}")
     with _hub_errors(f"listing {repo_id}", ep):
         tree = HfApi(endpoint=ep).list_repo_tree(repo_id, revision=revision, recursive=True)
-        return [_remote(repo_id, f) for f in tree if getattr(f, "size", None) is not None and f.path.endswith(".gguf")]
+        return [_remote(repo_id, f) for f in tree if isinstance(f, RepoFile) and f.path.endswith(".gguf")]
 
 
 def remote_file(repo_id: str, filename: str, revision: str | None = None, *,
@@ -120,7 +121,7 @@ def remote_file(repo_id: str, filename: str, revision: str | None = None, *,
     ep = endpoint(endpoint_url)
     with _hub_errors(f"{repo_id}/{filename}", ep):
         infos = HfApi(endpoint=ep).get_paths_info(repo_id, [filename], revision=revision)
-    files = [f for f in infos if getattr(f, "size", None) is not None]
+    files = [f for f in infos if isinstance(f, RepoFile)]
     if not files:
         raise HubError(f"{repo_id}/{filename}: file not found on {ep}")
     return _remote(repo_id, files[0])

@@ -26,12 +26,19 @@ def worker() -> None:
     from engine.backend import ModelConfig
     from engine.events import DoneEvent
     from engine.generator import GenerationConfig
-    from engine.pair import LoadOptions, Pair
     from engine.sampling import SamplingParams
     from models import embedded
+    # Imported here, from the tree on PYTHONPATH; a tree from before the loading layer loads
+    # with Pair.load.
+    try:
+        from loading.options import LoadOptions
+        from loading.pair import load_pair
+    except ImportError:
+        from engine.pair import LoadOptions, Pair
+        load_pair = Pair.load
 
     target, draft = embedded.ensure()
-    pair = Pair.load(ModelConfig(str(target), n_ctx=4096, n_threads=2),
+    pair = load_pair(ModelConfig(str(target), n_ctx=4096, n_threads=2),
                      ModelConfig(str(draft), n_ctx=4096, n_threads=2), LoadOptions())
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

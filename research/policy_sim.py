@@ -9,7 +9,7 @@ the adaptive controller's choices and the drafter's chain stop (docs/design/cont
   redraft TRACE.json OUT.json
       Keep a trace's target side and measure the draft's columns and costs again (with
       `--draft-vocab trim`, the draft with a trimmed output vocabulary: scripts/benchmarks'
-      what-if for engine/drafters/vocab_trim.py).
+      what-if for loading/derived/vocab_trim.py).
   replay TRACE.json
       Replay the engine's own generation over the trace: a target and a draft that answer as
       the trace recorded (`TraceFake`), whose decodes cost the recorded timings on a virtual
@@ -67,13 +67,13 @@ def _timed(backend, prefix: list[int], filler: list[int], widths, all_rows: bool
 def _draft_backend(draft: Path, vocab: str):
     """The draft as the engine loads it by default (its Q4_0 copy), its vocabulary trimmed when
     `vocab` is "trim"."""
-    from engine.drafters.quantized import derive_quantized
+    from loading.derived.quantized import derive_quantized
     from engine.llama_backend import LlamaBackend
     source = derive_quantized(draft, "q4_0")
     if vocab == "full":
         return LlamaBackend(ModelConfig(path=str(source), n_ctx=4096, n_threads=2))
-    from engine.drafters.trimmed import load_trimmed
-    from engine.drafters.vocab_trim import derive_trimmed
+    from loading.derived.embeddings import load_trimmed
+    from loading.derived.vocab_trim import derive_trimmed
     trimmed = derive_trimmed(source)
     inner = LlamaBackend(ModelConfig(path=str(trimmed), n_ctx=4096, n_threads=2))
     return load_trimmed(source, trimmed, inner)

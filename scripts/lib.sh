@@ -16,10 +16,11 @@ log() { printf '[tandem] %s\n' "$*" >&2; }
 llama_cmake_args() {
   local os; os="$(uname -s)"
   if [ "$os" = "Darwin" ]; then
-    if [ "$(uname -m)" = "arm64" ]; then echo "-DGGML_METAL=ON"; else echo "-DGGML_METAL=OFF -DGGML_NATIVE=OFF"; fi
+    if [ "$(uname -m)" = "arm64" ]; then echo "-DGGML_METAL=ON -DGGML_RPC=ON"; else echo "-DGGML_METAL=OFF -DGGML_NATIVE=OFF -DGGML_RPC=ON"; fi
     return
   fi
-  local args="-DGGML_NATIVE=OFF"
+  # GGML_RPC: the target can be spread over `tandem worker` machines (ggml-rpc).
+  local args="-DGGML_NATIVE=OFF -DGGML_RPC=ON"
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     args="$args -DGGML_CUDA=ON"
   fi
@@ -48,24 +49,52 @@ ensure_venv() {
 }
 
 # The wheel is cached outside the clone, keyed by version and build flags, so CI and fresh
-# clones install it in seconds instead of compiling for seven minutes.
+# clones install it in seconds instead of compiling for seven minutes. An installed build
+# without the RPC backend (an older cache key) is replaced.
 ensure_llama_cpp() {
-  if "$PY" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_VERSION')" 2>/dev/null; then
-    return
-  fi
   local cmake_args key dir
   cmake_args="$(llama_cmake_args)"
   key="$(printf '%s %s %s' "$LLAMA_CPP_VERSION" "$cmake_args" "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)"
   dir="$TANDEM_HOME/wheels/llama-cpp-$key"
-  if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    log "building llama-cpp-python $LLAMA_CPP_VERSION (several minutes) with: $cmake_args"
-    mkdir -p "$dir.tmp"
-    CMAKE_ARGS="$cmake_args" FORCE_CMAKE=1 "$PY" -m pip wheel --no-deps --no-binary llama-cpp-python \
-      "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$dir.tmp"
-    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  if ! "$PY" -c "import llama_cpp, pathlib, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_VERSION' or not any((pathlib.Path(llama_cpp.__file__).parent / 'lib').glob('*ggml-rpc*')))" 2>/dev/null; then
+    if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+      log "building llama-cpp-python $LLAMA_CPP_VERSION (several minutes) with: $cmake_args"
+      rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+      "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$dir.tmp"
+      CMAKE_ARGS="$cmake_args" FORCE_CMAKE=1 "$PY" -m pip wheel --no-deps "$dir.tmp"/llama_cpp_python-*.tar.gz -w "$dir.tmp"
+      rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    fi
+    "$PY" -m pip install -q --no-deps --force-reinstall "$dir"/llama_cpp_python-*.whl
+    "$PY" -m pip install -q "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3" numpy
   fi
-  "$PY" -m pip install -q --no-deps "$dir"/llama_cpp_python-*.whl
-  "$PY" -m pip install -q "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3" numpy
+  ensure_rpc_server "$dir"
+}
+
+# rpc-server (the `tandem worker` process) from the same llama.cpp sources as the wheel, so the
+# RPC protocol matches: one source file compiled against the wheel's own ggml libraries, copied
+# beside it (seconds, instead of a second build of ggml).
+ensure_rpc_server() {
+  local dir="$1" out="$1/rpc-server" src lib
+  [ -x "$out/rpc-server" ] && return
+  src="$(ls "$dir"/llama_cpp_python-*.tar.gz 2>/dev/null | head -1 || true)"
+  if [ -z "$src" ]; then
+    src="$dir/llama_cpp_python-$LLAMA_CPP_VERSION.tar.gz"
+    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$dir"
+  fi
+  log "building rpc-server for tandem worker"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp/src"
+  tar -xzf "$src" -C "$out.tmp/src" --strip-components=1 --wildcards \
+    '*/vendor/llama.cpp/tools/rpc/rpc-server.cpp' '*/vendor/llama.cpp/ggml/include/*'
+  lib="$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')"
+  cp -P "$lib"/*ggml* "$out.tmp/"
+  local rpath='$ORIGIN'
+  [ "$(uname -s)" = "Darwin" ] && rpath='@loader_path'
+  "${CXX:-c++}" -std=c++17 -O2 -o "$out.tmp/rpc-server" \
+    "$out.tmp/src/vendor/llama.cpp/tools/rpc/rpc-server.cpp" \
+    -I"$out.tmp/src/vendor/llama.cpp/ggml/include" -L"$out.tmp" -lggml -lggml-base \
+    -Wl,-rpath,"$rpath" -lpthread
+  rm -rf "$out.tmp/src" "$out"; mv "$out.tmp" "$out"
+  rm -f "$dir"/llama_cpp_python-*.tar.gz  # the wheel and rpc-server are all that is kept
 }
 
 ensure_project() {

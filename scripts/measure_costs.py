@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backend import ModelConfig  # noqa: E402
 from engine.benchmark.suite import load_suite  # noqa: E402
-from engine.drafters.quantized import derive_quantized  # noqa: E402
+from loading.derived.quantized import derive_quantized  # noqa: E402
 from engine.llama_backend import LlamaBackend  # noqa: E402
 from engine.pair import Pair  # noqa: E402
 from engine.sampling import top_probability  # noqa: E402
@@ -106,8 +106,8 @@ def decode(models: list[tuple[str, Callable[[], object]]]) -> None:
 
 
 def _trimmed(source: Path):
-    from engine.drafters.trimmed import load_trimmed
-    from engine.drafters.vocab_trim import derive_trimmed
+    from loading.derived.embeddings import load_trimmed
+    from loading.derived.vocab_trim import derive_trimmed
     path = derive_trimmed(source)
     return load_trimmed(source, path, load(path))
 

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.backend import ModelConfig  # noqa: E402
 from engine.benchmark.runner import _one, cold_start  # noqa: E402
 from engine.benchmark.suite import load_suite  # noqa: E402
-from engine.pair import LoadOptions, Pair  # noqa: E402
+from loading.options import LoadOptions  # noqa: E402
+from loading.pair import load_pair  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from models.embedded import ensure  # noqa: E402
 
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     per_cat = int(argv[0]) if argv else 3
     max_tokens = int(argv[1]) if len(argv) > 1 else 64
     target, _ = ensure()
-    pair = Pair.load(ModelConfig(str(target), n_ctx=4096, n_threads=2), None,
+    pair = load_pair(ModelConfig(str(target), n_ctx=4096, n_threads=2), None,
                      LoadOptions(check_budget=False))
     greedy = SamplingParams(temperature=0.0)
     prompts = load_suite().select(None, per_cat).prompts

@@ -12,8 +12,9 @@ from app.ui.chat import plain_text, respond, to_messages
 from app.ui.state import ERROR, READY, NotReadyError, PairHolder, StopFlags
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
-from engine.pair import LoadOptions, Pair
+from engine.pair import Pair
 from engine.stats import GenerationStats
+from loading.options import LoadOptions
 from tests import tinygguf
 from tests.fakes import FakeBackend
 

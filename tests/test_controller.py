@@ -13,7 +13,8 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, make_policy
+from engine.policies import make_policy
+from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
@@ -469,19 +470,19 @@ def test_cli_speculation_options():
     from app.settings import drafter_name, generation_config, model_configs
     args = parse()
     assert (drafter_name(args), args.policy, generation_config(args).gamma) == ("hybrid", "adaptive", 8)
-    assert model_configs(args)[1] is not None
+    assert model_configs(args, args.drafter)[1] is not None
     args = parse("--drafter", "lookup", "--policy", "fixed", "--lookup-ngram", "4")
     assert generation_config(args).gamma == 4 and args.lookup_ngram == 4
-    assert model_configs(args)[1] is None
+    assert model_configs(args, args.drafter)[1] is None
     args = parse("--drafter", "early-exit", "--draft-p-min", "0.2", "--early-exit-layers", "9")
     assert args.early_exit_layers == 9 and args.draft_p_min == 0.2
     from app.settings import draft_stops
     assert draft_stops(args) == {"p_min": 0.2, "chain_min": 0.5}
     assert draft_stops(parse("--draft-chain-min", "0"))["chain_min"] == 0.0
-    assert model_configs(args)[1] is None
+    assert model_configs(args, args.drafter)[1] is None
     assert drafter_name(parse("--draft", "none")) == "none"
     with pytest.raises(SettingsError, match="needs a draft model"):
-        model_configs(parse("--draft", "none", "--drafter", "hybrid"))
+        model_configs(parse("--draft", "none", "--drafter", "hybrid"), "hybrid")
 
 
 def test_the_plain_opening_is_a_setting():

@@ -8,20 +8,25 @@ import gguf
 import numpy as np
 import pytest
 
+from engine.backend import ModelConfig
 from engine.drafters.base import Drafter, Proposal
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.drafters.derived import file_sha256
-from engine.drafters.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
-                                        derive_early_exit, early_exit_drafter)
+from engine.drafters.early_exit import early_exit_drafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.pair import Pair
-from engine.policy import make_policy
+from engine.policies import make_policy
 from engine.sampling import Rng, SamplingParams, probabilities
 from engine.session import Session
+from loading.derived.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
+                                        derive_early_exit)
+from loading.derived.files import file_sha256
+from loading.options import LoadOptions
+from loading.pair import add_early_exit, load_pair
+from models.gguf_info import read_info
 from tests import tinygguf
 from tests.fakes import FakeBackend
 
@@ -179,8 +184,6 @@ def test_pair_generates_the_baseline_text_with_every_drafter_and_policy(name, po
 def test_pair_offers_lookup_without_a_draft_model_and_hybrid_only_with_one():
     assert Pair(FakeBackend()).drafters == ["none", "lookup"]
     assert set(Pair(FakeBackend(), FakeBackend()).drafters) == {"none", "draft", "hybrid", "lookup"}
-    with pytest.raises(SettingsError, match="early exit needs a target loaded from a file"):
-        Pair(FakeBackend()).enable_early_exit(2)
 
 
 def test_the_default_drafter_is_hybrid_with_a_draft_model_and_plain_without():
@@ -264,17 +267,19 @@ def test_early_exit_layer_count_must_leave_the_target_smaller(store, tmp_path):
     assert not list((store / "derived").glob("*.gguf"))
 
 
-def test_pair_load_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_path):
-    from engine.backend import ModelConfig
-    from engine.pair import LoadOptions
+def test_load_pair_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_path):
     target = tinygguf.write(tmp_path / "tiny.gguf", n_layer=4)
-    loaded = []
+    loaded, closed = [], []
+
+    class Closing(FakeBackend):
+        def close(self) -> None:
+            closed.append(self)
 
     def loader(cfg):
         loaded.append(cfg.path)
-        return FakeBackend(order=1, n_vocab=16)
+        return Closing(order=1, n_vocab=16)
 
-    pair = Pair.load(ModelConfig(str(target)), None,
+    pair = load_pair(ModelConfig(str(target)), None,
                      LoadOptions(check_compat=False, check_budget=False, early_exit=True), loader=loader)
     assert default_layers(4) == 3 and block_count(loaded[1]) == 3
     assert loaded[1] == str(derive_early_exit(target, 3))
@@ -283,16 +288,19 @@ def test_pair_load_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_
     ref = [ev for ev in pair.generate(TEXT, config, drafter="none", raw=True)][-1]
     done = [ev for ev in pair.generate(TEXT, config, drafter="early-exit", raw=True)][-1]
     assert done.tokens == ref.tokens and done.stats.drafter == "early-exit"
-    pair.enable_early_exit(2)
-    assert block_count(loaded[2]) == 2
+    first = pair.drafter("early-exit").session.backend
+    add_early_exit(pair, ModelConfig(str(target)), 2, loader=loader)
+    # The new early-exit model replaces the old one, which is closed; the pair closes the rest.
+    assert block_count(loaded[2]) == 2 and closed == [first]
+    second = pair.drafter("early-exit").session.backend
+    assert second is not first and pair.n_ctx == second.n_ctx
     pair.close()
+    assert len(closed) == 3 and second in closed
 
 
 @pytest.mark.real
 def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedded_paths):
-    from engine.backend import ModelConfig
     from engine.llama_backend import load
-    from models.gguf_info import read_info
 
     layers = default_layers(read_info(embedded_paths[0]).n_layer)
     path = derive_early_exit(embedded_paths[0], layers)

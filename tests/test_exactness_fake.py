@@ -18,7 +18,7 @@ from engine.exactness.biased import CalibratedBias, biased_verify
 from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
 from engine.exactness.draws import draw
 from engine.exactness.greedy import first_divergence
-from engine.policy import make_policy
+from engine.policies import make_policy
 from engine.sampling import Rng
 from engine.session import Session
 from tests.exact_law import TableFake

@@ -17,14 +17,17 @@ from unittest import mock
 import pytest
 
 from app.cli import main as cli_main
+from engine import llama_backend
 from engine.backend import ModelConfig
-from engine.drafters.derived import file_sha256
-from engine.drafters.quantized import derive_quantized
 from engine.errors import HubError, ModelFileError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.pair import LoadOptions, Pair
+from engine.pair import Pair
 from engine.sampling import SamplingParams
+from loading.derived.files import file_sha256
+from loading.derived.quantized import derive_quantized
+from loading.options import LoadOptions
+from loading.pair import load_pair
 from models import embedded
 from tests import tinygguf
 from tests.fakes import FakeBackend
@@ -79,7 +82,7 @@ def test_a_full_store_through_the_command_line_is_one_error_line(tmp_path, store
     source = tinygguf.write(tmp_path / "m.gguf", tokens=tinygguf.vocab(64))
     err = io.StringIO()
     full = failing_quantizer(OSError(errno.ENOSPC, "No space left on device"))
-    with mock.patch("engine.drafters.quantized._llama_quantize", full), \
+    with mock.patch.object(llama_backend, "quantize", full), \
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = cli_main(["generate", "--prompt", "hi", "--target", str(source), "--draft",
                        str(source), "--draft-quant", "q4_0"])
@@ -217,24 +220,19 @@ def test_ctrl_c_during_generation_leaves_the_pair_usable(drafter, at):
 def test_ctrl_c_during_generation_through_the_command_line_exits_130(tmp_path):
     source = tinygguf.write(tmp_path / "m.gguf", tokens=tinygguf.vocab(64))
     err = io.StringIO()
-    load = Pair.load.__func__
-
-    def interrupted_load(cls, *args, **kwargs):
-        return load(cls, *args, **{**kwargs, "loader": lambda c: InterruptedBackend(3, eog=59)})
-
-    with mock.patch.object(Pair, "load", classmethod(interrupted_load)), \
+    with mock.patch.object(llama_backend, "load", lambda c: InterruptedBackend(3, eog=59)), \
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = cli_main(["generate", "--prompt", "hi", "--target", str(source), "--draft", "none",
                        "--max-tokens", "20"])
     assert rc == 130 and "interrupted" in err.getvalue() and "Traceback" not in err.getvalue()
 
 
-def test_pair_load_in_a_full_store_is_a_clear_error(tmp_path, store):
+def test_load_pair_in_a_full_store_is_a_clear_error(tmp_path, store):
     source = tinygguf.write(tmp_path / "m.gguf", tokens=tinygguf.vocab(64))
     config = ModelConfig(str(source), n_ctx=64)
     full = failing_quantizer(OSError(errno.ENOSPC, "No space left on device"))
     with pytest.raises(ModelFileError, match="No space left"):
-        Pair.load(config, config, LoadOptions(draft_quant="q4_0"), loader=lambda c: FakeBackend(),
+        load_pair(config, config, LoadOptions(draft_quant="q4_0"), loader=lambda c: FakeBackend(),
                   quantizer=full)
     assert leftovers(store) == []
 
@@ -257,12 +255,7 @@ def test_output_closed_by_its_reader_is_one_error_line(tmp_path):
     # `tandem generate ... | head -1`: head exits and the next write fails.
     source = tinygguf.write(tmp_path / "m.gguf", tokens=tinygguf.vocab(64))
     err = io.StringIO()
-    load = Pair.load.__func__
-
-    def fake_load(cls, *args, **kwargs):
-        return load(cls, *args, **{**kwargs, "loader": lambda c: FakeBackend(eog=59)})
-
-    with mock.patch.object(Pair, "load", classmethod(fake_load)), \
+    with mock.patch.object(llama_backend, "load", lambda c: FakeBackend(eog=59)), \
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(ClosedPipe()):
         rc = cli_main(["generate", "--prompt", "hi", "--target", str(source), "--draft", "none",
                        "--max-tokens", "5"])

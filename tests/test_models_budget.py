@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
+from engine.backend import ModelConfig
 from engine.errors import DoesNotFitError, SettingsError
+from loading.pair import budget_settings
 from models.budget import Layout, estimate_model, estimate_pair, require_fits
 from models.gguf_info import read_info
 from models.machine import Machine, detect
@@ -115,15 +117,14 @@ def test_estimate_within_10_percent_of_llama_cpp(n_ctx):
             assert abs(e / MIB - g) <= 0.10 * g + 0.01, f"{k}: estimated {e / MIB:.2f} MiB, llama.cpp {g:.2f} MiB"
 
 
-def test_require_fits_takes_engine_model_configs(pair):
-    from engine.backend import ModelConfig
-
+def test_the_budget_takes_the_settings_of_the_loads_model_configs(pair):
     t, d = pair
     big = Machine(64 * GIB, 60 * GIB)
-    r = require_fits(ModelConfig(path=str(t), n_ctx=1024, n_batch=256), ModelConfig(path=str(d), n_ctx=512), machine=big)
+    r = require_fits(t, d, machine=big, **budget_settings(
+        ModelConfig(path=str(t), n_ctx=1024, n_batch=256), ModelConfig(path=str(d), n_ctx=512)))
     assert r.n_ctx == 1024
     assert r.draft.kv_cpu == estimate_model(Layout.from_info(read_info(d)), role="draft", n_ctx=512).kv_cpu
-    alone = require_fits(ModelConfig(path=str(t), n_ctx=1024), None, machine=big)
+    alone = require_fits(t, None, machine=big, **budget_settings(ModelConfig(path=str(t), n_ctx=1024), None))
     assert alone.draft.cpu == 0
     # n_batch 256 halves the activation rows llama.cpp reserves compared with the default 512
     assert alone.target.compute_cpu > r.target.compute_cpu and alone.target.kv_cpu == r.target.kv_cpu

@@ -1,5 +1,5 @@
 """The requantized draft: when `auto` derives it, llama.cpp's quantizer on tiny files, reuse and
-rebuild by SHA-256, bad input, and Pair.load handing the derived file to the loader."""
+rebuild by SHA-256, bad input, and load_pair handing the derived file to the loader."""
 from __future__ import annotations
 
 import os
@@ -8,13 +8,14 @@ import gguf
 import pytest
 
 from engine.backend import ModelConfig
-from engine.drafters.derived import file_sha256
-from engine.drafters.quantized import bits_per_weight, derive_quantized, resolve
 from engine.errors import ModelFileError, SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.pair import LoadOptions, Pair
 from engine.sampling import Rng, SamplingParams
+from loading.derived.files import file_sha256
+from loading.derived.quantized import bits_per_weight, derive_quantized, resolve
+from loading.options import LoadOptions
+from loading.pair import load_pair
 from tests import tinygguf
 from tests.fakes import FakeBackend
 
@@ -98,7 +99,7 @@ def test_pair_load_gives_the_loader_the_derived_draft_unless_off(tmp_path, store
             loaded.append(cfg.path)
             return FakeBackend(order=1, n_vocab=16)
 
-        pair = Pair.load(ModelConfig(str(target)), ModelConfig(str(draft)),
+        pair = load_pair(ModelConfig(str(target)), ModelConfig(str(draft)),
                          LoadOptions(check_budget=False, draft_quant=choice), loader=loader)
         assert loaded == [str(target), str(expect)] and pair.draft_path == str(expect)
         done = [ev for ev in pair.generate("abcab", GenerationConfig(

@@ -20,11 +20,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app.cli import main as cli_main
+from engine import llama_backend
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policy import POLICIES
+from engine.policies import POLICIES
 from engine.sampling import SamplingParams
 from tests import tinygguf
 from tests.fakes import FakeBackend
@@ -182,16 +183,6 @@ def fake_loader(config):
                        noise=0.0 if "target" in config.path else 1.0)
 
 
-_load = Pair.load.__func__
-
-
-@classmethod
-def load_with_fakes(cls, *args, **kwargs):
-    """Pair.load as the CLI calls it (file, compatibility and budget checks on the tiny GGUFs),
-    with fake models in place of llama.cpp's."""
-    return _load(cls, *args, **{**kwargs, "loader": fake_loader})
-
-
 CLI_VALID = {
     "--ctx": st.one_of(st.sampled_from([16, 32, 64]), st.integers(60, 600)),
     "--batch": st.one_of(st.sampled_from([1, 2, 512]), st.integers(1, 80)),
@@ -240,7 +231,9 @@ def test_cli_settings_and_inputs_end_in_an_answer_or_one_error_line(gguf_pair, a
             "--draft", "none" if draft_none else draft, "--draft-quant", "off",
             *args]
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(Pair, "load", load_with_fakes), \
+    # The CLI's load as it is (file, compatibility and budget checks on the tiny GGUFs), with
+    # fake models in place of llama.cpp's.
+    with mock.patch.object(llama_backend, "load", fake_loader), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = cli_main(argv)

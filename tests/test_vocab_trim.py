@@ -8,13 +8,19 @@ import gguf
 import numpy as np
 import pytest
 
+from app.cli import build_parser
+from app.settings import load_options
+from engine.backend import ModelConfig
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.drafters.trimmed import EmbeddingTable, TrimmedBackend
-from engine.drafters.vocab_trim import (SOURCE_KEY, corpus_files, derive_trimmed,
-                                        has_letter, kept_ids, select_tokens, write_trimmed)
+from engine.drafters.trimmed import TrimmedBackend
 from engine.errors import ModelFileError, SettingsError
 from engine.exactness.check import ExactnessPlan, run_exactness
 from engine.session import Session
+from loading.derived.embeddings import EmbeddingTable
+from loading.derived.vocab_trim import (SOURCE_KEY, corpus_files, derive_trimmed, has_letter,
+                                        kept_ids, round_up, select_tokens, write_trimmed)
+from loading.options import LoadOptions
+from loading.pair import load_pair
 from tests import tinygguf
 from tests.fakes import FakeBackend
 
@@ -207,20 +213,16 @@ def test_drafting_with_a_trimmed_head_stays_exact():
 
 
 def test_an_unknown_draft_vocabulary_is_refused_before_loading(tmp_path):
-    from engine.backend import ModelConfig
-    from engine.pair import LoadOptions, Pair
     target = tinygguf.write(tmp_path / "target.gguf")
     loaded = []
     with pytest.raises(SettingsError, match="draft vocabulary"):
-        Pair.load(ModelConfig(str(target)), ModelConfig(str(target)),
+        load_pair(ModelConfig(str(target)), ModelConfig(str(target)),
                   LoadOptions(check_budget=False, check_compat=False, draft_vocab="half"),
                   loader=lambda cfg: loaded.append(cfg) or FakeBackend())
     assert loaded == []
 
 
 def test_the_cli_option_reaches_the_load_options():
-    from app.cli import build_parser
-    from app.settings import load_options
     base = ["generate", "--prompt", "x", "--target", "t.gguf", "--draft", "d.gguf"]
     assert load_options(build_parser().parse_args(base)).draft_vocab == "full"
     args = build_parser().parse_args(base + ["--draft-vocab", "trim"])
@@ -230,7 +232,6 @@ def test_the_cli_option_reaches_the_load_options():
 
 
 def test_the_kept_rows_are_rounded_up_to_whole_kernel_tiles():
-    from engine.drafters.vocab_trim import round_up
     ids = np.array([0, 5, 9], dtype=np.int32)
     assert round_up(ids, 100, multiple=8).tolist() == [0, 1, 2, 3, 4, 5, 6, 9]
     assert round_up(ids, 5, multiple=8).tolist() == [0, 1, 2, 3, 4, 5, 9]

@@ -6,15 +6,17 @@ import numpy as np
 import pytest
 
 from engine.backend import ModelConfig
-from engine.drafters.quantized import derive_quantized
-from engine.drafters.trimmed import TrimmedBackend, load_trimmed
-from engine.drafters.vocab_trim import derive_trimmed, kept_ids
+from engine.drafters.trimmed import TrimmedBackend
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.llama_backend import load
-from engine.pair import LoadOptions, Pair
 from engine.policy import FixedGamma
 from engine.sampling import SamplingParams
+from loading.derived.embeddings import load_trimmed
+from loading.derived.quantized import derive_quantized
+from loading.derived.vocab_trim import derive_trimmed, kept_ids
+from loading.options import LoadOptions
+from loading.pair import load_pair
 
 pytestmark = pytest.mark.real
 
@@ -54,7 +56,7 @@ def test_trimmed_logits_equal_the_full_drafts_at_every_kept_token(embedded_paths
 
 def test_a_pair_loads_and_drafts_with_the_trimmed_draft(embedded_paths):
     target, draft = embedded_paths
-    pair = Pair.load(ModelConfig(str(target), n_ctx=512, n_threads=2),
+    pair = load_pair(ModelConfig(str(target), n_ctx=512, n_threads=2),
                      ModelConfig(str(draft), n_ctx=512, n_threads=2),
                      LoadOptions(check_budget=False, draft_vocab="trim"))
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import fields
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -26,8 +26,8 @@ def write_csv(path: Path, records: Sequence[RunRecord]) -> Path:
         w.writerow(names)
         for r in records:
             row = []
-            for n in names:
-                v = getattr(r, n)
+            # A record's fields are numbers, text and lists of numbers, so astuple copies them.
+            for v in astuple(r):
                 if isinstance(v, list):
                     v = " ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in v)
                 elif isinstance(v, float):

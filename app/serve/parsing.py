@@ -17,7 +17,7 @@ from app.serve.fields import boolean, integer, number, refuse_unknown
 from app.settings import DEFAULT_GAMMA
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
-from engine.policy import POLICIES
+from engine.policies import POLICIES
 from engine.sampling import SamplingParams
 
 COMMON_FIELDS = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",

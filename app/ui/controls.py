@@ -1,7 +1,7 @@
 """The generation settings shared by the chat and side-by-side tabs, and their conversion into
 the engine's GenerationConfig, drafter name and gamma policy.
 
-Drafters come from the loaded pair; gamma policies from `engine.policy.POLICIES`.
+Drafters come from the loaded pair; gamma policies from `engine.policies.POLICIES`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import gradio as gr
 
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
-from engine.policy import POLICIES, GammaPolicy, make_policy
+from engine.policies import POLICIES, make_policy
+from engine.policy import GammaPolicy
 from engine.sampling import SamplingParams
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Callable
 
 from app.serve.queue import GenerationQueue
-from engine.backend import Backend, ModelConfig
+from engine.backend import ModelConfig
 from engine.errors import TandemError
-from engine.pair import LoadOptions, Pair
+from engine.pair import Pair
+from loading.options import LoadOptions
+from loading.pair import Loader, load_pair
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
-
-Loader = Callable[[ModelConfig], Backend]
 
 
 class NotReadyError(TandemError):
@@ -49,19 +49,15 @@ class LoadStatus:
         return time.monotonic() - self.started if self.started else 0.0
 
 
-def _default_loader(config: ModelConfig) -> Backend:
-    from engine import llama_backend
-    return llama_backend.load(config)
-
-
 class PairHolder:
     """Holds at most one loaded Pair; every UI callback asks it for the pair. `queue` orders
     the generations of the page and, with `tandem ui --api`, of the API too."""
 
-    def __init__(self, pair: Pair | None = None, loader: Loader = _default_loader,
+    def __init__(self, pair: Pair | None = None, loader: Loader | None = None,
                  queue: GenerationQueue | None = None) -> None:
         self.queue = queue or GenerationQueue()
         self._pair = pair
+        # None: llama.cpp's (loading/pair.py); tests pass fakes.
         self._loader = loader
         self._mutex = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -100,15 +96,14 @@ class PairHolder:
                                  started=time.monotonic(), target=names[0], draft=names[1])
         messages = iter(steps[1:])
 
-        def staged(config: ModelConfig) -> Backend:
-            # The pair keeps this loader for later models (early exit); those are not load steps.
+        def staged(config: ModelConfig) -> None:
+            # Later models (early exit) are not load steps of their own.
             step = next(messages, None)
             if step is not None and self.status.state == LOADING:
                 self._advance(step)
-            return self._loader(config)
 
         try:
-            pair = Pair.load(target, draft, options, loader=staged)
+            pair = load_pair(target, draft, options, loader=self._loader, progress=staged)
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
             if self._pair is not None:

@@ -21,7 +21,7 @@ from app.ui.state import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
 from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
-from engine.pair import Pair
+from loading import pair as loading
 from models import budget, catalog, compat, hub, machine
 from models.store import store_dir
 
@@ -205,7 +205,7 @@ def measure_ceiling(target_repo: str, target_file: str, draft_repo: str, draft_f
         return "<p><b>Not on disk yet</b>: download the pair first (step 4), then measure.</p>"
     ctx = int(n_ctx)
     try:
-        pair = Pair.load(ModelConfig(str(tpath), n_ctx=ctx), ModelConfig(str(dpath), n_ctx=ctx) if dpath else None)
+        pair = loading.load_pair(ModelConfig(str(tpath), n_ctx=ctx), ModelConfig(str(dpath), n_ctx=ctx) if dpath else None)
         try:
             c = measure(pair)
         finally:

@@ -24,7 +24,7 @@ from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policy import POLICIES
+from engine.policies import POLICIES
 from engine.sampling import SamplingParams
 
 

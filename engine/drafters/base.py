@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.sampling import F64, Rng, SamplingParams
+from engine.session import Session
 
 I32 = npt.NDArray[np.int32]
 
@@ -50,6 +51,8 @@ class Drafter:
     """Base class. Subclasses implement `propose`; the hooks default to doing nothing."""
 
     name: str = "drafter"
+    # The model session a drafter decodes with, if any: calibration times its decodes.
+    session: Session | None = None
 
     def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:

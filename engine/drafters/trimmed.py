@@ -1,4 +1,5 @@
-"""The backend of a draft with a trimmed vocabulary (engine/drafters/vocab_trim.py).
+"""The backend of a draft with a trimmed vocabulary (derived by loading/derived/vocab_trim.py,
+loaded by loading/derived/embeddings.py).
 
 It looks like any backend with the source's full vocabulary: inputs are embedded from the
 source's own `token_embd` table (so tokens the trimmed head dropped can still be read), and the
@@ -7,37 +8,25 @@ sampling transforms turn into q = 0. Tokenizer questions go to the source's voca
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol, Sequence
 
-import gguf
 import numpy as np
 
 from engine.backend import F32
 from engine.errors import ModelFileError
 
 
-class EmbeddingTable:
-    """Rows of a GGUF's `token_embd.weight`, dequantized on demand from the mapped file."""
+class Embeddings(Protocol):
+    """The source's input embedding table (loading/derived/embeddings.py reads it from the GGUF)."""
+    n_vocab: int
 
-    def __init__(self, path: str | Path) -> None:
-        reader = gguf.GGUFReader(str(path))
-        found = [t for t in reader.tensors if t.name == "token_embd.weight"]
-        if not found:
-            raise ModelFileError(f"{Path(path).name} has no token_embd.weight")
-        self._tensor = found[0]
-        self.n_vocab = int(self._tensor.shape[1])
-        self.n_embd = int(self._tensor.shape[0])
-
-    def rows(self, tokens: Sequence[int]) -> F32:
-        data = self._tensor.data[np.asarray(tokens, dtype=np.int64)]
-        out = gguf.quants.dequantize(data, self._tensor.tensor_type)
-        return np.asarray(out, dtype=np.float32).reshape(len(tokens), self.n_embd)
+    def rows(self, tokens: Sequence[int]) -> F32: ...
 
 
 class EmbeddingBackend(Protocol):
     n_vocab: int
     n_ctx: int
+    n_batch: int
     name: str
 
     def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32: ...
@@ -60,7 +49,7 @@ class Tokenizer(Protocol):
 
 
 class TrimmedBackend:
-    def __init__(self, inner: EmbeddingBackend, ids: np.ndarray, table: EmbeddingTable,
+    def __init__(self, inner: EmbeddingBackend, ids: np.ndarray, table: Embeddings,
                  vocab: Tokenizer) -> None:
         if len(ids) != inner.n_vocab:
             raise ModelFileError(f"{inner.name}: {len(ids)} kept ids for a head of "
@@ -71,6 +60,7 @@ class TrimmedBackend:
         self.vocab = vocab
         self.n_vocab: int = table.n_vocab
         self.n_ctx: int = inner.n_ctx
+        self.n_batch: int = inner.n_batch
         self.name = inner.name
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -97,13 +87,3 @@ class TrimmedBackend:
     def close(self) -> None:
         self.inner.close()
         self.vocab.close()
-
-
-def load_trimmed(source: str | Path, trimmed: str | Path, inner: EmbeddingBackend,
-                 vocab: Tokenizer | None = None) -> TrimmedBackend:
-    """Wrap `inner` (the loaded trimmed file) with `source`'s embeddings and tokenizer."""
-    from engine.drafters.vocab_trim import kept_ids
-    if vocab is None:
-        from engine.llama_backend import Vocabulary
-        vocab = Vocabulary(source)
-    return TrimmedBackend(inner, kept_ids(trimmed), EmbeddingTable(source), vocab)

@@ -16,7 +16,7 @@ Kept, by rules that read only the draft's own tokenizer (never the benchmark's p
 The derived file keeps every key and tensor of the source except the vocabulary arrays and the
 rows of `token_embd` and `output` (sliced in their stored quantization), and records the kept
 ids (`tandem.vocab_trim.ids`). Inputs still need every token: the draft is fed embeddings read
-from the source's table (engine/drafters/trimmed.py).
+from the source's table (loading/derived/embeddings.py, engine/drafters/trimmed.py).
 """
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-from engine.drafters.derived import derived_dir, publish, source_sha256
-from engine.drafters.gguf_copy import DROP, open_gguf, write_copy
+from engine import llama_backend
 from engine.errors import ModelFileError, SettingsError
+from loading.derived.files import derive
+from loading.derived.gguf_copy import DROP, open_gguf, write_copy
 
 I32 = npt.NDArray[np.int32]
 
@@ -112,13 +113,12 @@ def kept_ids(path: str | Path) -> I32:
     return np.asarray(field.contents(), dtype=np.int32)
 
 
-def derived_path(source: Path, rank_keep: int, sha: str) -> Path:
-    return derived_dir() / f"{Path(source).stem}.vocab-{rank_keep}.{sha[:16]}.gguf"
+def tag(rank_keep: int) -> str:
+    return f"vocab-{rank_keep}"
 
 
 def _llama_selection(source: Path, rank_keep: int) -> I32:
-    from engine.llama_backend import Vocabulary
-    vocab = Vocabulary(source)
+    vocab = llama_backend.Vocabulary(source)
     try:
         corpus = (t for f in corpus_files() for t in vocab.tokenize(f.read_bytes()))
         return select_tokens(vocab.n_vocab, vocab.piece, vocab.is_control, corpus, rank_keep)
@@ -129,21 +129,20 @@ def _llama_selection(source: Path, rank_keep: int) -> I32:
 def derive_trimmed(source: str | Path, rank_keep: int = DEFAULT_RANK_KEEP,
                    selection: Callable[[Path, int], I32] | None = None) -> Path:
     """Path of `source` with a trimmed vocabulary, building it unless a current one exists."""
-    source, sha = source_sha256(source)
-    out = derived_path(source, rank_keep, sha)
-    if out.is_file():
-        return out
-    reader = open_gguf(source)
-    names = {t.name for t in reader.tensors}
-    if "token_embd.weight" not in names:
-        raise ModelFileError(f"{source.name} has no token_embd.weight to trim")
-    ids = (selection or _llama_selection)(source, rank_keep)
-    types = _token_types(reader)
-    if types is not None:
-        # Whatever the selection said, the tokenizer's own special tokens stay.
-        kinds = [int(k) for k in (gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL,
-                                  gguf.TokenType.USER_DEFINED, gguf.TokenType.BYTE)]
-        ids = np.union1d(ids, np.flatnonzero(np.isin(types, kinds))).astype(np.int32)
-    ids = round_up(ids, len(types) if types is not None else int(ids.max()) + 1)
-    return publish(out, f"{source.stem}.vocab-{rank_keep}.*.gguf",
-                   lambda tmp: write_trimmed(reader, tmp, ids, sha))
+
+    def prepare(source: Path, sha: str) -> Callable[[Path], None]:
+        reader = open_gguf(source)
+        names = {t.name for t in reader.tensors}
+        if "token_embd.weight" not in names:
+            raise ModelFileError(f"{source.name} has no token_embd.weight to trim")
+        ids = (selection or _llama_selection)(source, rank_keep)
+        types = _token_types(reader)
+        if types is not None:
+            # Whatever the selection said, the tokenizer's own special tokens stay.
+            kinds = [int(k) for k in (gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL,
+                                      gguf.TokenType.USER_DEFINED, gguf.TokenType.BYTE)]
+            ids = np.union1d(ids, np.flatnonzero(np.isin(types, kinds))).astype(np.int32)
+        ids = round_up(ids, len(types) if types is not None else int(ids.max()) + 1)
+        return lambda tmp: write_trimmed(reader, tmp, ids, sha)
+
+    return derive(source, tag(rank_keep), prepare)

@@ -8,15 +8,18 @@ over 18 suite prompts (scripts/measure_costs.py decode / agree). Exactness does 
 the draft, only speed does.
 
 The derived file lives in the store under `derived/`, named with the source's SHA-256, so a
-changed draft gets a new file (the stale one is removed) and an unchanged one is reused.
+changed draft gets a new file (the stale one is removed) and an unchanged one is reused
+(loading/derived/files.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-from engine.drafters.derived import derived_dir, publish, source_sha256
+from engine import llama_backend
 from engine.errors import ModelFileError, SettingsError
+from loading.derived.files import derive
+from models.gguf_info import read_info
 
 # --draft-quant values: "auto" requantizes a heavy draft that runs on the CPU; "off" never.
 CHOICES = ("auto", "q4_0", "off")
@@ -29,7 +32,6 @@ Quantizer = Callable[[Path, Path, str], None]
 
 def bits_per_weight(path: str | Path) -> float:
     """Stored bits per weight over the file's matrices (what a decode reads and multiplies)."""
-    from models.gguf_info import read_info
     mats = [t for t in read_info(path).tensors if len(t.shape) >= 2]
     weights = sum(int(t.shape[0]) * int(t.shape[1]) for t in mats)
     if not weights:
@@ -51,20 +53,8 @@ def resolve(choice: str, path: str | Path, gpu_layers: int) -> str | None:
     return choice
 
 
-def derived_path(source: Path, kind: str, sha: str) -> Path:
-    return derived_dir() / f"{Path(source).stem}.{kind}.{sha[:16]}.gguf"
-
-
-def _llama_quantize(src: Path, dst: Path, kind: str) -> None:
-    from engine.llama_backend import quantize
-    quantize(src, dst, kind)
-
-
 def derive_quantized(source: str | Path, kind: str, quantizer: Quantizer | None = None) -> Path:
     """Path of `source` requantized to `kind`, building it unless a current one exists."""
-    source, sha = source_sha256(source)
-    out = derived_path(source, kind, sha)
-    if out.is_file():
-        return out
-    return publish(out, f"{source.stem}.{kind}.*.gguf",
-                   lambda tmp: (quantizer or _llama_quantize)(source, tmp, kind))
+    # Looked up at the call, so a test can stand in for llama.cpp's quantizer.
+    quantize = quantizer or llama_backend.quantize
+    return derive(source, kind, lambda src, sha: lambda tmp: quantize(src, tmp, kind))

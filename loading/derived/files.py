@@ -1,0 +1,87 @@
+"""Model files Tandem derives from the user's GGUFs (requantized, early-exit and
+vocabulary-trimmed drafts): the one rule for where they live in the store, the SHA-256 that ties
+each one to the file it came from, and how one is built and put in place.
+
+A derived file is named `<source stem>.<tag>.<first 16 hex of the source's SHA-256>.gguf` in
+the store's `derived/` folder, where the tag says what was derived ("q4_0", "early-exit-21",
+"vocab-49152"). It appears only by atomic rename, so one that exists is complete and current:
+`derive` returns it without reading the source again. A changed source gets a new name, and
+building it removes the stale builds of the same tag.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import ModelFileError, store_write_error
+from models.store import sha256_of, store_dir, writable_dir, write_atomically
+
+# prepare(source, sha) checks the source and returns the function that writes the derived file
+# to a given path; it runs only when no current file exists.
+Prepare = Callable[[Path, str], Callable[[Path], None]]
+
+
+def derived_dir() -> Path:
+    return writable_dir(store_dir() / "derived")
+
+
+def derived_path(source: str | Path, tag: str, sha: str) -> Path:
+    """Where the file derived from `source` (of SHA-256 `sha`) under `tag` lives."""
+    return derived_dir() / f"{Path(source).stem}.{tag}.{sha[:16]}.gguf"
+
+
+def source_sha256(source: str | Path) -> tuple[Path, str]:
+    """The model file a derived file is built from, and its SHA-256; a clear error if missing."""
+    source = Path(source)
+    if not source.is_file():
+        raise ModelFileError(f"model file not found: {source}")
+    return source, file_sha256(source)
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a model file, remembered in a sidecar while the file is the same one: same
+    size, mtime, inode and ctime. A file replaced by another (renamed over it, or copied with its
+    mtime kept) gets a new inode or ctime, so it is hashed again (issue 21)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    sidecar = derived_dir() / "sha256-cache.json"
+    try:
+        cache: dict = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+             "ctime_ns": st.st_ctime_ns}
+    entry = cache.get(str(path))
+    if entry and all(entry.get(k) == v for k, v in stamp.items()):
+        return str(entry["sha256"])
+    digest = sha256_of(path)
+    cache[str(path)] = {**stamp, "sha256": digest}
+    tmp = sidecar.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(sidecar)
+    except OSError:
+        # The sidecar only saves a re-read: a full or read-only store must not stop a load.
+        tmp.unlink(missing_ok=True)
+    return digest
+
+
+def derive(source: str | Path, tag: str, prepare: Prepare) -> Path:
+    """The file derived from `source` under `tag`: the current one when it exists, else
+    `prepare(source, sha)`'s writer builds it (older builds of the tag are removed first). The
+    write goes to a temporary file renamed into place, so nothing is left on failure, nor on
+    Ctrl-C (the next run builds it again). A full or read-only store is a ModelFileError."""
+    source, sha = source_sha256(source)
+    out = derived_path(source, tag, sha)
+    # Current (the name carries the hash); re-reading a large source would cost seconds.
+    if out.is_file():
+        return out
+    write = prepare(source, sha)
+    try:
+        for old in derived_dir().glob(f"{source.stem}.{tag}.*.gguf"):
+            old.unlink()
+    except OSError as exc:
+        raise store_write_error(out.name, out.parent, exc) from None
+    return write_atomically(out, write)

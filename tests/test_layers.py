@@ -1,0 +1,125 @@
+"""The layers point one way: app -> loading -> {models, engine}, and models -> engine.errors.
+
+- `engine` (the decoding core) imports nothing of models, loading or app;
+- `models` (catalog, store, hub, GGUF headers, budget) imports nothing of loading or app, and of
+  the engine only `engine.errors`, the errors every layer raises;
+- `loading` (checks, derived drafts, loading a pair) imports nothing of app.
+Each layer is imported whole, every module of it, in a fresh interpreter, and what it pulled in
+is checked. Sources are scanned too: only engine/llama_backend.py imports llama_cpp, and the
+engine, models and loading import at the top of their files, where a cycle fails at once.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Layer -> the packages it must not pull in, and the only engine modules it may pull in (None:
+# any).
+RULES = {
+    "engine": (("models", "loading", "app"), None),
+    "models": (("loading", "app"), {"engine", "engine.errors"}),
+    "loading": (("app",), None),
+}
+
+_IMPORT_ALL = textwrap.dedent("""
+    import importlib, json, pkgutil, sys
+    pkg = importlib.import_module(sys.argv[1])
+    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        importlib.import_module(m.name)
+    print(json.dumps(sorted(sys.modules)))
+""")
+
+
+def imported_by(package: str, root: Path = ROOT) -> set[str]:
+    """Every module loaded once all of `package`'s modules are imported in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", _IMPORT_ALL, package], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def violations(package: str, forbidden: tuple[str, ...], engine_allowed: set[str] | None,
+               root: Path = ROOT) -> list[str]:
+    loaded = imported_by(package, root)
+    bad = sorted(m for m in loaded if m.split(".")[0] in forbidden)
+    if engine_allowed is not None:
+        bad += sorted(m for m in loaded if m.split(".")[0] == "engine" and m not in engine_allowed)
+    return bad
+
+
+@pytest.mark.parametrize("layer", sorted(RULES))
+def test_each_layer_imports_only_the_layers_below_it(layer):
+    forbidden, engine_allowed = RULES[layer]
+    assert violations(layer, forbidden, engine_allowed) == []
+
+
+def test_the_check_sees_a_layer_that_imports_one_above_it(tmp_path):
+    # The checker itself can fail: a low package importing a high one, two modules deep.
+    (tmp_path / "low" / "sub").mkdir(parents=True)
+    (tmp_path / "high").mkdir()
+    (tmp_path / "low" / "__init__.py").write_text("")
+    (tmp_path / "low" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "low" / "sub" / "deep.py").write_text("import high.top\n")
+    (tmp_path / "high" / "__init__.py").write_text("")
+    (tmp_path / "high" / "top.py").write_text("")
+    assert violations("low", ("high",), None, tmp_path) == ["high", "high.top"]
+    assert violations("high", ("low",), None, tmp_path) == []
+
+
+def sources(*folders: str) -> list[Path]:
+    return sorted(p for f in folders for p in (ROOT / f).rglob("*.py"))
+
+
+def imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(module, line, at module level) for every import in `path`; a module-level `try` or `if`
+    (an optional dependency's fallback) still counts as module level."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top: set[int] = set()
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        top.add(id(node))
+        if isinstance(node, ast.If):
+            stack += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            stack += node.body + node.orelse + node.finalbody + [s for h in node.handlers
+                                                                 for s in h.body]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, node.lineno, id(node) in top))
+    return found
+
+
+def test_only_the_llama_backend_imports_llama_cpp():
+    # The product and its tools; tests may measure llama.cpp itself.
+    users = {str(p.relative_to(ROOT)) for p in sources("engine", "models", "loading", "app",
+                                                        "scripts", "research")
+             for module, _, _ in imports(p) if module.split(".")[0] == "llama_cpp"}
+    assert users == {"engine/llama_backend.py"}
+
+
+def test_engine_models_and_loading_import_at_the_top_of_their_files():
+    inside = [f"{p.relative_to(ROOT)}:{line} {module}"
+              for p in sources("engine", "models", "loading")
+              for module, line, at_top in imports(p) if not at_top]
+    assert inside == []
+
+
+def test_the_scan_sees_an_import_inside_a_function(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("try:\n    import json\nexcept ImportError:\n    json = None\n\n"
+                 "def g():\n    import llama_cpp\n")
+    assert imports(f) == [("json", 2, True), ("llama_cpp", 7, False)]
