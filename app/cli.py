@@ -7,6 +7,7 @@ import os
 import sys
 
 from app.bench_cli import register as register_bench
+from app.calibrate_cli import register as register_calibrate
 from app.pairing_use import apply, expected_acceptance, lookup, running_name, stale_line
 from app.serve_cli import register as register_serve
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_serve(sub)
     register_tune(sub)
     register_worker(sub)
+    register_calibrate(sub)
     return parser
 
 

@@ -20,7 +20,8 @@ from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
-from engine.controller import AdaptiveController, Calibration, calibrate
+from engine.controller import AdaptiveController
+from engine.costs import Calibration, calibrate
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
