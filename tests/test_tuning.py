@@ -1,6 +1,8 @@
 """`tandem tune`'s loop and decision on scripted hosts and on a fake pair (no model files)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -177,3 +179,15 @@ def test_pair_host_measures_a_fake_pair_on_a_virtual_clock():
     assert choose(results).candidate.name == "draft"
     assert 0.0 < rows["draft"].draft_cost < 0.5
     assert np.isfinite(rows["lookup"].speedup.median)
+
+
+def test_a_win_within_noise_or_without_drafting_is_not_chosen():
+    host = ScriptedHost({"draft-q8_0": {"code": 1.02, "chat": 1.02},
+                         "lookup": {"code": 1.5, "chat": 1.5}})
+    results = measure(host, _cands("q8_0", "lookup"), PROMPTS, SamplingParams(), budget_s=1e6,
+                      now=host.now)
+    for res in results:
+        if res.candidate.name == "lookup":
+            res.runs = [replace(r, drafted=0, accepted=0) for r in res.runs]
+    # lookup's 1.5x never drafted (it was plain decoding); q8_0's 1.02x is inside the noise.
+    assert choose(results, OVERALL) is None
