@@ -79,6 +79,13 @@ def _model_words(args: argparse.Namespace) -> list[str]:
                         ("--draft-gpu-layers", args.draft_gpu_layers or None)):
         if value is not None:
             words += [flag, str(value)]
+    for flag, paths in (("--lora", args.lora), ("--draft-lora", args.draft_lora)):
+        for path in paths:
+            words += [flag, str(path)]
+    for flag, scale in (("--lora-scale", args.lora_scale),
+                        ("--draft-lora-scale", args.draft_lora_scale)):
+        if scale != 1.0:
+            words += [flag, f"{scale:g}"]
     if args.draft_quant != "auto":
         words += ["--draft-quant", args.draft_quant]
     if args.draft_vocab != "full":

@@ -7,21 +7,33 @@ import os
 import sys
 
 from app.bench_cli import register as register_bench
+from app.calibrate_cli import register as register_calibrate
+from app.pairing_use import apply, expected_acceptance, lookup, running_name, stale_line
 from app.serve_cli import register as register_serve
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
                           drafter_name, generation_config, load_options, model_configs)
+from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
+from engine.staleness import StaleDraftEvent, watch
 from loading.pair import load_pair
 from models.cli import register as register_models
+from models.gguf_info import read_info
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    config = generation_config(args)
     tcfg, dcfg = model_configs(args, args.drafter)
+    use = lookup(tcfg, dcfg)
+    apply(args, use)
+    if use.applied:
+        tcfg, dcfg = model_configs(args, args.drafter)
+    for line in use.messages:
+        print(line, file=sys.stderr)
+    config = generation_config(args)
     drafter = drafter_name(args)
+    expected = expected_acceptance(use, running_name(args, dcfg, read_info(tcfg.path).n_layer))
     pair = load_pair(tcfg, dcfg, load_options(args, [drafter], early_exit_layers=args.early_exit_layers),
                      lookup_ngram=args.lookup_ngram, **draft_stops(args))
     try:
@@ -29,17 +41,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
         pair.prompt_tokens(args.prompt, raw=args.raw)
         policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
         done = None
-        for ev in pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy):
+        stale = None
+        events = pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy)
+        for ev in watch(events, expected if drafter != "none" else None):
             if isinstance(ev, TokenEvent) and not args.json:
                 sys.stdout.write(ev.text)
                 sys.stdout.flush()
+            elif isinstance(ev, StaleDraftEvent):
+                stale = ev
+                if not args.json:
+                    print(f"\n{stale_line(ev)}", file=sys.stderr)
             elif isinstance(ev, DoneEvent):
                 done = ev
     finally:
         pair.close()
     assert done is not None
     if args.json:
-        print(json.dumps({"text": done.text, "stats": done.stats.as_dict()}, indent=2))
+        print(json.dumps({"text": done.text, "stats": done.stats.as_dict(),
+                          "pairing": use.record.key.id if use.applied else None,
+                          "stale": stale_line(stale) if stale else None}, indent=2))
     else:
         s = done.stats
         print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
@@ -59,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", required=True)
     g.add_argument("--raw", action="store_true", help="do not apply the chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
+    g.add_argument("--no-pairing", action="store_true",
+                   help="ignore the pairing record `tandem tune` wrote for these files")
     add_model_args(g)
     add_sampling_args(g)
     add_speculation_args(g)
@@ -68,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_ui(sub)
     register_bench(sub)
     register_serve(sub)
+    register_tune(sub)
     register_worker(sub)
+    register_calibrate(sub)
     return parser
 
 

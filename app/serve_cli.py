@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from app.pairing_use import apply, lookup
 from app.serve.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
@@ -24,7 +25,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     queue = GenerationQueue(checked_max_queue(args.max_queue))
     tcfg, dcfg = model_configs(args)
-    pair = load_pair(tcfg, dcfg, load_options(args), **draft_stops(args))
+    use = lookup(tcfg, dcfg)
+    apply(args, use)
+    if use.applied:
+        tcfg, dcfg = model_configs(args, use.drafter)
+    for line in use.messages:
+        print(line, flush=True)
+    options = (load_options(args, [use.drafter], early_exit_layers=args.early_exit_layers)
+               if use.applied else load_options(args))
+    pair = load_pair(tcfg, dcfg, options, **draft_stops(args))
+    pair.preferred_drafter = use.drafter
     holder = PairHolder(pair, queue=queue)
     try:
         print(f"Tandem API at http://{args.host}:{args.port}/v1  (Ctrl-C to stop)", flush=True)
@@ -54,5 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     add_api_args(p)
     add_model_args(p)
-    add_draft_stop_args(p.add_argument_group("speculation"))
+    g = p.add_argument_group("speculation")
+    add_draft_stop_args(g)
+    g.add_argument("--no-pairing", action="store_true",
+                   help="ignore the pairing record `tandem tune` wrote for these files")
     p.set_defaults(func=cmd_serve)

@@ -40,6 +40,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="target layers on the GPU (-ngl; -1 or more than the model has: all)")
     g.add_argument("--draft-gpu-layers", type=int, default=0,
                    help="draft layers on the GPU (-ngld; -1 or more than the model has: all)")
+    g.add_argument("--lora", action="append", default=[], metavar="PATH",
+                   help="GGUF LoRA adapter applied to the target (repeatable)")
+    g.add_argument("--lora-scale", type=float, default=1.0,
+                   help="scale of the target's LoRA adapters (default 1)")
+    g.add_argument("--draft-lora", action="append", default=[], metavar="PATH",
+                   help="GGUF LoRA adapter applied to the draft (repeatable)")
+    g.add_argument("--draft-lora-scale", type=float, default=1.0,
+                   help="scale of the draft's LoRA adapters (default 1)")
     g.add_argument("--rpc", metavar="HOST:PORT[,...]", default=None,
                    help="spread the target's layers over these RPC workers (`tandem worker` on "
                    "each machine); the draft stays here")
@@ -133,13 +141,21 @@ def model_configs(args: argparse.Namespace,
     target = args.target or str(embedded_target)
     draft_path = draft_arg if draft_arg is not None else str(embedded_draft)
     tcfg = ModelConfig(path=target, n_ctx=args.ctx, n_threads=args.threads,
-                       n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc)
+                       n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
+                       lora=lora_list(args))
     if draft_path == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
     return tcfg, ModelConfig(path=draft_path, n_ctx=args.ctx, n_threads=args.threads,
-                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc)
+                             n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,
+                             lora=lora_list(args, "draft_"))
+
+
+def lora_list(args: argparse.Namespace, prefix: str = "") -> tuple[tuple[str, float], ...]:
+    """The (path, scale) adapters of the target, or of the draft with prefix "draft_"."""
+    scale = getattr(args, f"{prefix}lora_scale", 1.0)
+    return tuple((str(p), float(scale)) for p in getattr(args, f"{prefix}lora", None) or ())
 
 
 def rpc_workers(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -25,6 +25,8 @@ class ModelConfig:
     n_threads: int | None = None
     n_gpu_layers: int = 0
     n_batch: int = 512
+    # GGUF LoRA adapters applied on load, each (path, scale) (loading/adapters.py).
+    lora: tuple[tuple[str, float], ...] = ()
     # RPC workers ("host:port", engine/rpc.py) holding this model's layers; empty: all local.
     rpc: tuple[str, ...] = ()
 

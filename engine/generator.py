@@ -103,7 +103,9 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         if room < 0:
             finish = "length"
             break
-        gamma = min(policy.next_gamma(drafter.source_for(seq)), room) if speculative else 0
+        chosen = (policy.next_gamma(drafter.source_for(seq), drafter.behind(seq))
+                  if speculative else 0)
+        gamma = min(chosen, room)
         t0 = clock()
         proposal: Proposal = (drafter.propose(seq, gamma, params, rng,
                                               partial(_keep, policy, gamma, not params.greedy))
@@ -165,6 +167,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     stats.total_time_ms = t_end - t_start
     stats.decode_time_ms = t_end - t_prefill
     stats.finish_reason = finish
+    if speculative and stats.rounds:
+        stats.controller = policy.report(chosen)
     if not stats.ttft_ms:
         stats.ttft_ms = stats.total_time_ms
     yield DoneEvent(text=stream.text, stats=stats, tokens=tuple(out))

@@ -62,6 +62,29 @@ class LlamaBackend:
         # Allocated on first use: only a draft with a trimmed vocabulary decodes embeddings.
         self._embd_batch = None
         self._piece_cache: dict[int, bytes] = {}
+        self._adapters: list = []
+        if config.lora:
+            self._apply_adapters(config.lora)
+
+    def _apply_adapters(self, lora: Sequence[tuple[str, float]]) -> None:
+        """Load GGUF LoRA adapters into the model and set them on the context at their scales
+        (llama.cpp adds scale * alpha / rank * B A to each adapted matrix at every decode)."""
+        for adapter_path, _ in lora:
+            # llama.cpp logs every adapted tensor; a failure is reported by the None returned.
+            with suppress_stdout_stderr(disable=False):
+                adapter = llama_cpp.llama_adapter_lora_init(self.llm._model.model,
+                                                            str(adapter_path).encode())
+            if adapter is None:
+                self.close()
+                raise ModelFileError(f"llama.cpp could not apply the LoRA adapter "
+                                     f"{Path(adapter_path).name} to {self.name} (is it a LoRA "
+                                     "adapter GGUF made for this model?)")
+            self._adapters.append(adapter)
+        adapters = (llama_cpp.llama_adapter_lora_p_ctypes * len(lora))(*self._adapters)
+        scales = (ctypes.c_float * len(lora))(*[float(s) for _, s in lora])
+        if llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, adapters, len(lora), scales):
+            self.close()
+            raise ModelFileError(f"llama.cpp could not set the LoRA adapters on {self.name}")
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return self.llm.tokenize(text.encode("utf-8"), add_bos=add_special, special=parse_special)
@@ -172,6 +195,10 @@ class LlamaBackend:
         if self._embd_batch is not None:
             llama_cpp.llama_batch_free(self._embd_batch)
             self._embd_batch = None
+        # Adapters belong to the model: freed before it, as llama-cpp-python frees its own.
+        for adapter in self._adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        self._adapters = []
         if self.llm is not None:
             self.llm.close()
             self.llm = None
@@ -217,7 +244,9 @@ class Vocabulary:
 
 
 # llama.cpp's file types for the quantizations Tandem derives.
-FTYPES = {"q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0}
+# "pure" Q4_K_M is Q4_K throughout.
+FTYPES = {"q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+          "q4_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
 
 
 def quantize(src: Path, dst: Path, kind: str, threads: int | None = None) -> None:

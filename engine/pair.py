@@ -20,7 +20,8 @@ from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
-from engine.controller import AdaptiveController, Calibration, calibrate
+from engine.controller import AdaptiveController
+from engine.costs import Calibration, calibrate
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
@@ -82,6 +83,7 @@ class Pair:
         self._own_backends: dict[str, Backend] = {}
         self._calibrations: dict[str, Calibration] = {}
         self._drafters: dict[str, Drafter] = {}
+        self.preferred_drafter: str | None = None
         if draft is not None:
             model = DraftModelDrafter(draft, p_min=p_min, chain_min=chain_min)
             self._drafters["draft"] = model
@@ -98,6 +100,9 @@ class Pair:
 
     @property
     def default_drafter(self) -> str:
+        # A drafter chosen for this pair (a pairing record, `tandem tune`) comes first.
+        if self.preferred_drafter in self.drafters:
+            return self.preferred_drafter
         return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else "none"
 
     def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
@@ -110,6 +115,15 @@ class Pair:
             if backend is not None:
                 self._own_backends[name] = backend
             self._drafters[name] = drafter
+            self._calibrations.pop(name, None)
+
+    def remove_drafter(self, name: str) -> None:
+        """Forget drafter `name` and its calibration, closing the model only it used."""
+        with self.lock:
+            old = self._own_backends.pop(name, None)
+            if old is not None:
+                old.close()
+            self._drafters.pop(name, None)
             self._calibrations.pop(name, None)
 
     def drafter(self, name: str) -> Drafter | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from engine.errors import SettingsError
-from engine.stats import RoundStats
+from engine.stats import ControllerReport, RoundStats
 
 class GammaPolicy:
     """Base class: `next_gamma` and `update` are required; the rest are hooks with defaults."""
@@ -23,10 +23,16 @@ class GammaPolicy:
     # Whether the generator should report the target's top probability per verified row.
     wants_confidence: bool = False
 
-    def next_gamma(self, source: str = "") -> int:
+    def next_gamma(self, source: str = "", behind: int = 0) -> int:
         """The most tokens the next round may draft; `source` is who would draft it (the
-        drafter's `source_for` the committed text), for policies that price drafters apart."""
+        drafter's `source_for` the committed text), for policies that price drafters apart, and
+        `behind` how many committed tokens the drafter must decode before it drafts
+        (`Drafter.behind`: its catch-up)."""
         raise NotImplementedError
+
+    def report(self, gamma: int) -> ControllerReport:
+        """What the policy knew when it chose `gamma`, its latest choice."""
+        return ControllerReport(policy=self.name, gamma=gamma, reason=self.last_reason)
 
     def update(self, r: RoundStats) -> None:
         raise NotImplementedError
@@ -48,7 +54,7 @@ class FixedGamma(GammaPolicy):
         self.gamma = gamma
         self.last_reason = f"fixed: gamma {gamma} every round"
 
-    def next_gamma(self, source: str = "") -> int:
+    def next_gamma(self, source: str = "", behind: int = 0) -> int:
         return self.gamma
 
     def update(self, r: RoundStats) -> None:
@@ -63,7 +69,7 @@ class NeverDraft(GammaPolicy):
         self.name = "plain"
         self.last_reason = "plain: the control policy never drafts"
 
-    def next_gamma(self, source: str = "") -> int:
+    def next_gamma(self, source: str = "", behind: int = 0) -> int:
         return 0
 
     def update(self, r: RoundStats) -> None:
@@ -81,7 +87,7 @@ class HeuristicGamma(GammaPolicy):
         self.gamma = min(gamma, max_gamma)
         self.max_gamma = max_gamma
 
-    def next_gamma(self, source: str = "") -> int:
+    def next_gamma(self, source: str = "", behind: int = 0) -> int:
         self.last_reason = (f"heuristic: gamma {self.gamma} (+2 after a round that kept every "
                             "drafted token, -1 after a rejection)")
         return self.gamma

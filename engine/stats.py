@@ -40,6 +40,21 @@ class RoundStats:
 
 
 @dataclass
+class ControllerReport:
+    """What the gamma policy knew when it made its latest choice: the calibrated verify cost
+    per batch width (ms, index w-1), each drafter's cost per token relative to one target token,
+    the predicted speedup over plain decoding of each gamma 0..max (for the drafter of that
+    round), the gamma chosen and why. Policies that predict nothing give the last two only."""
+    policy: str
+    gamma: int
+    reason: str
+    source: str = ""
+    verify_ms: list[float] = field(default_factory=list)
+    draft_cost: dict[str, float] = field(default_factory=dict)
+    predicted_speedup: list[float] = field(default_factory=list)
+
+
+@dataclass
 class GenerationStats:
     mode: str = "speculative"
     drafter: str = ""
@@ -67,8 +82,9 @@ class GenerationStats:
     # Per round: the policy's predicted tokens/s (None if it made none) and the measured one.
     predicted_tps: list[float | None] = field(default_factory=list)
     measured_tps: list[float] = field(default_factory=list)
-    # The gamma policy's reason for the latest round's gamma.
+    # The gamma policy's reason for the latest round's gamma, and its report on that choice.
     reason: str = ""
+    controller: ControllerReport | None = None
 
     @property
     def tokens_per_s(self) -> float:

@@ -19,6 +19,7 @@ from engine.drafters.early_exit import early_exit_drafter
 from engine.errors import SettingsError
 from engine.limits import check_ctx_trained
 from engine.pair import DEFAULT_CHAIN_MIN, Pair
+from loading.adapters import adapter_bytes, adapter_for_layers, check_adapters
 from engine.rpc import probe_all
 from loading.derived.early_exit import default_layers, derive_early_exit
 from loading.derived.embeddings import load_trimmed
@@ -60,6 +61,9 @@ def check_files(target: ModelConfig, draft: ModelConfig | None, options: LoadOpt
     if options.draft_vocab not in DRAFT_VOCAB_CHOICES:
         raise SettingsError(f"unknown draft vocabulary {options.draft_vocab!r}; choose one "
                             f"of {', '.join(DRAFT_VOCAB_CHOICES)}")
+    check_adapters(target.path, target.lora)
+    if draft is not None:
+        check_adapters(draft.path, draft.lora)
     if options.check_budget:
         # A target on RPC workers: each is probed (a one-line error naming one that does not
         # answer) and its share of the layers checked against the memory it reports.
@@ -69,7 +73,9 @@ def check_files(target: ModelConfig, draft: ModelConfig | None, options: LoadOpt
 
 def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
     """models.budget's keyword arguments for these configs' hardware settings."""
-    kw = {"n_ctx": target.n_ctx, "gpu_layers": target.n_gpu_layers, "n_ubatch": target.n_batch}
+    kw = {"n_ctx": target.n_ctx, "gpu_layers": target.n_gpu_layers, "n_ubatch": target.n_batch,
+          "adapter_bytes": (adapter_bytes(target.lora),
+                            adapter_bytes(draft.lora) if draft is not None else 0)}
     if draft is not None:
         kw |= {"draft_n_ctx": draft.n_ctx, "draft_gpu_layers": draft.n_gpu_layers}
     return kw
@@ -126,6 +132,8 @@ def add_early_exit(pair: Pair, target: ModelConfig, layers: int | None = None,
     if layers is None:
         layers = default_layers(read_info(target.path).n_layer)
     path = derive_early_exit(target.path, layers)
-    backend = _loader(loader)(replace(target, path=str(path)))
+    # An adapted target drafts through its own first layers, adapter included.
+    lora = tuple((str(adapter_for_layers(p, layers)), s) for p, s in target.lora)
+    backend = _loader(loader)(replace(target, path=str(path), lora=lora))
     pair.add_drafter("early-exit", early_exit_drafter(backend, p_min=pair.p_min,
                                                       chain_min=pair.chain_min), backend=backend)

@@ -19,7 +19,7 @@ tests/test_models_budget.py):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -234,11 +234,14 @@ def _empty_layout() -> Layout:
 
 def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 4096, kv_type: str = "f16",
                   gpu_layers: int = 0, draft_gpu_layers: int = 0, n_ubatch: int = 512,
-                  draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None) -> BudgetReport:
+                  draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None,
+                  adapter_bytes: tuple[int, int] = (0, 0)) -> BudgetReport:
     """Estimate the pair's memory on this machine and decide: fits, fits with offload, or does not fit.
 
     `target` and `draft` are GGUF paths, parsed headers, or layouts; `draft` may be None (target only).
     The draft's context defaults to the target's, as speculative decoding needs.
+    `adapter_bytes` are the LoRA adapters' tensors of target and draft, counted as CPU weights
+    (llama.cpp copies them in whole, beside the weights they adapt).
     """
     m = machine or machine_mod.detect()
     lt = _layout(target)
@@ -251,11 +254,13 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
     def est(g: int, dg: int, ctx: int = n_ctx, kv: str = kv_type) -> tuple[Breakdown, Breakdown]:
         t = estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv, gpu_layers=g, n_ubatch=n_ubatch,
                            repack=m.cpu_repacks)
+        t = replace(t, weights_cpu=t.weights_cpu + adapter_bytes[0])
         if draft is None:
             return t, Breakdown("draft", ld.name, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         dctx = max(256, d_ctx * ctx // n_ctx)
-        return t, estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=dg, n_ubatch=n_ubatch,
-                                 repack=m.cpu_repacks)
+        d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=dg, n_ubatch=n_ubatch,
+                           repack=m.cpu_repacks)
+        return t, replace(d, weights_cpu=d.weights_cpu + adapter_bytes[1])
 
     t, d = est(gpu_layers, draft_gpu_layers)
     report = BudgetReport(t, d, m, n_ctx, kv_type, "fits")
@@ -428,6 +433,8 @@ def require_fits(target: ModelLike, draft: ModelLike | None = None,
     them in `workers` (estimate_rpc)."""
     if workers:
         kw.pop("draft_gpu_layers", None)
+        # Adapters are not counted on workers (nor supported there by the engine's checks).
+        kw.pop("adapter_bytes", None)
         kw["gpu_layers"] = kw.get("gpu_layers") or -1
         report = estimate_rpc(target, draft, workers, **kw)
     else:

@@ -167,7 +167,7 @@ def test_a_config_can_set_the_adaptive_policys_plain_opening():
     spec = [r for r in run_benchmark(pair, plan) if r.role == "speculative"]
     assert [c.label for c in configs] == ["draft g=4 adaptive open=5", "draft g=4 adaptive"]
     assert sorted(r.config for r in spec) == sorted(c.label for c in configs)
-    assert [p.opening_plain for p in made] == [5, 3]
+    assert [p.opening_plain for p in made] == [5, 0]
 
 
 def test_plain_opening_is_refused_for_policies_other_than_adaptive():

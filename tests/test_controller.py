@@ -58,9 +58,9 @@ def test_high_acceptance_and_a_cheap_draft_give_a_large_gamma():
 def test_low_acceptance_falls_back_to_plain_decoding():
     c = controller(probe_every=100)
     gammas = play(c, 10, accept_all=False)
-    # The opening rounds look before leaping (plain); the next probes, since no confidence came.
-    assert gammas[:3] == [0, 0, 0] and gammas[3] > 0 and gammas[-5:] == [0] * 5
-    assert c.predicted_tps(0) == pytest.approx(1e3 / c.verify[0])
+    # Every round loses, so the controller soon stays plain.
+    assert gammas[-5:] == [0] * 5
+    assert c.predicted_tps(0) == pytest.approx(1e3 / c.costs.verify[0])
 
 
 def test_an_expensive_draft_is_never_used_even_when_it_would_be_accepted():
@@ -122,21 +122,21 @@ def test_a_confident_target_brings_speculation_back_without_a_probe():
 
 def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
     c = controller()
-    assert c.scale == pytest.approx(1.0)
+    assert c.estimator.scale == pytest.approx(1.0)
     for i in range(10):
         # The draft is right every time although the target is only half sure: scale rises.
         c.update(RoundStats(index=i, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                             draft_ms=20.0, verify_ms=VERIFY[2], source="draft-model",
                             confidence=(0.5, 0.5, 0.5)))
-    assert c.scale > 1.4
-    high = c.scale
+    assert c.estimator.scale > 1.4
+    high = c.estimator.scale
     for i in range(10):
         # Rejected at the first position although the target was sure: scale falls. The row
         # after a rejection was not tested and does not count.
         c.update(RoundStats(index=i, gamma=2, drafted=2, accepted=0, kind="correction",
                             committed=1, draft_ms=20.0, verify_ms=VERIFY[2], source="draft-model",
                             confidence=(0.95, 0.0, 0.0)))
-    assert c.scale < min(high, 1.0)
+    assert c.estimator.scale < min(high, 1.0)
 
 
 def test_only_policies_that_ask_get_the_targets_confidence():
@@ -166,14 +166,14 @@ def test_only_policies_that_ask_get_the_targets_confidence():
 
 def test_online_refinement_moves_the_cost_estimates():
     c = controller()
-    before_v1, before_v5, before_d = c.verify[0], c.verify[4], c.draft_token
+    before_v1, before_v5, before_d = c.costs.verify[0], c.costs.verify[4], c.costs.draft_token
     for i in range(20):
         c.update(RoundStats(index=i + 1, gamma=4, drafted=4, accepted=4, kind="bonus",
                             committed=5, draft_ms=4 * 30.0, verify_ms=2 * VERIFY[4],
                             source="draft-model"))
-    assert c.verify[4] == pytest.approx(2 * before_v5, rel=0.05)
-    assert before_v1 < c.verify[0] < 2 * before_v1
-    assert c.draft_token == pytest.approx(30.0, rel=0.05) and before_d == 10.0
+    assert c.costs.verify[4] == pytest.approx(2 * before_v5, rel=0.05)
+    assert before_v1 < c.costs.verify[0] < 2 * before_v1
+    assert c.costs.draft_token == pytest.approx(30.0, rel=0.05) and before_d == 10.0
 
 
 def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
@@ -188,22 +188,22 @@ def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
         return c
 
     same, slow = run(1.0), run(1.15)
-    assert slow.verify[0] == pytest.approx(1.15 * same.verify[0], rel=0.02)
+    assert slow.costs.verify[0] == pytest.approx(1.15 * same.costs.verify[0], rel=0.02)
     # Every cost moved by the same factor: the predicted gain of each gamma is unchanged.
-    gain = lambda c: c._speeds() / c._speeds()[0]  # noqa: E731
+    gain = lambda c: c.speeds / c.speeds[0]  # noqa: E731
     assert np.allclose(gain(slow), gain(same), rtol=0.02)
     assert slow.best_gamma() == same.best_gamma() > 0
 
 
 def test_the_first_round_after_the_prefill_does_not_teach_costs():
     c = controller()
-    before = list(c.verify)
+    before = list(c.costs.verify)
     c.update(RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
-    assert c.verify == before
+    assert c.costs.verify == before
     c.update(RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
-    assert c.verify[0] > before[0]
+    assert c.costs.verify[0] > before[0]
 
 
 def test_the_plain_control_policy_runs_the_speculative_path_without_drafting():
@@ -229,49 +229,60 @@ def test_acceptance_positions_after_a_rejection_are_not_counted():
     c = controller()
     c.update(RoundStats(index=0, gamma=4, drafted=4, accepted=1, kind="correction", committed=2,
                         draft_ms=40.0, verify_ms=135.0, source="draft-model"))
-    assert c.tries.tolist()[:4] == [1.0, 1.0, 0.0, 0.0]
-    assert c.hits.tolist()[:4] == [1.0, 0.0, 0.0, 0.0]
+    assert c.estimator.model.tries.tolist()[:4] == [1.0, 1.0, 0.0, 0.0]
+    assert c.estimator.model.hits.tolist()[:4] == [1.0, 0.0, 0.0, 0.0]
 
 
-def test_plain_rounds_make_the_draft_lag_and_its_catch_up_is_costed():
+def test_the_drafts_lag_is_costed_as_the_drafter_reports_it():
     c = controller()
+    c.next_gamma("draft-model", 1)
     cost = c.cost_ms(3)
-    for i in range(5):
-        c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                            draft_ms=0.0, verify_ms=100.0, source="none"))
+    # Six tokens to feed before drafting (five plain rounds): resuming pays the catch-up once,
+    # then speculates on, so early in an answer it is spread over `horizon` rounds.
+    c.next_gamma("draft-model", 6)
     assert c.lag == 6
-    # Resuming pays the catch-up once, then speculates on: early in an answer it is spread over
-    # `horizon` rounds.
-    assert c.cost_ms(3) == pytest.approx(cost + (c.draft_batch[5] - c.draft_batch[0]) / c.horizon)
-    # A model round resynchronises: 2 unseen tokens when all were taken, else 1.
-    c.update(RoundStats(index=5, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
-                        draft_ms=30.0, verify_ms=135.0, source="draft-model"))
-    assert c.lag == 2
-    c.update(RoundStats(index=6, gamma=3, drafted=3, accepted=1, kind="correction", committed=2,
-                        draft_ms=30.0, verify_ms=135.0, source="draft-model"))
-    assert c.lag == 1
-    # Rounds drafted by prompt lookup leave the model behind too (hybrid).
-    c.update(RoundStats(index=7, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
-                        draft_ms=0.1, verify_ms=135.0, source="prompt-lookup"))
-    assert c.lag == 5
+    assert c.cost_ms(3) == pytest.approx(
+        cost + (c.costs.draft_batch[5] - c.costs.draft_batch[0]) / c.k.horizon)
+    # A copy pays none of it.
+    c.copy_source = "prompt-lookup"
+    c.next_gamma("prompt-lookup", 6)
+    assert c.cost_ms(3) == c.costs.verify_cost(4)
+
+
+def test_the_drafter_says_how_far_behind_it_is():
+    """Drafter.behind: what the draft model must decode before drafting (its session's sync),
+    and hybrid's model is not prefilled, so its first round catches up on the whole prompt."""
+    from engine.drafters.hybrid import HybridDrafter
+    from engine.drafters.prompt_lookup import PromptLookupDrafter
+    model = DraftModelDrafter(FakeBackend(noise=0.3))
+    text = PROMPT + [7, 8]
+    assert model.behind(text) == len(text)
+    model.prefill(PROMPT)
+    assert model.behind(PROMPT) == 1 and model.behind(text) == 3
+    hybrid = HybridDrafter(PromptLookupDrafter(), DraftModelDrafter(FakeBackend(noise=0.3)))
+    hybrid.prefill(PROMPT)
+    assert hybrid.behind(PROMPT) == len(PROMPT)
+    assert PromptLookupDrafter().behind(PROMPT) == 0
 
 
 def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_fill():
     c = controller()
-    for i in range(30):
+    for i in range(80):
         c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                             draft_ms=0.0, verify_ms=100.0, source="none"))
-    assert c.elapsed == 30 and c.lag == 31
-    rounds = 30 / c.expected_tokens(3)
-    assert rounds > c.horizon
-    catch_up = c.catch_up_ms(31)
-    assert c.cost_ms(3) == pytest.approx(c.verify_cost(4) + 3 * c.draft_token + catch_up / rounds)
+    c.next_gamma("draft-model", 81)
+    assert c.elapsed == 80 and c.lag == 81
+    rounds = 80 / c.predict()[0][3]
+    assert rounds > c.k.horizon
+    catch_up = c.costs.catch_up_ms(81)
+    assert c.cost_ms(3) == pytest.approx(c.costs.verify_cost(4) + 3 * c.costs.draft_token
+                                         + catch_up / rounds)
     # Without the length rule, the fixed horizon prices it dearer per round.
     fixed = controller(horizon_cap=0.0)
-    fixed.__dict__.update(lag=c.lag, elapsed=c.elapsed, verify=list(c.verify),
-                          draft_token=c.draft_token, draft_batch=list(c.draft_batch))
-    assert fixed.cost_ms(3) == pytest.approx(c.verify_cost(4) + 3 * c.draft_token
-                                             + catch_up / c.horizon)
+    fixed.next_gamma("draft-model", 81)
+    fixed.elapsed, fixed.costs = c.elapsed, c.costs
+    assert fixed.cost_ms(3) == pytest.approx(c.costs.verify_cost(4) + 3 * c.costs.draft_token
+                                             + catch_up / c.k.horizon)
 
 
 def test_keep_drafting_draws_the_next_token_only_when_a_longer_round_is_worth_it():
@@ -292,7 +303,7 @@ def test_keep_drafting_draws_the_next_token_only_when_a_longer_round_is_worth_it
     assert not free.keep_drafting([], 0.28, 1, False) and free.keep_drafting([], 0.28, 2, False)
     assert not c.keep_drafting([], 0.28, 2, False)
     # The learned verify curve decides: when a 2-token batch costs two tokens, draft none.
-    c.verify = [100.0, 200.0, 300.0, 400.0]
+    c.costs.verify = [100.0, 200.0, 300.0, 400.0]
     assert not c.keep_drafting([], 0.9, 3, False)
 
 
@@ -305,23 +316,21 @@ def test_keep_drafting_knows_a_sampled_rounds_verify_width_is_paid_once_it_draft
     assert c.keep_drafting([], 0.99, 3, True)
 
 
-def test_rounds_teach_the_draft_cost_per_drafted_token_and_resync_the_draft():
+def test_rounds_teach_the_draft_cost_per_drafted_token_less_the_catch_up():
     c = controller(per_token=10.0)
-    c.draft_token = 10.0
+    c.costs.draft_token = 10.0
     # Two tokens drafted at 20 ms each, one accepted.
+    c.next_gamma("draft-model", 1)
     c.update(RoundStats(index=0, gamma=3, drafted=2, accepted=1, kind="correction",
                         committed=2, draft_ms=40.0, verify_ms=130.0, source="draft-model"))
-    assert c.draft_token == pytest.approx(10.0 + c.rate * (20.0 - 10.0))
-    # The draft had decoded the accepted token; only the target's token is new to it.
-    assert c.lag == 1
-    # The policy stopped before the first token: a plain verify, but the draft caught up.
-    c.update(RoundStats(index=1, gamma=3, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=20.0, verify_ms=100.0, source="draft-model"))
-    assert c.lag == 1
-    # All drafted tokens accepted: the last drafted token and the bonus are still to feed.
-    c.update(RoundStats(index=2, gamma=3, drafted=3, accepted=3, kind="bonus", committed=4,
-                        draft_ms=30.0, verify_ms=135.0, source="draft-model"))
-    assert c.lag == 2
+    assert c.costs.draft_token == pytest.approx(10.0 + c.k.rate * (20.0 - 10.0))
+    # After a catch-up of 6 tokens the round's time less the catch-up is what drafting cost.
+    c.costs.draft_token = 10.0
+    c.next_gamma("draft-model", 6)
+    c.update(RoundStats(index=1, gamma=3, drafted=2, accepted=1, kind="correction",
+                        committed=2, draft_ms=40.0 + c.costs.catch_up_ms(6), verify_ms=130.0,
+                        source="draft-model"))
+    assert c.costs.draft_token == pytest.approx(10.0 + c.k.rate * (20.0 - 10.0))
 
 
 class Cutting(FixedGamma):
@@ -365,7 +374,7 @@ def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
             self.gammas = list(gammas)
             self.i = 0
 
-        def next_gamma(self, source=""):
+        def next_gamma(self, source="", behind=0):
             self.i += 1
             return self.gammas[(self.i - 1) % len(self.gammas)]
 
@@ -481,7 +490,7 @@ def test_the_plain_opening_is_a_setting():
                     model_source="draft-model")
     gammas = play(c, 10, accept_all=True)
     assert gammas[:6] == [0] * 6 and gammas[6] > 0
-    assert make_policy("adaptive", 8).opening_plain == 3
+    assert make_policy("adaptive", 8).opening_plain == 0
     with pytest.raises(SettingsError, match="opening"):
         make_policy("adaptive", 8, opening=-1)
 
@@ -492,14 +501,14 @@ def test_every_choice_comes_with_a_one_line_reason():
     c.update(RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=100.0, source="none"))
     g = c.next_gamma()
-    speeds = c._speeds()
+    speeds = c.speeds
     if g:
         assert c.last_reason.startswith(f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x") \
             or c.last_reason.startswith(f"probe: gamma {g}")
     # A draft as dear as the target: plain, and the line says what it costs and what the best
     # gamma would have given.
-    dear = controller(per_token=100.0, opening_plain=0, probe_every=10**6)
-    dear.tries[:] = 1.0
+    dear = controller(per_token=100.0, opening=(), probe_every=10**6)
+    dear.estimator.model.tries[:] = 1.0
     assert dear.next_gamma() == 0
     assert dear.last_reason.startswith("plain: the draft costs 1.00 of a target token; best "
                                        "predicted 0.")
@@ -520,22 +529,27 @@ def test_a_copy_from_the_context_is_priced_by_its_verify_alone():
     catch-up, so it may speculate where the draft model, as dear as the target, may not."""
     c = AdaptiveController(max_gamma=8, draft_ms=draft_table(100.0), verify_ms=VERIFY,
                            model_source="draft-model", copy_source="prompt-lookup",
-                           opening_plain=0, probe_every=10**6)
-    c.tries[:] = 1.0
-    c.hits[:] = 0.7
+                           opening=(), probe_every=10**6)
+    c.estimator.model.tries[:] = 1.0
+    c.estimator.model.hits[:] = 0.7
     assert c.next_gamma("draft-model") == 0
     g = c.next_gamma("prompt-lookup")
     assert g > 0 and c.copying
-    assert c.cost_ms(g) == c.verify_cost(g + 1)
+    assert c.cost_ms(g) == c.costs.verify_cost(g + 1)
     assert "copying from the context" in c.last_reason
     # A copy round teaches the copy's acceptance, not the model's, and no draft cost.
-    before = (c.draft_token, c.tries.copy())
+    before = (c.costs.draft_token, c.estimator.model.tries.copy())
     c.update(RoundStats(index=1, gamma=g, drafted=g, accepted=0, kind="correction",
                         committed=1, draft_ms=0.1, verify_ms=130.0, source="prompt-lookup"))
-    assert c.draft_token == before[0] and np.array_equal(c.tries, before[1])
-    assert c.copy_tries[0] > 0 and c.copy_hits[0] == 0
-    # The draft model fell one more token behind.
-    assert c.lag == 2
+    assert c.costs.draft_token == before[0] and np.array_equal(c.estimator.model.tries, before[1])
+    assert c.estimator.copy.tries[0] > 0 and c.estimator.copy.hits[0] == 0
+    # A plain round where only a copy was on offer ages the copy's evidence, so it is tried
+    # again before long.
+    tries = c.estimator.copy.tries.copy()
+    c.next_gamma("prompt-lookup")
+    c.update(RoundStats(index=2, gamma=0, drafted=0, accepted=0, kind="target",
+                        committed=1, draft_ms=0.0, verify_ms=100.0, source="none"))
+    assert np.allclose(c.estimator.copy.tries, tries * c.k.decay)
 
 
 def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():

@@ -1,6 +1,6 @@
 """Monte Carlo on the default path, end to end: 20,000 answers through `Pair.generate` with the
 app's default drafter (hybrid: prompt lookup, else the draft model with its chain stop) and
-policy (adaptive, with its plain opening rounds, calibrated on first use, batches padded), each
+policy (adaptive, its opening judged at the opening's acceptance, calibrated on first use, batches padded), each
 reduced to the pair of tokens at positions k-1, k for k = 0..5, and compared one-sample with the
 fake's exact law of those pairs (chi-square, Bonferroni over the six positions). The old trim,
 wrapped around the same draft model, is the negative control and must fail.

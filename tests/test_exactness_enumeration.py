@@ -86,7 +86,7 @@ def make_policy(kind: str, drafter: Drafter) -> GammaPolicy:
             else drafter.name if isinstance(drafter, PromptLookupDrafter) else None)
     if kind == "adaptive":
         return CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=VERIFY,
-                                  model_source=source, copy_source=copy, opening_plain=0)
+                                  model_source=source, copy_source=copy, opening=())
     return AdaptiveController(max_gamma=2, draft_ms=CHEAP_DRAFT, verify_ms=FLAT_VERIFY,
                               model_source=source, copy_source=copy, opening_plain=1)
 
@@ -148,7 +148,7 @@ def test_the_adaptive_stopping_rule_both_draws_and_declines_and_stays_exact():
         "T=1", lambda c, g: DraftModelDrafter(TableFake(seed=1, noise=0.8, eog=EOG, grid=g,
                                                         clock=c, cost=DRAFT)),
         lambda d: CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=[10.0, 13.0, 15.0, 17.0],
-                                     model_source=d.name, opening_plain=0))
+                                     model_source=d.name, opening=()))
     assert drafted > 0 and CountingController.cuts > 0
     assert total_variation(spec, want) < 1e-9
 

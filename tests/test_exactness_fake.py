@@ -192,10 +192,11 @@ def test_a_setting_where_nothing_was_drafted_is_not_evidence():
     assert r.drafted_share == (0.0, 0.0, 0.0)
 
 
-def test_a_fresh_adaptive_controller_drafts_nothing_in_its_opening():
-    """Why the check starts after the opening: those positions are always plain."""
+def test_an_adaptive_controller_with_a_plain_opening_drafts_nothing_there():
+    """Why the check can start after a forced plain opening: those positions are plain."""
     target, drafter = setup()
-    gpu = dict(draft_ms=[1.0] * 9, verify_ms=[10.0] * 9, model_source="draft-model")
+    gpu = dict(draft_ms=[1.0] * 9, verify_ms=[10.0] * 9, model_source="draft-model",
+               opening_plain=3)
     d = draw(target, drafter, PROMPT, ExactnessPlan().settings[0].params, 30, gamma=4, tokens=6,
              seed=0, policy=lambda: AdaptiveController(max_gamma=4, **gpu))
     assert d.drafted_at[:3] == [0, 0, 0] and sum(d.drafted_at[3:]) > 0

@@ -88,8 +88,8 @@ def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
     c.update(RoundStats(index=1, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                         draft_ms=20.0, verify_ms=2 * MEASURED[3], source="draft-model", width=4))
     # Width 4 learns from it, at full rate; width 3 only follows the shape's fraction.
-    assert c.verify[3] == MEASURED[3] * (1 + c.rate)
-    assert c.verify[2] == MEASURED[2] * (1 + c.rate / 4)
+    assert c.costs.verify[3] == MEASURED[3] * (1 + c.k.rate)
+    assert c.costs.verify[2] == MEASURED[2] * (1 + c.k.rate / 4)
 
 
 def test_a_sampled_draft_is_verified_at_the_width_its_gamma_fixed_before_drafting():

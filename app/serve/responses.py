@@ -2,8 +2,8 @@
 `speculative` object that carries the generation's statistics.
 
 Everything here formats what the engine measured (engine/stats.py); nothing is estimated.
-`controller` holds the gamma of every round, the plain rounds, the policy's predictions and its
-one-line reason for the latest round's gamma.
+`controller` holds the gamma of every round, the plain rounds, the policy's predictions, its
+one-line reason for the latest round's gamma and what it knew then (costs, predicted speedups).
 """
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ def usage(stats: GenerationStats) -> dict:
 
 def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
     """The draft statistics of one generation, as measured by the engine."""
+    report = stats.controller
     return {
         "mode": stats.mode,
         "drafter": request.drafter,
@@ -115,5 +116,12 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
             # policies that predict nothing).
             "predicted_tps": [None if p is None else round(p, 2) for p in stats.predicted_tps],
             "reason": stats.reason,
+            # What the policy knew at its latest choice (engine/stats.py ControllerReport):
+            # calibrated verify ms per width, each drafter's cost per token relative to the
+            # target, the predicted speedup of each gamma and the gamma it chose.
+            "verify_ms": report.verify_ms if report else [],
+            "draft_cost": report.draft_cost if report else {},
+            "predicted_speedup": report.predicted_speedup if report else [],
+            "gamma_chosen": report.gamma if report else None,
         },
     }

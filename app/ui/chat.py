@@ -12,10 +12,12 @@ from typing import Any, Iterator
 
 import gradio as gr
 
+from app.pairing_use import chosen_acceptance, stale_line
 from app.ui import controls, metrics
 from app.ui.state import PairHolder, StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
+from engine.staleness import StaleDraftEvent, watch
 from engine.stats import GenerationStats
 
 MIN_REFRESH_S = 0.15
@@ -65,7 +67,8 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
         config = settings.config(gamma=0 if settings.drafter == "none" else None)
         policy = settings.policy_for(settings.drafter)
         messages = to_messages(history) + [{"role": "user", "content": message}]
-        events = pair.generate(messages, config, drafter=settings.drafter, policy=policy)
+        events = watch(pair.generate(messages, config, drafter=settings.drafter, policy=policy),
+                       chosen_acceptance(holder.pairing, settings.drafter))
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
     history = [*history, {"role": "user", "content": message}, {"role": "assistant", "content": ""}]
@@ -88,6 +91,8 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
                     last = time.monotonic()
                     history[-1] = {"role": "assistant", "content": answer}
                     yield history, metrics.token_view(pieces), metrics.live_panel(stats), None, ""
+            elif isinstance(ev, StaleDraftEvent):
+                gr.Warning(stale_line(ev))
             elif isinstance(ev, DoneEvent):
                 history[-1] = {"role": "assistant", "content": ev.text}
                 yield (history, metrics.token_view(pieces), metrics.live_panel(ev.stats, done=True),

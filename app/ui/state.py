@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from app.pairing_use import PairingUse, for_load
 from app.serve.queue import GenerationQueue
 from engine.backend import ModelConfig
 from engine.errors import TandemError
@@ -62,6 +63,8 @@ class PairHolder:
         self._mutex = threading.Lock()
         self._thread: threading.Thread | None = None
         self._names = ("", "")
+        # The pairing record found at the last load (app/pairing_use.py).
+        self.pairing = PairingUse()
         self.status = LoadStatus()
         if pair is not None:
             draft = pair.draft_backend.name if pair.draft_backend is not None else "none"
@@ -103,7 +106,9 @@ class PairHolder:
                 self._advance(step)
 
         try:
+            options, use = for_load(target, draft, options)
             pair = load_pair(target, draft, options, loader=self._loader, progress=staged)
+            pair.preferred_drafter = use.drafter
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
             if self._pair is not None:
@@ -114,6 +119,7 @@ class PairHolder:
                 self.status = LoadStatus(state=ERROR, message=message, target=names[0], draft=names[1])
             return message
         self.replace(pair)
+        self.pairing = use
         self._names = names
         self.status.step = len(steps)
         self.status.state = READY
@@ -121,6 +127,8 @@ class PairHolder:
         if draft is not None and pair.draft_path and pair.draft_path != draft.path:
             # A heavy CPU draft runs as its requantized copy (LoadOptions.draft_quant).
             self.status.message += f"; draft runs as {Path(pair.draft_path).name}"
+        for line in use.messages:
+            self.status.message += f"; {line}"
         return None
 
     def load_async(self, target: ModelConfig, draft: ModelConfig | None,

@@ -1,6 +1,7 @@
 """The models tab: a step-by-step wizard over the models library. Choose a target (catalog, hub
 search or a local file), see suggested drafts, the memory fit and the compatibility verdict,
-download with a progress bar, then load the pair into the chat.
+download with a progress bar, measure the pair's predicted ceiling on this machine once it is on
+disk, then load the pair into the chat.
 
 A model is named by (repo, file): a hub repository and a file in it, or an empty repo and a
 local path. Every refusal carries the library's reason and what to do instead.
@@ -15,9 +16,12 @@ from typing import Any, Iterator
 
 import gradio as gr
 
+from app.calibrate_cli import suggestions
 from app.ui.state import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
+from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
+from loading import pair as loading
 from models import budget, catalog, compat, hub, machine
 from models.store import store_dir
 
@@ -164,6 +168,53 @@ def check(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
             {"ok": fit_ok and comp_ok, "fits": fit_ok, "compatible": comp_ok, "missing": missing})
 
 
+def ceiling_html(c: Ceiling, has_draft: bool = True) -> str:
+    """The pair's predicted ceiling on this machine, from the engine's figures."""
+    rows = "".join(
+        f"<tr><td>{g}</td>"
+        + (f"<td>{c.model[g]:.2f}x</td><td>{c.model_typical[g]:.2f}x</td>" if has_draft else "")
+        + f"<td>{c.lookup[g]:.2f}x</td><td>{c.lookup_typical[g]:.2f}x</td></tr>"
+        for g in range(1, len(c.model)))
+    head = ("<tr><th>gamma</th>" + ("<th>draft model, all accepted</th><th>at "
+            f"{TYPICAL_ACCEPTANCE}</th>" if has_draft else "")
+            + f"<th>prompt lookup, all accepted</th><th>at {TYPICAL_ACCEPTANCE}</th></tr>")
+    one = c.verify_ms[0]
+    costs = (f"<p>Verify cost per batch width, relative to one token ({one:.0f} ms): "
+             + " ".join(f"{v / one:.2f}" for v in c.verify_ms) + "."
+             + (f" The draft costs {c.draft_relative:.2f} of a target token." if has_draft else "")
+             + "</p>")
+    if has_draft:
+        g = c.best(c.model_typical)
+        verdict = (f"<p><b>Predicted ceiling</b>: the draft model {'pays' if c.model_pays else 'cannot pay'}"
+                   f" on this machine (best {c.model_typical[g]:.2f}x at gamma {g} at acceptance "
+                   f"{TYPICAL_ACCEPTANCE}).</p>")
+    else:
+        verdict = "<p><b>Predicted ceiling</b> of prompt lookup on this machine.</p>"
+    tips = suggestions(c, has_draft)
+    advice = ("<p>What might pay instead:</p><ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in tips)
+              + "</ul>") if tips else ""
+    return (f'<div class="tandem-ceiling">{verdict}{costs}<table>{head}{rows}</table>{advice}</div>')
+
+
+def measure_ceiling(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
+                    n_ctx: float) -> str:
+    """Load the pair (both files on disk), calibrate it and show its predicted ceiling."""
+    target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
+    tpath, dpath = target.local_path(), draft.local_path()
+    if tpath is None or (draft.file and dpath is None):
+        return "<p><b>Not on disk yet</b>: download the pair first (step 4), then measure.</p>"
+    ctx = int(n_ctx)
+    try:
+        pair = loading.load_pair(ModelConfig(str(tpath), n_ctx=ctx), ModelConfig(str(dpath), n_ctx=ctx) if dpath else None)
+        try:
+            c = measure(pair)
+        finally:
+            pair.close()
+    except TandemError as exc:
+        return f"<p><b>Refused:</b> {html.escape(str(exc))}</p>"
+    return ceiling_html(c, has_draft=dpath is not None)
+
+
 def download(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
              progress: gr.Progress = gr.Progress()) -> str:
     """Pull whichever of the two files is not on disk yet, with a progress bar per file."""
@@ -211,9 +262,17 @@ def files(repo: str) -> tuple[dict, str]:
     return gr.update(choices=choices, value=choices[0][1] if choices else None), f"<p>{len(found)} GGUF files</p>"
 
 
+def _adapters(path: str, scale: float) -> tuple[tuple[str, float], ...]:
+    """A LoRA field's (path, scale) list: empty when no path is given."""
+    path = (path or "").strip()
+    return ((str(Path(path).expanduser()), float(scale)),) if path else ()
+
+
 def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo: str, draft_file: str,
-              n_ctx: float) -> Iterator[str]:
-    """Load the chosen pair into the chat, yielding the loading status until it ends."""
+              n_ctx: float, lora: str = "", lora_scale: float = 1.0, draft_lora: str = "",
+              draft_lora_scale: float = 1.0) -> Iterator[str]:
+    """Load the chosen pair into the chat, yielding the loading status until it ends. `lora` and
+    `draft_lora` are GGUF LoRA adapters (local paths) for the target and the draft."""
     target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
     tpath, dpath = target.local_path(), draft.local_path()
     if tpath is None or (draft.file and dpath is None):
@@ -222,8 +281,10 @@ def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo
         return
     ctx = int(n_ctx)
     try:
-        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx),
-                          ModelConfig(str(dpath), n_ctx=ctx) if dpath is not None else None)
+        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx, lora=_adapters(lora, lora_scale)),
+                          ModelConfig(str(dpath), n_ctx=ctx,
+                                      lora=_adapters(draft_lora, draft_lora_scale))
+                          if dpath is not None else None)
     except TandemError as exc:
         yield f"<p><b>Refused:</b> {html.escape(str(exc))}</p>"
         return
@@ -270,12 +331,22 @@ def build(holder: PairHolder) -> dict[str, Any]:
             check_btn = gr.Button("Check", variant="secondary", elem_id="wizard-check")
         report = gr.HTML(elem_id="wizard-report")
         verdict = gr.JSON(visible=False)
+        with gr.Row():
+            ceiling_btn = gr.Button("Measure ceiling", variant="secondary", elem_id="wizard-ceiling")
+        ceiling_note = gr.HTML(elem_id="wizard-ceiling-note")
     with gr.Group():
         gr.Markdown("### 4. Download")
         download_btn = gr.Button("Download what is missing", elem_id="wizard-download")
         download_note = gr.HTML()
     with gr.Group():
         gr.Markdown("### 5. Load into the chat")
+        with gr.Row():
+            lora = gr.Textbox(label="target LoRA adapter (GGUF path, optional)",
+                              elem_id="wizard-lora", scale=3)
+            lora_scale = gr.Number(value=1.0, label="scale", elem_id="wizard-lora-scale", scale=1)
+            draft_lora = gr.Textbox(label="draft LoRA adapter (GGUF path, optional)",
+                                    elem_id="wizard-draft-lora", scale=3)
+            draft_lora_scale = gr.Number(value=1.0, label="scale", scale=1)
         load_btn = gr.Button("Load pair", variant="primary", elem_id="wizard-load")
         load_note = gr.HTML(elem_id="wizard-load-note")
     with gr.Accordion("catalog", open=False):
@@ -309,12 +380,18 @@ def build(holder: PairHolder) -> dict[str, Any]:
     repo_file.change(on_file, [repo, repo_file], [target_repo, target_file, drafts], api_visibility="private")
     drafts.change(on_draft, drafts, [draft_repo, draft_file], queue=False, api_visibility="private")
     check_btn.click(check, [*fields, n_ctx], [report, verdict], api_name="check")
+    # Loading and timing the models takes the CPU: one at a time, like generations.
+    ceiling_btn.click(measure_ceiling, [*fields, n_ctx], ceiling_note, api_name="ceiling",
+                      concurrency_id="generation", concurrency_limit=1)
     download_btn.click(download, fields, download_note, api_name="download", concurrency_id="download",
                        concurrency_limit=1)
-    def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float) -> Iterator[str]:
-        yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx)
+    def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float, lora_path: str = "",
+                scale: float = 1.0, draft_lora_path: str = "", draft_scale: float = 1.0) -> Iterator[str]:
+        yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx, lora_path, scale,
+                             draft_lora_path, draft_scale)
 
-    load_event = load_btn.click(on_load, [*fields, n_ctx], load_note, api_name="load_pair",
+    load_event = load_btn.click(on_load, [*fields, n_ctx, lora, lora_scale, draft_lora, draft_lora_scale],
+                                load_note, api_name="load_pair",
                                 concurrency_id="generation", concurrency_limit=1)
     catalog_btn.click(catalog_rows, None, table, api_name="catalog")
     return {"load_event": load_event, "pair": pair}

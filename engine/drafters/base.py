@@ -64,6 +64,11 @@ class Drafter:
         text alone, so a policy may price the round by it."""
         return self.name
 
+    def behind(self, context: Sequence[int]) -> int:
+        """How many tokens of `context` the drafter must decode before it can draft after it
+        (a model's catch-up); 0 for a drafter with no cache."""
+        return 0
+
     def prefill(self, context: Sequence[int]) -> None:
         """Called once with the prompt before the first round (a model warms its cache)."""
 

@@ -47,6 +47,10 @@ class DraftModelDrafter(Drafter):
         """Warm the draft's cache on the prompt (so the first round only pays for drafting)."""
         self.session.sync(context, feed_last=False)
 
+    def behind(self, context: Sequence[int]) -> int:
+        # What `Session.sync(context, feed_last=True)` feeds: at least the last token.
+        return len(context) - min(self.session.common_prefix(context), len(context) - 1)
+
     def reset(self) -> None:
         self.session.rollback(0)
 

@@ -3,6 +3,9 @@
 The lookup is free and, when it matches (code edits, quoted text), often right for many tokens;
 the model covers everything else. `Proposal.source` says which one drafted each round. Which one
 drafts depends on the committed text alone, so the choice keeps the output exact.
+
+The model is not prefilled: it catches up on the text (its session's `sync`) the first time it
+drafts, so an answer that copies its prompt never pays the model's decode of the prompt.
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ class HybridDrafter(Drafter):
         self.lookup = lookup
         self.model = model
 
-    def prefill(self, context: Sequence[int]) -> None:
-        self.model.prefill(context)
+    def behind(self, context: Sequence[int]) -> int:
+        return self.model.behind(context)
 
     def reset(self) -> None:
         self.lookup.reset()

@@ -21,8 +21,9 @@ from engine.errors import ModelFileError, SettingsError
 from loading.derived.files import derive
 from models.gguf_info import read_info
 
-# --draft-quant values: "auto" requantizes a heavy draft that runs on the CPU; "off" never.
-CHOICES = ("auto", "q4_0", "off")
+# --draft-quant values: "auto" requantizes a heavy draft that runs on the CPU; "off" never;
+# q8_0 and q4_k are there for `tandem tune`, which measures them against Q4_0.
+CHOICES = ("auto", "q4_0", "q8_0", "q4_k", "off")
 # Above this many bits per weight a CPU draft is worth requantizing (Q4_0 stores 4.5; Q4_K_M
 # files, with their Q6_K output head, come to about 4.9).
 AUTO_MIN_BITS = 5.5

@@ -1,5 +1,5 @@
-"""Trace-driven simulation of gamma policies on the embedded pair (greedy), the evidence behind the
-adaptive controller's proposal trimming and the drafter's chain stop.
+"""Trace-driven simulation of gamma policies on the embedded pair (greedy): the evidence behind
+the adaptive controller's choices and the drafter's chain stop (docs/design/controller.md).
 
   record OUT.json [PER_CATEGORY] [MAX_TOKENS] [--draft-vocab trim]
       Decode suite prompts plainly on the target (its greedy tokens and its top probability at
@@ -11,15 +11,17 @@ adaptive controller's proposal trimming and the drafter's chain stop.
       `--draft-vocab trim`, the draft with a trimmed output vocabulary: scripts/benchmarks'
       what-if for loading/derived/vocab_trim.py).
   replay TRACE.json
-      Replay the engine's own policies over the trace, with round costs from the timings (or
-      with `--verify-ratios r1,r2,...` to try another verify curve, relative to one token): a
-      greedy round's accepted prefix is fully determined by the trace, so each policy's rounds,
-      and their simulated time against plain decoding, are computed without noise. Prints the
-      per-category median speedup, p10 and share below 0.95x for each configuration.
+      Replay the engine's own generation over the trace: a target and a draft that answer as
+      the trace recorded (`TraceFake`), whose decodes cost the recorded timings on a virtual
+      clock (or `--verify-ratios r1,r2,...`, another verify curve relative to one token), run
+      through the real `Pair.generate` with each policy. A greedy round's outcome is fully
+      determined by the trace, so each policy's time against plain decoding is computed without
+      noise, by the very code that runs. Prints the per-category median speedup, p10 and share
+      below 0.95x for each configuration, and the oracle's ceiling.
 
-Usage: .venv/bin/python scripts/policy_sim.py record /tmp/trace.json 8 64
-       .venv/bin/python scripts/policy_sim.py replay /tmp/trace.json
-       .venv/bin/python scripts/policy_sim.py replay /tmp/trace.json --verify-ratios 1,1.33,1.62,1.43,1.78,2.05,2.2,2.44,2.6
+Usage: .venv/bin/python research/policy_sim.py record /tmp/trace.json 8 64
+       .venv/bin/python research/policy_sim.py replay /tmp/trace.json
+       .venv/bin/python research/policy_sim.py replay /tmp/trace.json --verify-ratios 1,1.33,1.62,1.43,1.78,2.05,2.2,2.44,2.6
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -37,8 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backend import ModelConfig  # noqa: E402
 from engine.controller import AdaptiveController  # noqa: E402
+from engine.events import DoneEvent  # noqa: E402
+from engine.generator import GenerationConfig  # noqa: E402
+from engine.pair import Pair  # noqa: E402
 from engine.policy import FixedGamma, GammaPolicy  # noqa: E402
-from engine.stats import RoundStats  # noqa: E402
+from engine.sampling import SamplingParams  # noqa: E402
 from engine.widths import padded_width  # noqa: E402
 
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -144,14 +149,13 @@ class Costs:
         # measures, and what its padding reads.
         self.draft_table = [self.draft_batch(w) for w in range(1, len(verify_ms) + 1)]
 
-    def padded_verify(self, w: int, pad: bool = True) -> tuple[int, float]:
-        """The width a verify of w tokens is decoded at (engine/widths.py), and its cost."""
-        width = padded_width(self.verify_ms, w) if pad else w
-        return width, self.verify(width)
+    def padded_verify(self, w: int) -> float:
+        """The cost of a verify of w tokens at the width the engine pads it to."""
+        return self.verify(padded_width(self.verify_ms, w))
 
-    def padded_draft(self, w: int, pad: bool = True) -> float:
+    def padded_draft(self, w: int) -> float:
         """The cost of a draft decode of w tokens (a catch-up), padded as the engine pads it."""
-        return self.draft_batch(padded_width(self.draft_table, w) if pad else w)
+        return self.draft_batch(padded_width(self.draft_table, w))
 
     def verify(self, w: int) -> float:
         v = self.verify_ms
@@ -163,43 +167,103 @@ class Costs:
         return self.draft[-1] * w / self.widths[-1]
 
 
-def replay_one(rec: dict, policy: GammaPolicy, costs: Costs, chain_min: float,
-               max_tokens: int = 64, pad: bool = True) -> float:
-    """Simulated speedup of one prompt: plain decode time over the policy's rounds' time. Rounds
-    follow the engine: the draft stops after the token that takes its chain under chain_min,
-    the policy's `keep_drafting` stops it before a token, the accepted prefix is where the draft's greedy token
-    first differs from the target's, and batches are padded to cheaper widths (`pad`)."""
-    gen, dam, dconf, tconf = rec["gen"], rec["dargmax"], rec["dconf"], rec["tconf"]
-    n = len(gen)
-    i, lag, total, index = 0, 1, 0.0, 0
-    while i <= n and i < max_tokens:
-        room = min(max_tokens - i - 1, n - i)
-        g = min(policy.next_gamma(), max(room, 0))
-        draft_ms, own = 0.0, []
-        if g > 0:
-            # As the draft model drafts: a greedy row's `sure` is the draft's top probability
-            # at that position, checked before the token is taken; a decode per further row.
-            draft_ms = costs.padded_draft(lag, pad)
-            while policy.keep_drafting(own, dconf[i + len(own)], g, False):
-                own.append(dconf[i + len(own)])
-                if len(own) == g or float(np.prod(own)) < chain_min:
-                    break
-                draft_ms += costs.draft_batch(1)
-        kept = len(own)
-        acc = 0
-        while acc < kept and dam[i + acc] == gen[i + acc]:
-            acc += 1
-        width, verify_ms = costs.padded_verify(kept + 1, pad and kept > 0)
-        committed = min(acc + 1, n + 1 - i)
-        lag = (2 if acc == len(own) else 1) if g > 0 else lag + 1
-        policy.update(RoundStats(index=index, gamma=g, drafted=kept, accepted=acc, kind="",
-                                 committed=committed, draft_ms=draft_ms, verify_ms=verify_ms,
-                                 source="draft-model" if g else "none",
-                                 confidence=tuple(tconf[i:i + acc + 1]), width=width))
-        total += draft_ms + verify_ms
-        i += committed
-        index += 1
-    return costs.verify(1) * min(n + 1, max_tokens) / total
+class Clock:
+    """Virtual milliseconds that pass only when a `TraceFake` decodes."""
+
+    def __init__(self) -> None:
+        self.ms = 0.0
+
+    def now(self) -> float:
+        return self.ms
+
+
+class TraceFake:
+    """The target (`draft` False) or the draft of one trace record, as a Backend: at each
+    position of the recorded answer its greedy token is the one recorded (the target's answer,
+    then its end-of-generation token; the draft's own greedy token), with the recorded top
+    probability; a decode of w tokens costs `cost(w)` virtual ms. Token ids are renumbered into
+    a small vocabulary; a prompt is written as its ids ("17 203 5")."""
+
+    def __init__(self, rec: dict, ids: dict[int, int], clock: Clock,
+                 cost: Callable[[int], float], draft: bool = False, n_ctx: int = 4096) -> None:
+        self.rec, self.ids, self.clock, self.cost, self.draft = rec, ids, clock, cost, draft
+        self.n_vocab = len(ids) + 1
+        self.eog = len(ids)
+        self.n_ctx = n_ctx
+        self.n_batch = 512
+        self.cache: list[int] = []
+        self.prompt_len = len(rec["toks"])
+
+    def _row(self, n: int) -> np.ndarray:
+        """The logits for the token at absolute position n."""
+        k = n - self.prompt_len
+        gen = self.rec["gen"]
+        if self.draft:
+            k = min(max(k, 0), len(self.rec["dargmax"]) - 1)
+            top, p = self.ids[self.rec["dargmax"][k]], self.rec["dconf"][k]
+        else:
+            k = min(max(k, 0), len(gen))
+            top = self.ids[gen[k]] if k < len(gen) else self.eog
+            p = self.rec["tconf"][min(k, len(self.rec["tconf"]) - 1)]
+        p = min(max(p, 1e-6), 1 - 1e-6)
+        row = np.zeros(self.n_vocab, dtype=np.float32)
+        row[top] = np.log(p * (self.n_vocab - 1) / (1 - p))
+        return row
+
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
+        assert pos == len(self.cache), "positions out of step"
+        self.clock.ms += self.cost(len(tokens))
+        self.cache.extend(int(t) for t in tokens)
+        if not rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return np.stack([self._row(pos + r + 1) for r in rows])
+
+    def truncate(self, n: int) -> None:
+        del self.cache[n:]
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        words = text.split()
+        if words and all(w.isdigit() for w in words):
+            return [int(w) for w in words]
+        return [1 + b % (self.n_vocab - 2) for b in text.encode()]
+
+    def token_bytes(self, token: int) -> bytes:
+        return b"" if token == self.eog else f"{token} ".encode()
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eog
+
+    def chat_prompt(self, messages) -> str:
+        return " ".join(m["content"] for m in messages)
+
+    def close(self) -> None:
+        self.cache.clear()
+
+
+def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: Costs,
+               chain_min: float, drafter: str = "draft", max_tokens: int = 64) -> float:
+    """Simulated speedup of one prompt: plain decoding's time over the policy's, both through
+    `Pair.generate` over the trace, less the target's prefill (the same for both, and not what a
+    policy changes); the draft's prefill counts wherever it is paid."""
+    ids = {t: i for i, t in enumerate(dict.fromkeys(rec["toks"] + rec["gen"] + rec["dargmax"]))}
+    prompt = " ".join(str(ids[t]) for t in rec["toks"])
+
+    def run(policy_drafter: str, policy: GammaPolicy | None) -> tuple[float, float,
+                                                                      tuple[int, ...]]:
+        clock = Clock()
+        pair = Pair(TraceFake(rec, ids, clock, costs.verify),
+                    TraceFake(rec, ids, clock, costs.draft_batch, draft=True),
+                    chain_min=chain_min, clock=clock.now)
+        config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=8,
+                                  max_tokens=max_tokens)
+        done = [ev for ev in pair.generate(prompt, config, drafter=policy_drafter, raw=True,
+                                           policy=policy) if isinstance(ev, DoneEvent)][0]
+        return done.stats.total_time_ms, done.stats.prefill_ms, done.tokens
+
+    plain, prefill, want = run("none", None)
+    spent, _, got = run(drafter, make_policy())
+    assert got == want, "a replayed policy changed the greedy answer"
+    return (plain - prefill) / (spent - prefill)
 
 
 def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
@@ -209,35 +273,26 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
         verify = [verify[0] * r for r in verify_ratios]
     costs = Costs(verify, data["draft_ms"])
 
-    def adaptive(trim: bool, opening: int = 3, pad: bool = True,
-                 **kw) -> Callable[[], GammaPolicy]:
-        def make() -> GammaPolicy:
-            c = AdaptiveController(max_gamma=8, verify_ms=list(costs.verify_ms),
-                                   draft_ms=list(costs.draft_table),
-                                   model_source="draft-model", opening_plain=opening, **kw)
-            if not pad:
-                c.pad_verify, c.pad_draft = [], []
-            return c if trim else _NoTrim(c)
-        return make
+    def adaptive(trim: bool, **kw) -> Callable[[], GammaPolicy | None]:
+        # Uncalibrated: Pair.generate calibrates it on the trace's costs.
+        return lambda: (AdaptiveController if trim else _NoTrim)(max_gamma=8, **kw)
 
-    configs = [("fixed 3, full gamma", lambda: FixedGamma(3), 0.0, True),
-               ("fixed 3, chain stop 0.5, no padding", lambda: FixedGamma(3), 0.5, False),
-               ("fixed 3, chain stop 0.5", lambda: FixedGamma(3), 0.5, True),
-               ("adaptive 8, 1 plain opening round, no stop, no trim (midday)",
-                adaptive(False, 1), 0.0, True),
-               ("adaptive 8, 1 plain opening round, chain stop 0.5, trim", adaptive(True, 1), 0.5,
-                True),
-               ("adaptive 8, chain stop 0.5, no trim", adaptive(False), 0.5, True),
-               ("adaptive 8, chain stop 0.3, trim", adaptive(True), 0.3, True),
-               ("adaptive 8, chain stop 0.5, trim, no padding", adaptive(True, pad=False), 0.5,
-                False),
+    configs = [("fixed 3, full gamma", lambda: FixedGamma(3), 0.0, "draft"),
+               ("fixed 3, chain stop 0.5", lambda: FixedGamma(3), 0.5, "draft"),
+               ("adaptive 8, chain stop 0.5, no trim", adaptive(False), 0.5, "draft"),
+               ("adaptive 8, chain stop 0.3, trim", adaptive(True), 0.3, "draft"),
                ("adaptive 8, chain stop 0.5, trim, catch-up over a fixed 4 rounds",
-                adaptive(True, horizon_cap=0.0), 0.5, True),
-               ("adaptive 8, chain stop 0.5, trim (default)", adaptive(True), 0.5, True),
-               ("adaptive 8, chain stop 0.7, trim", adaptive(True), 0.7, True)]
-    for opening in (2, 4, 6, 10, 16):
-        configs.append((f"adaptive 8, {opening} plain opening rounds, chain stop 0.5, trim",
-                        adaptive(True, opening), 0.5, True))
+                adaptive(True, horizon_cap=0.0), 0.5, "draft"),
+               ("adaptive 8, chain stop 0.5, no hope", adaptive(True, hope=0.0), 0.5, "draft"),
+               ("adaptive 8, chain stop 0.5, opening not capped", adaptive(True, opening=()),
+                0.5, "draft"),
+               ("adaptive 8, chain stop 0.5, trim (default drafter model)", lambda: None, 0.5,
+                "draft"),
+               ("adaptive 8, chain stop 0.7, trim", lambda: None, 0.7, "draft"),
+               ("hybrid adaptive 8 (the default)", lambda: None, 0.5, "hybrid")]
+    for opening in (3, 6):
+        configs.append((f"adaptive 8, {opening} forced plain opening rounds",
+                        adaptive(True, opening_plain=opening), 0.5, "draft"))
     cats = sorted({r["cat"] for r in data["recs"]})
     print(f"{len(data['recs'])} prompts; verify ms {[round(v) for v in costs.verify_ms]}")
     conf = np.array([c for r in data["recs"] for c in r["dconf"][:len(r["gen"])]])
@@ -250,14 +305,16 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
               f"{agree[m].mean():.2f}")
     print("| config | " + " | ".join(cats) + " | median | p10 | below 0.95x |")
     print("|---" * (len(cats) + 4) + "|")
+
     def row(name: str, speed: dict) -> None:
         s = np.array(list(speed.values()))
         per_cat = [np.median([speed[r["id"]] for r in data["recs"] if r["cat"] == c]) for c in cats]
         print(f"| {name} | " + " | ".join(f"{m:.2f}" for m in per_cat)
               + f" | {np.median(s):.2f} | {np.percentile(s, 10):.2f} | {np.mean(s < 0.95):.0%} |")
 
-    for name, make, chain_min, pad in configs:
-        row(name, {r["id"]: replay_one(r, make(), costs, chain_min, pad=pad) for r in data["recs"]})
+    for name, make, chain_min, drafter in configs:
+        row(name, {r["id"]: replay_one(r, make, costs, chain_min, drafter)
+                   for r in data["recs"]})
     row("oracle: knows which drafted tokens the target keeps (the ceiling)",
         {r["id"]: oracle_one(r, costs) for r in data["recs"]})
 
@@ -281,23 +338,17 @@ def oracle_one(rec: dict, costs: Costs, max_tokens: int = 64, max_gamma: int = 8
         fastest = costs.verify(1) + best(i + 1, lag + 1)
         for k in range(1, min(run[i], end - 1 - i, max_gamma) + 1):
             draft = costs.padded_draft(lag) + (k - 1) * costs.draft_batch(1)
-            fastest = min(fastest, draft + costs.padded_verify(k + 1)[1] + best(i + k + 1, 2))
+            fastest = min(fastest, draft + costs.padded_verify(k + 1) + best(i + k + 1, 2))
         return fastest
 
     return costs.verify(1) * end / best(0, 1)
 
 
-class _NoTrim(GammaPolicy):
+class _NoTrim(AdaptiveController):
     """The adaptive controller without its stopping rule (`keep_drafting`), for comparison."""
 
-    def __init__(self, inner: AdaptiveController) -> None:
-        self.inner = inner
-
-    def next_gamma(self, source: str = "") -> int:
-        return self.inner.next_gamma(source)
-
-    def update(self, r: RoundStats) -> None:
-        self.inner.update(r)
+    def keep_drafting(self, own, sure, limit, fixed_width) -> bool:
+        return True
 
 
 def main(argv: list[str]) -> int:

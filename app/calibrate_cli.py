@@ -1,0 +1,104 @@
+"""`tandem calibrate`: load the pair, measure its decode costs on this machine (the calibration
+the adaptive controller starts from) and print them with the predicted ceiling of speculation per
+gamma, for the draft model and for prompt lookup; where the draft model cannot pay, say what
+might. The figures are the engine's (engine/ceiling.py); this module only formats them."""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
+                          model_configs)
+from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
+from loading.pair import load_pair
+
+
+def suggestions(c: Ceiling, has_draft: bool) -> list[str]:
+    """What might make speculation pay here, from the ceiling's figures."""
+    out = []
+    if has_draft and c.model_pays:
+        return out
+    if c.lookup_pays:
+        g = c.best(c.lookup_typical)
+        out.append(f"prompt lookup (--drafter lookup, or the default hybrid, which copies where "
+                   f"the answer repeats the prompt: code edits, quoting): "
+                   f"{c.lookup_typical[g]:.2f}x at gamma {g} when copies are right "
+                   f"{TYPICAL_ACCEPTANCE:.0%} of the time")
+    if c.draft_must_cost_under > 0:
+        out.append(f"a smaller or requantized draft (--draft-quant q4_0, --draft-vocab trim, or "
+                   f"a smaller model of the same family): it must cost under "
+                   f"{c.draft_must_cost_under:.2f} of a target token to pay at acceptance "
+                   f"{TYPICAL_ACCEPTANCE}" + (f"; this one costs {c.draft_relative:.2f}"
+                                              if has_draft else ""))
+    out.append("a GPU (--gpu-layers): there verifying several tokens costs about as much as "
+               "one, so even a modest draft pays")
+    return out
+
+
+def _table(c: Ceiling, has_draft: bool) -> list[str]:
+    lines = ["verify cost per batch width (ms): "
+             + "  ".join(f"{w}: {v:.1f}" for w, v in enumerate(c.verify_ms, 1)),
+             "  relative to one token: "
+             + " ".join(f"{v / c.verify_ms[0]:.2f}" for v in c.verify_ms)]
+    if has_draft:
+        lines.append(f"draft: {c.draft_ms[0]:.1f} ms a token, {c.draft_relative:.2f} of a "
+                     "target token")
+    lines.append(f"predicted speedup over plain decoding per gamma: every drafted token "
+                 f"accepted / at acceptance {TYPICAL_ACCEPTANCE} / acceptance needed to break "
+                 "even")
+    head = "gamma | " + ("draft model               | " if has_draft else "") + "prompt lookup"
+    lines.append(head)
+
+    def cell(ceil: list[float], typical: list[float], even: list[float | None], g: int) -> str:
+        need = f"{even[g - 1]:.2f}" if even[g - 1] is not None else "never"
+        return f"{ceil[g]:5.2f}x {typical[g]:5.2f}x {need:>6}"
+
+    for g in range(1, len(c.model)):
+        row = f"{g:5d} | "
+        if has_draft:
+            row += cell(c.model, c.model_typical, c.model_break_even, g) + "     | "
+        row += cell(c.lookup, c.lookup_typical, c.lookup_break_even, g)
+        lines.append(row)
+    return lines
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    tcfg, dcfg = model_configs(args)
+    pair = load_pair(tcfg, dcfg, load_options(args, ["hybrid"]), **draft_stops(args))
+    try:
+        c = measure(pair, args.gamma)
+        draft_file = pair.draft_path
+    finally:
+        pair.close()
+    has_draft = dcfg is not None
+    tips = suggestions(c, has_draft)
+    if args.json:
+        print(json.dumps({"target": tcfg.path, "draft": draft_file, "threads": tcfg.n_threads,
+                          "ceiling": asdict(c), "model_pays": c.model_pays,
+                          "lookup_pays": c.lookup_pays, "suggestions": tips}, indent=2))
+        return 0
+    print(f"target {Path(tcfg.path).name}" + (f", draft {Path(draft_file).name}" if draft_file
+                                               else ", no draft model")
+          + f", {tcfg.n_threads or 'all'} threads")
+    print("\n".join(_table(c, has_draft)))
+    if has_draft:
+        g = c.best(c.model_typical)
+        verdict = ("pays" if c.model_pays else "cannot pay")
+        print(f"the draft model {verdict} here: best {c.model_typical[g]:.2f}x at gamma {g} "
+              f"at acceptance {TYPICAL_ACCEPTANCE}")
+    if tips:
+        print("what might pay instead:")
+        print("\n".join(f"  - {t}" for t in tips))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("calibrate", help="measure the pair's decode costs and predicted "
+                       "speculation ceiling on this machine")
+    add_model_args(c)
+    add_draft_stop_args(c.add_argument_group("draft stops"))
+    c.add_argument("--gamma", type=int, default=8, help="largest gamma to predict (default 8)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=cmd_calibrate)

@@ -1,0 +1,172 @@
+"""Using pairing records at load time (CLI generate, the app, serve): find the record for the
+files being loaded, apply its configuration unless the user chose one, warn when the draft was
+tuned for another version of the target, and give the acceptance the generation is watched
+against (engine/staleness.py)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+from engine.backend import ModelConfig
+from engine.errors import ModelFileError
+from engine.staleness import StaleDraftEvent
+from engine.tuning.candidates import Candidate
+from loading.derived.early_exit import default_layers
+from loading.derived.files import file_sha256
+from loading.derived.quantized import resolve as resolve_quant
+from loading.options import LoadOptions
+from models.pairing import PairingRecord, PairKey, find, stale_for
+
+# Speculation options and their defaults: any other value is the user's choice, which a record
+# does not override.
+DEFAULTS = {"drafter": None, "draft_quant": "auto", "draft_vocab": "full", "policy": "adaptive",
+            "early_exit_layers": None, "gamma": None}
+
+
+@dataclass
+class PairingUse:
+    record: PairingRecord | None = None
+    stale: list[PairingRecord] = field(default_factory=list)
+    applied: bool = False
+    messages: list[str] = field(default_factory=list)
+    # The drafter the record chose, when applied.
+    drafter: str | None = None
+
+    @property
+    def reference(self) -> PairingRecord | None:
+        """The record acceptance is compared with: the matching one, else the newest stale."""
+        return self.record or (self.stale[0] if self.stale else None)
+
+
+def _adapters(adapters: Sequence[tuple[str, float]]) -> str:
+    # The scale is part of an adapter's identity here: it changes the model as much as the file.
+    return ",".join(f"{file_sha256(Path(p))}@{float(s):g}" for p, s in adapters)
+
+
+def key_for(target: str | Path, draft: str | Path | None,
+            adapters: Sequence[tuple[str, float]] = (),
+            draft_adapters: Sequence[tuple[str, float]] = ()) -> PairKey:
+    """The key of a target with its adapters and of a draft (with its own adapters, if any)."""
+    d = file_sha256(Path(draft)) if draft else ""
+    if d and draft_adapters:
+        d += "+" + _adapters(draft_adapters)
+    return PairKey(file_sha256(Path(target)), _adapters(adapters), d)
+
+
+def chose_speculation(args: argparse.Namespace) -> bool:
+    return any(getattr(args, k, v) != v for k, v in DEFAULTS.items())
+
+
+def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
+    """The record for these files and the stale ones (same draft, other target or adapter).
+    Nothing when a file is missing: loading says so, in its own words."""
+    paths = [tcfg.path, *(p for p, _ in tcfg.lora)]
+    if dcfg is not None:
+        paths += [dcfg.path, *(p for p, _ in dcfg.lora)]
+    if not all(Path(p).is_file() for p in paths):
+        return PairingUse()
+    key = key_for(tcfg.path, dcfg.path if dcfg else None, tcfg.lora, dcfg.lora if dcfg else ())
+    try:
+        use = PairingUse(find(key), stale_for(key))
+    except ModelFileError as exc:
+        # A damaged record costs the tuned choice, not the load.
+        return PairingUse(messages=[f"warning: {exc}"])
+    # With a record of its own, other versions' records are no news.
+    for r in use.stale[:1] if use.record is None else ():
+        use.messages.append(
+            f"warning: the draft {Path(dcfg.path).name if dcfg else ''} was tuned on {r.date[:10]}"
+            f" for another version of the target ({Path(r.target).name}"
+            + (f" with adapter {Path(r.adapter).name}@{r.adapter_scale:g}" if r.adapter else
+               " without an adapter") + "); run `tandem tune` for this one")
+    return use
+
+
+def apply(args: argparse.Namespace, use: PairingUse) -> None:
+    """Set the record's choice on `args` unless the user chose speculation options."""
+    if use.record is None or getattr(args, "no_pairing", False):
+        return
+    c = use.record.chosen
+    if chose_speculation(args):
+        use.messages.append(f"pairing record {use.record.key.id} not used: speculation options "
+                            "given on the command line")
+        return
+    args.drafter = c.drafter
+    args.draft_quant = c.draft_quant
+    args.draft_vocab = c.draft_vocab
+    args.early_exit_layers = c.early_exit_layers
+    if c.drafter != "none":
+        args.policy = c.policy
+        args.gamma = c.gamma
+    use.applied = True
+    use.drafter = c.drafter
+    use.messages.append(f"using tuned pairing {use.record.key.id} ({use.record.date[:10]}): "
+                        f"{c.label}, {_measured(c)}")
+
+
+def _measured(c) -> str:
+    if c.drafter == "none":
+        return "no candidate beat it"
+    return f"{c.speedup_median:.2f}x measured"
+
+
+def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: int) -> str:
+    """The candidate name (engine/tuning/candidates.py) of the configuration about to run."""
+    drafter = args.drafter or ("hybrid" if dcfg is not None else "none")
+    if drafter in ("draft", "hybrid") and dcfg is not None:
+        quant = resolve_quant(args.draft_quant, dcfg.path, dcfg.n_gpu_layers) or "off"
+        if drafter == "hybrid":
+            # Tuning measures hybrid on the draft as given only.
+            return "hybrid" if quant == "off" and args.draft_vocab == "full" else ""
+        return Candidate("draft", draft_quant=quant, draft_vocab=args.draft_vocab).name
+    if drafter == "early-exit":
+        layers = args.early_exit_layers or default_layers(n_layer)
+        return Candidate("early-exit", early_exit_layers=layers).name
+    return drafter
+
+
+def expected_acceptance(use: PairingUse, name: str) -> float | None:
+    """The lowest per-category acceptance the reference record measured for `name`."""
+    ref = use.reference
+    if ref is None or not name or name == "none":
+        return None
+    m = ref.measured.get(name)
+    if not m or not m.get("n"):
+        return None
+    return float(m.get("acceptance_min", m.get("acceptance", 0.0)))
+
+
+def stale_line(ev: StaleDraftEvent) -> str:
+    return (f"warning: acceptance over the last {ev.drafted} drafted tokens is {ev.observed:.2f}, "
+            f"well below the {ev.expected:.2f} this pairing was tuned at (threshold "
+            f"{ev.threshold:.2f}); the draft may be stale for this target: run `tandem tune`")
+
+
+def for_load(target: ModelConfig, draft: ModelConfig | None,
+             options: LoadOptions) -> tuple[LoadOptions, PairingUse]:
+    """The app's and serve's load (no command-line drafter): the record's draft variant and
+    early-exit depth unless `options` chose them; `use.drafter` is then the pair's default."""
+    use = lookup(target, draft)
+    r = use.record
+    if r is None or (options.draft_quant, options.draft_vocab, options.early_exit_layers) != \
+            ("auto", "full", None):
+        return options, use
+    c = r.chosen
+    options = replace(options, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
+                      early_exit=options.early_exit or c.drafter == "early-exit",
+                      early_exit_layers=c.early_exit_layers)
+    use.applied = True
+    use.drafter = c.drafter
+    use.messages.append(f"tuned pairing: {c.label}, {_measured(c)} ({r.date[:10]})")
+    return options, use
+
+
+def chosen_acceptance(use: PairingUse, drafter: str) -> float | None:
+    """The acceptance to watch a generation of `drafter` against, when it is the tuned choice."""
+    if not use.applied or use.record is None or drafter != use.record.chosen.drafter:
+        return None
+    c = use.record.chosen
+    name = Candidate(c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
+                     early_exit_layers=c.early_exit_layers).name
+    return expected_acceptance(use, name)

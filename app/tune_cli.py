@@ -1,0 +1,235 @@
+"""`tandem tune` and `tandem pairs`: measure the candidate drafters on the user's prompts and
+machine, print the table, and keep the decision as a pairing record in the model store
+(models/pairing.py); list the records."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from engine.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
+from engine.errors import SettingsError
+
+# Tokens per tuning run: long enough for the adaptive controller to settle, short enough for a
+# few prompts per candidate in ten minutes on a laptop CPU.
+TUNE_MAX_TOKENS = 64
+
+
+def tandem_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("tandem")
+    except PackageNotFoundError:
+        import tomllib
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        try:
+            return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+        except (OSError, KeyError, ValueError):
+            return "unknown"
+
+
+def interleave(prompts: list[SuitePrompt]) -> list[SuitePrompt]:
+    """First prompt of each category, then the second of each, ...: a budget that cuts the list
+    short still covers every category."""
+    by_cat: dict[str, list[SuitePrompt]] = {}
+    for p in prompts:
+        by_cat.setdefault(p.category, []).append(p)
+    rows = list(by_cat.values())
+    return [r[i] for i in range(max(map(len, rows), default=0)) for r in rows if i < len(r)]
+
+
+def tune_prompts(args: argparse.Namespace) -> list[SuitePrompt]:
+    """--prompts FILE (a suite JSONL, or plain text with one prompt per line, category
+    "prompts"), else the suite's --category prompts, else the whole default suite."""
+    categories = [c.strip() for group in args.category or [] for c in group.split(",") if c.strip()]
+    if args.prompts:
+        path = Path(args.prompts)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SettingsError(f"cannot read the prompts file {path}: {exc.strerror or exc}") from None
+        if path.suffix == ".jsonl":
+            suite = load_suite(path).select(categories or None)
+            return interleave(list(suite.prompts))
+        if categories:
+            raise SettingsError("--category selects from a suite; a plain-text prompts file has none")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if not lines:
+            raise SettingsError(f"the prompts file {path} has no prompts")
+        return [SuitePrompt(f"line-{i + 1}", "prompts", ln) for i, ln in enumerate(lines)]
+    return interleave(list(load_suite(DEFAULT_SUITE).select(categories or None).prompts))
+
+
+def _choice(row):
+    from models.pairing import Choice
+    c = row.candidate
+    return Choice(drafter=c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
+                  early_exit_layers=c.early_exit_layers, policy=c.policy, gamma=c.gamma,
+                  acceptance=row.acceptance, speedup_median=row.speedup.median,
+                  speedup_p10=row.speedup.p10, n_prompts=row.n)
+
+
+def _plain(n: int):
+    from models.pairing import Choice
+    return Choice("none", policy="plain", gamma=0, n_prompts=n)
+
+
+def table_lines(results, cats: list[str]) -> list[str]:
+    from engine.tuning.decide import OVERALL, choose, table
+    lines = [f"{'candidate':<22}{'prompts':>8}{'accept':>8}{'draft cost':>11}"
+             f"{'speedup':>9}{'p10':>7}  note"]
+    for r in table(results):
+        if r.n:
+            # A candidate the policy never let draft has no acceptance or cost to show.
+            acc, cost = ((f"{r.acceptance:>8.2f}", f"{r.draft_cost:>11.2f}") if r.drafted
+                         else (f"{'-':>8}", f"{'-':>11}"))
+            lines.append(f"{r.candidate.name:<22}{r.n:>8}{acc}{cost}"
+                         f"{r.speedup.median:>8.2f}x{r.speedup.p10:>7.2f}  {r.note}")
+        else:
+            lines.append(f"{r.candidate.name:<22}{0:>8}{'':>8}{'':>11}{'':>9}{'':>7}  {r.note}")
+    lines.append(f"{'none (plain)':<22}{'':>8}{'':>8}{'':>11}{1.0:>8.2f}x{1.0:>7.2f}  reference")
+    for cat in [OVERALL, *cats]:
+        best = choose(results, cat)
+        lines.append(f"best for {cat}: " + (f"{best.candidate.name} {best.speedup.median:.2f}x"
+                                            if best else "none (nothing beat plain decoding)"))
+    return lines
+
+
+def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
+    from engine.llama_backend import default_threads
+    from engine.tuning.decide import OVERALL, choose, row
+    from models.pairing import PairingRecord
+    from app.reports.machine import _cpu_model
+    total = sum(len(r.runs) for r in results)
+
+    def pick(cat: str):
+        best = choose(results, cat)
+        return _choice(best) if best else _plain(total)
+
+    measured = {}
+    for res in results:
+        r = row(res)
+        per_cat = [row(res, c) for c in cats]
+        measured[res.candidate.name] = {
+            "acceptance": r.acceptance,
+            "acceptance_min": min((x.acceptance for x in per_cat if x.n), default=r.acceptance),
+            "speedup_median": r.speedup.median, "speedup_p10": r.speedup.p10, "n": r.n,
+            "note": r.note}
+    lora = tcfg.lora
+    return PairingRecord(
+        key=key, target=tcfg.path, draft=dcfg.path if dcfg else "",
+        adapter=",".join(p for p, _ in lora), adapter_scale=lora[0][1] if lora else 1.0,
+        chosen=pick(OVERALL), by_category={c: pick(c) for c in cats}, measured=measured,
+        machine={"device": "GPU" if tcfg.n_gpu_layers else "CPU",
+                 "threads": tcfg.n_threads or default_threads(), "cpu": _cpu_model(),
+                 "load_1min": round(os.getloadavg()[0], 2)},
+        sampling={"temperature": params.temperature, "top_k": params.top_k,
+                  "top_p": params.top_p, "min_p": params.min_p,
+                  "max_tokens": args.max_tokens},
+        tandem_version=tandem_version())
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from app.settings import draft_stops, generation_config, model_configs
+    from engine.tuning.candidates import default_candidates
+    from engine.tuning.decide import categories
+    from loading.options import LoadOptions
+    from loading.pair import load_pair
+    from loading.tuning_host import PairHost
+    from engine.tuning.measure import measure
+    from models.gguf_info import read_info
+    from app.pairing_use import key_for
+    from models.pairing import save
+
+    if args.budget_minutes <= 0:
+        raise SettingsError(f"--budget-minutes must be positive, got {args.budget_minutes}")
+    prompts = tune_prompts(args)
+    config = generation_config(args)
+    tcfg, dcfg = model_configs(args)
+    key = key_for(tcfg.path, dcfg.path if dcfg else None, tcfg.lora, dcfg.lora if dcfg else ())
+    candidates = default_candidates(dcfg is not None, read_info(tcfg.path).n_layer,
+                                    policy=args.policy, gamma=config.gamma)
+    if args.candidates:
+        wanted = [c.strip() for c in args.candidates.split(",") if c.strip()]
+        known = {c.name: c for c in candidates}
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise SettingsError(f"unknown candidate {unknown[0]!r}; choose from {', '.join(known)}")
+        candidates = [known[w] for w in wanted]
+    # The draft as given: tuning decides whether a requantized or trimmed one is faster.
+    pair = load_pair(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
+                                             draft_quant="off"),
+                     lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    print(f"tuning {len(candidates)} candidates on {len(prompts)} prompts "
+          f"({', '.join(dict.fromkeys(p.category for p in prompts))}), budget "
+          f"{args.budget_minutes:g} min, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    started = time.monotonic()
+    try:
+        host = PairHost(pair, tcfg, dcfg, max_tokens=config.max_tokens, stop=config.stop)
+        with tqdm(total=len(candidates) * len(prompts), unit="pair", file=sys.stderr) as bar:
+            def progress(p) -> None:
+                bar.total = p.expected
+                bar.update(p.done - bar.n)
+                bar.set_postfix_str(f"{p.label}, ~{p.eta_s / 60:.1f} min left")
+            results = measure(host, candidates, prompts, config.params,
+                              budget_s=args.budget_minutes * 60, progress=progress)
+    finally:
+        pair.close()
+    cats = categories(results)
+    for line in table_lines(results, cats):
+        print(line)
+    record = build_record(results, cats, key, tcfg, dcfg, args, config.params)
+    path = save(record)
+    print(f"pairing record {path.name} written ({time.monotonic() - started:.0f} s, load "
+          f"{os.getloadavg()[0]:.2f}); `tandem generate`, the app and `tandem serve` now use "
+          f"{record.chosen.label} for this pair")
+    return 0
+
+
+def cmd_pairs(args: argparse.Namespace) -> int:
+    from models.pairing import all_records
+    records = all_records()
+    if not records:
+        print("no pairing records; run `tandem tune`")
+        return 0
+    for r in records:
+        adapter = f" + {Path(r.adapter).name}@{r.adapter_scale:g}" if r.adapter else ""
+        draft = Path(r.draft).name if r.draft else "(no draft)"
+        print(f"{r.key.id}  {r.date}  {Path(r.target).name}{adapter} / {draft}")
+        c = r.chosen
+        result = ("no candidate beat it" if c.drafter == "none" else
+                  f"{c.speedup_median:.2f}x (p10 {c.speedup_p10:.2f}), acceptance {c.acceptance:.2f}")
+        print(f"    chosen {c.label}: {result}; {r.machine.get('device', '?')} "
+              f"{r.machine.get('threads', '?')} threads, Tandem {r.tandem_version}")
+        for cat, c in r.by_category.items():
+            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != "none"
+                                               else ""))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from app.settings import add_draft_stop_args, add_model_args, add_sampling_args
+
+    t = sub.add_parser("tune", help="measure drafters on your prompts and remember the fastest")
+    t.add_argument("--prompts", help="prompts file: a suite JSONL, or one prompt per line")
+    t.add_argument("--category", action="append",
+                   help="suite categories to tune for (repeatable or comma separated)")
+    t.add_argument("--budget-minutes", type=float, default=10.0,
+                   help="time for all measurements (default 10)")
+    t.add_argument("--policy", choices=("adaptive", "fixed", "heuristic"), default="adaptive",
+                   help="gamma policy of every candidate (default adaptive)")
+    t.add_argument("--candidates", help="comma-separated candidate names to measure "
+                   "(default all: draft, hybrid, draft-q8_0, draft-q4_k, draft-q4_0, "
+                   "draft-vocab-trim, lookup, early-exit-K)")
+    t.add_argument("--lookup-ngram", type=int, default=3)
+    add_draft_stop_args(t)
+    add_model_args(t)
+    add_sampling_args(t)
+    t.set_defaults(func=cmd_tune, max_tokens=TUNE_MAX_TOKENS)
+
+    p = sub.add_parser("pairs", help="list the pairing records `tandem tune` wrote")
+    p.set_defaults(func=cmd_pairs)

@@ -1,0 +1,91 @@
+"""A pair's predicted ceiling on this machine, from its calibration: how fast speculation could
+go over plain decoding at each gamma, for the draft model and for prompt lookup (a copy costs no
+draft decode), what per-token acceptance each gamma needs just to break even, and how cheap a
+draft would have to be to pay at a typical acceptance. `tandem calibrate` and the models wizard
+format it; the numbers are the cost model's (engine/costs.py), with the draft kept in step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.costs import Calibration, CostModel, expected_tokens
+from engine.pair import Pair
+
+# The per-token acceptance a draft model of the same family typically reaches on code after an
+# answer's opening (docs/design/controller.md): where the "what would pay" figures are read.
+TYPICAL_ACCEPTANCE = 0.8
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    # ms of one target decode of w tokens (index w-1), and of one draft decode.
+    verify_ms: list[float]
+    draft_ms: list[float]
+    # The draft's cost per token relative to one target token.
+    draft_relative: float
+    # Speedup over plain decoding at gamma 0..max with every drafted token accepted.
+    model: list[float]
+    lookup: list[float]
+    # Per-token acceptance at which gamma 1..max only matches plain decoding (None: never).
+    model_break_even: list[float | None]
+    lookup_break_even: list[float | None]
+    # Speedup at gamma 0..max at TYPICAL_ACCEPTANCE.
+    model_typical: list[float]
+    lookup_typical: list[float]
+    # The dearest draft (relative to a target token) that would still pay at some gamma at
+    # TYPICAL_ACCEPTANCE on this verify curve; 0 when even a free draft would not.
+    draft_must_cost_under: float
+
+    @property
+    def model_pays(self) -> bool:
+        return max(self.model_typical[1:], default=0.0) > 1.0
+
+    @property
+    def lookup_pays(self) -> bool:
+        return max(self.lookup_typical[1:], default=0.0) > 1.0
+
+    def best(self, speeds: list[float]) -> int:
+        """The gamma (>= 1) of the highest figure in `speeds`."""
+        return max(range(1, len(speeds)), key=lambda g: speeds[g])
+
+
+def _break_even(costs: CostModel, gamma: int, copying: bool) -> float | None:
+    """The acceptance a at which E(a, gamma) * verify(1) equals the round's cost (bisection:
+    E grows with a)."""
+    need = costs.round_ms(gamma, copying) / costs.verify_cost(1)
+    if expected_tokens(1.0, gamma) < need:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, gamma) < need else (lo, mid)
+    return round(hi, 3)
+
+
+def ceiling(calibration: Calibration, max_gamma: int) -> Ceiling:
+    costs = CostModel(calibration, rate=0.0)
+    gammas = range(max_gamma + 1)
+    one = costs.verify_cost(1)
+    a = TYPICAL_ACCEPTANCE
+    cheapest = max((expected_tokens(a, g) * one - costs.verify_cost(g + 1)) / (g * one)
+                   for g in range(1, max_gamma + 1))
+    return Ceiling(
+        verify_ms=[round(v, 3) for v in calibration.verify_ms],
+        draft_ms=[round(d, 3) for d in calibration.draft_ms],
+        draft_relative=round(costs.draft_relative(), 4),
+        model=[round(costs.speedup(g, 1.0, False), 3) for g in gammas],
+        lookup=[round(costs.speedup(g, 1.0, True), 3) for g in gammas],
+        model_break_even=[_break_even(costs, g, False) for g in gammas[1:]],
+        lookup_break_even=[_break_even(costs, g, True) for g in gammas[1:]],
+        model_typical=[round(costs.speedup(g, a, False), 3) for g in gammas],
+        lookup_typical=[round(costs.speedup(g, a, True), 3) for g in gammas],
+        draft_must_cost_under=round(max(cheapest, 0.0), 3))
+
+
+def measure(pair: Pair, max_gamma: int = 8) -> Ceiling:
+    """Calibrate a loaded pair (its default drafter's models; lookup alone without a draft)
+    and return its ceiling. Caches are left as they were."""
+    drafter = pair.default_drafter if pair.default_drafter != "none" else "lookup"
+    with pair.lock:
+        cal = pair.calibration(drafter, max_gamma)
+    return ceiling(cal, max_gamma)

@@ -1,0 +1,166 @@
+"""What a speculative round costs: a pair's measured decode times (`calibrate`, a few real
+decodes at load, rolled back) and the cost model the adaptive controller prices rounds with,
+refined from every round's measured times.
+
+A round drafting g tokens costs
+  C(g) = verify(g + 1) + [g > 0 and the draft model drafts] * (g * draft_token + catch_up(lag))
+where verify(w) is a target decode of w tokens (read at the width it is padded to,
+engine/widths.py), draft_token one draft decode, and catch_up(lag) the extra cost of the draft's
+first decode when it must first swallow `lag` committed tokens it has not seen. A copy from the
+context (prompt lookup) costs its verify alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from engine.clock import Clock, wall_ms
+from engine.errors import SettingsError
+from engine.session import Session
+from engine.widths import padded_width
+
+
+@dataclass
+class Calibration:
+    # Index w-1 holds the cost in ms of one decode of w tokens.
+    draft_ms: list[float]
+    verify_ms: list[float]
+    # Proposal.source of the rounds in which the draft model resynchronises its cache.
+    model_source: str | None = None
+    # Proposal.source of the rounds that copy from the context (prompt lookup): they cost no
+    # draft decode and no catch-up, and keep acceptance counts of their own.
+    copy_source: str | None = None
+
+    def as_kwargs(self) -> dict:
+        return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,
+                "model_source": self.model_source, "copy_source": self.copy_source}
+
+
+def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps: int,
+                  all_rows: bool, clock: Clock) -> list[float]:
+    base = session.n_past
+    tokens = [int(t) for t in context]
+    if not tokens:
+        raise SettingsError("calibration needs a non-empty context")
+    try:
+        if base == 0:
+            session.extend(tokens)
+        start = session.n_past
+        filler = (tokens * (max_width // len(tokens) + 1))[:max_width]
+        # The first decode after load pays one-off allocations: keep it out of the numbers.
+        session.extend(filler[:1])
+        session.rollback(start)
+        best = [float("inf")] * max_width
+        # Sweeps over every width, the best of `reps` sweeps: a spell of load from another
+        # program then slows one sweep's widths alike instead of one width's every try.
+        for _ in range(reps):
+            for w in range(1, max_width + 1):
+                t0 = clock()
+                session.extend(filler[:w], rows=range(w) if all_rows else None)
+                best[w - 1] = min(best[w - 1], clock() - t0)
+                session.rollback(start)
+        return best
+    finally:
+        session.rollback(base)
+
+
+def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
+              reps: int = 4, model_source: str | None = None,
+              clock: Clock = wall_ms, copy_source: str | None = None) -> Calibration:
+    """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
+    decodes of as many; every cache is left holding exactly what it held before."""
+    width = max_gamma + 1
+    verify_ms = _timed_widths(target, width, context, reps, all_rows=True, clock=clock)
+    draft_ms = (_timed_widths(draft, width, context, reps, all_rows=False, clock=clock)
+                if draft is not None
+                else [0.0] * width)
+    return Calibration(draft_ms=draft_ms, verify_ms=verify_ms,
+                       model_source=model_source if draft is not None else None,
+                       copy_source=copy_source)
+
+
+def at_width(table: Sequence[float], w: int) -> float:
+    """table[w-1], extrapolated linearly past the measured widths."""
+    if w <= len(table):
+        return float(table[w - 1])
+    step = table[-1] - table[-2] if len(table) > 1 else table[-1]
+    return float(table[-1] + max(step, 0.0) * (w - len(table)))
+
+
+def expected_tokens(acceptance: float, gamma: int) -> float:
+    """Tokens a round drafting `gamma` commits when each drafted token is accepted with
+    probability `acceptance` given the earlier ones were."""
+    return float(sum(acceptance ** i for i in range(gamma + 1)))
+
+
+class CostModel:
+    """Round costs in ms from a calibration; `learn_*` move them towards measured rounds."""
+
+    def __init__(self, calibration: Calibration, rate: float) -> None:
+        c = calibration
+        if not c.verify_ms or len(c.draft_ms) != len(c.verify_ms) or min(c.verify_ms) <= 0:
+            raise SettingsError("calibration must give positive verify costs and a draft cost "
+                                "for each width")
+        self.rate = rate
+        self.verify = [float(v) for v in c.verify_ms]
+        self.draft_batch = [float(d) for d in c.draft_ms]
+        # The pair pads batches to the cheaper widths of its calibration (engine/widths.py);
+        # costs are read at the width actually decoded.
+        self.pad_verify = list(self.verify)
+        self.pad_draft = list(self.draft_batch)
+        self.draft_token = self.draft_batch[0]
+        self.model_source = c.model_source
+        self.copy_source = c.copy_source
+
+    def verify_cost(self, width: int) -> float:
+        """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
+        return at_width(self.verify, padded_width(self.pad_verify, width))
+
+    def catch_up_ms(self, lag: int) -> float:
+        """The extra cost of a draft decode that first feeds `lag` - 1 committed tokens."""
+        if lag <= 1:
+            return 0.0
+        wide = at_width(self.draft_batch, padded_width(self.pad_draft, lag))
+        return max(wide - at_width(self.draft_batch, 1), 0.0)
+
+    def round_ms(self, gamma: int, copying: bool, catch_up: float = 0.0) -> float:
+        """A round drafting `gamma`: its verify, plus for the draft model its decodes and the
+        share of its catch-up charged to this round."""
+        cost = self.verify_cost(gamma + 1)
+        if gamma > 0 and not copying:
+            cost += gamma * self.draft_token + catch_up
+        return cost
+
+    def draft_relative(self) -> float:
+        """The draft model's cost per token relative to one target token."""
+        return self.draft_token / self.verify[0]
+
+    def speedup(self, gamma: int, acceptance: float, copying: bool) -> float:
+        """Predicted speed of rounds drafting `gamma` over plain decoding, at a per-token
+        acceptance, the draft kept in step (no catch-up)."""
+        return (expected_tokens(acceptance, gamma) * self.verify_cost(1)
+                / self.round_ms(gamma, copying))
+
+    def learn_draft(self, draft_ms: float, proposed: int, lag: int) -> None:
+        """A model round drafted `proposed` tokens in `draft_ms`, after a lag of `lag`."""
+        per_token = max(draft_ms - self.catch_up_ms(lag), 0.0) / proposed
+        self.draft_token += self.rate * (per_token - self.draft_token)
+
+    def learn_verify(self, width: int, measured: float) -> None:
+        while len(self.verify) < width:
+            self.verify.append(at_width(self.verify, len(self.verify) + 1))
+        ratio = measured / self.verify[width - 1]
+        if width == 1:
+            # A plain round measures the machine's pace: load (another program, heat) slows
+            # every decode alike, the draft's too, so all costs take the same step and their
+            # ratios, which choose gamma, stay as calibrated.
+            common = 1.0 + self.rate * (ratio - 1.0)
+            self.verify = [v * common for v in self.verify]
+            self.draft_token *= common
+            self.draft_batch = [d * common for d in self.draft_batch]
+            return
+        # A wide verify also learns the curve's shape: the width seen moves fully, the others
+        # follow a fraction.
+        for i in range(len(self.verify)):
+            step = self.rate if i == width - 1 else self.rate / 4
+            self.verify[i] *= 1.0 + step * (ratio - 1.0)

@@ -1,0 +1,101 @@
+"""The acceptance estimator: a_j, the chance that drafted position j is accepted given the
+earlier ones were, tracked online per drafter (the draft model, and copies from the context)
+with decaying counts, so the estimate follows easy and hard stretches of text.
+
+Rounds that draft teach their source's counts. Plain rounds say how predictable the text is too:
+the target's top probability at the token it commits tracks the draft's agreement, so each adds a
+pseudo-observation `conf_weight * scale * confidence` to the model's counts, where `scale`
+(acceptance per unit of confidence) is learned from the rounds that did draft.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from engine.controller_constants import ControllerConstants
+
+
+class Counts:
+    """Decayed tries and hits per draft position."""
+
+    def __init__(self, max_gamma: int) -> None:
+        self.tries = np.zeros(max_gamma, dtype=np.float64)
+        self.hits = np.zeros(max_gamma, dtype=np.float64)
+
+    def learn(self, drafted: int, accepted: int, decay: float) -> None:
+        self.tries *= decay
+        self.hits *= decay
+        # Positions after the first rejection were not tested: a_j is conditional on j-1 passing.
+        seen = min(accepted + 1, drafted, len(self.tries))
+        self.tries[:seen] += 1.0
+        self.hits[:min(accepted, seen)] += 1.0
+
+    def forget(self, decay: float) -> None:
+        """A round this source could have drafted but did not: its evidence ages, so the
+        estimate drifts back to the prior and the source is tried again."""
+        self.tries *= decay
+        self.hits *= decay
+
+    def rates(self, prior: float, weight: float, hope: float = 0.0) -> np.ndarray:
+        """a_j, shrunk towards the pooled rate where data is thin (the pooled rate towards
+        `prior`), with `hope` imagined successes at every position."""
+        pooled = (self.hits.sum() + weight * prior) / (self.tries.sum() + weight)
+        return (self.hits + weight * pooled + hope) / (self.tries + weight + hope)
+
+    @property
+    def empty(self) -> bool:
+        return not self.tries.any()
+
+
+class AcceptanceEstimator:
+    def __init__(self, max_gamma: int, k: ControllerConstants) -> None:
+        self.k = k
+        self.model = Counts(max_gamma)
+        self.copy = Counts(max_gamma)
+        self.scale_hits = 0.0
+        self.scale_conf = 0.0
+
+    def counts(self, copying: bool) -> Counts:
+        return self.copy if copying else self.model
+
+    def acceptance(self, copying: bool, hope: float = 0.0) -> np.ndarray:
+        return self.counts(copying).rates(self.k.prior, self.k.prior_weight, hope)
+
+    def expected(self, copying: bool, cap: float = 1.0, hope: float = 0.0) -> np.ndarray:
+        """Expected tokens a round commits, E(g) = sum_{i<=g} prod_{j<i} a_j, for g = 0..max,
+        each a_j at most `cap` (`hope`: imagined successes per position)."""
+        a = np.minimum(self.acceptance(copying, hope), cap)
+        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(a))))
+
+    @property
+    def scale(self) -> float:
+        """Acceptance per unit of target confidence, shrunk towards 1 where data is thin."""
+        w = self.k.scale_prior_weight
+        return (self.scale_hits + w) / (self.scale_conf + w)
+
+    def learn(self, drafted: int, accepted: int, copying: bool,
+              confidence: Sequence[float] = ()) -> None:
+        """A round drafted `drafted` tokens and `accepted` of them were kept; `confidence` is
+        the target's top probability per row (model rounds teach `scale` with it)."""
+        self.counts(copying).learn(drafted, accepted, self.k.decay)
+        if copying:
+            return
+        seen = min(accepted + 1, drafted)
+        if len(confidence) < seen:
+            return
+        self.scale_hits = self.k.decay * self.scale_hits + min(accepted, seen)
+        self.scale_conf = self.k.decay * self.scale_conf + float(sum(confidence[:seen]))
+
+    def observe_confidence(self, confidence: float, aged: bool = False) -> None:
+        """The target's confidence at a token no draft was tested on (a plain round's, or the
+        row after a round's last tested one) predicts how a draft would have fared there; it
+        counts as a fraction of an observation at every position. `aged`: the round already
+        aged the counts."""
+        a = min(self.scale * confidence, 1.0)
+        m, w = self.model, self.k.conf_weight
+        if not aged:
+            m.tries *= self.k.decay
+            m.hits *= self.k.decay
+        m.tries += w
+        m.hits += w * a

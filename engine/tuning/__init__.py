@@ -1,0 +1,1 @@
+"""`tandem tune`: measure candidate drafters side by side with plain decoding and decide."""

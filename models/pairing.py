@@ -1,0 +1,146 @@
+"""Pairing records: what `tandem tune` chose for one target (+ adapter) and draft, kept in the
+model store under `pairs/`, one JSON file per key.
+
+The key is the SHA-256 of the target file, of its LoRA adapter (if any) and of the draft file
+(empty when tuned without a draft), so a record applies only to those exact files; a record for
+the same draft with another target or adapter hash means the draft was tuned for another version
+of the target (`stale_for`). The caller hashes the files (app/pairing_use.py `key_for`, with
+the store's cached hasher).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine.errors import ModelFileError
+from models.store import store_dir, writable_dir, write_atomically
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PairKey:
+    target_sha256: str
+    adapter_sha256: str
+    draft_sha256: str
+
+    @property
+    def id(self) -> str:
+        """The record's file name stem: the target's hash head, then a hash of the whole key."""
+        whole = "|".join((self.target_sha256, self.adapter_sha256, self.draft_sha256))
+        return f"{self.target_sha256[:12]}-{hashlib.sha256(whole.encode()).hexdigest()[:16]}"
+
+
+@dataclass
+class Choice:
+    """One tuned configuration: the drafter, the draft file variant and the policy, with what
+    it measured against plain decoding on the tuning prompts."""
+    drafter: str
+    draft_quant: str = "off"
+    draft_vocab: str = "full"
+    early_exit_layers: int | None = None
+    policy: str = "adaptive"
+    gamma: int = 8
+    acceptance: float = 0.0
+    speedup_median: float = 1.0
+    speedup_p10: float = 1.0
+    n_prompts: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.drafter == "none":
+            return "none (plain decoding)"
+        parts = [self.drafter]
+        if self.drafter in ("draft", "hybrid"):
+            if self.draft_quant not in ("off", "auto"):
+                parts.append(self.draft_quant)
+            if self.draft_vocab != "full":
+                parts.append(f"vocab-{self.draft_vocab}")
+        if self.early_exit_layers is not None:
+            parts.append(f"{self.early_exit_layers} layers")
+        return " ".join(parts) + f" {self.policy} g={self.gamma}"
+
+
+@dataclass
+class PairingRecord:
+    key: PairKey
+    target: str
+    draft: str
+    adapter: str
+    adapter_scale: float
+    # The configuration used by default (the best over every prompt), and per category.
+    chosen: Choice
+    by_category: dict[str, Choice] = field(default_factory=dict)
+    # Every candidate measured, by name (engine/tuning/candidates.py): acceptance pooled and
+    # lowest over categories, speedup median and p10, prompts, and why it stopped early.
+    measured: dict[str, dict] = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)
+    sampling: dict = field(default_factory=dict)
+    date: str = ""
+    tandem_version: str = ""
+    version: int = RECORD_VERSION
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PairingRecord":
+        return cls(key=PairKey(**d["key"]), target=d["target"], draft=d["draft"],
+                   adapter=d.get("adapter", ""), adapter_scale=float(d.get("adapter_scale", 1.0)),
+                   chosen=Choice(**d["chosen"]),
+                   by_category={k: Choice(**v) for k, v in d.get("by_category", {}).items()},
+                   measured=d.get("measured", {}),
+                   machine=d.get("machine", {}), sampling=d.get("sampling", {}),
+                   date=d.get("date", ""), tandem_version=d.get("tandem_version", ""),
+                   version=int(d.get("version", RECORD_VERSION)))
+
+
+def pairs_dir() -> Path:
+    """`pairs/` in the model store; `TANDEM_PAIRS` overrides it (the test suite points it at an
+    empty folder, so records tuned on the machine do not steer its generations)."""
+    env = os.environ.get("TANDEM_PAIRS")
+    return writable_dir(Path(env) if env else store_dir() / "pairs")
+
+
+def save(record: PairingRecord) -> Path:
+    record.date = record.date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    text = json.dumps(record.as_dict(), indent=2)
+    return write_atomically(pairs_dir() / f"{record.key.id}.json",
+                            lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def all_records() -> list[PairingRecord]:
+    """Every readable record, newest first; an unreadable file is skipped, not fatal."""
+    out = []
+    for path in sorted(pairs_dir().glob("*.json")):
+        try:
+            out.append(PairingRecord.from_dict(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(out, key=lambda r: r.date, reverse=True)
+
+
+def find(key: PairKey) -> PairingRecord | None:
+    path = pairs_dir() / f"{key.id}.json"
+    if not path.is_file():
+        return None
+    try:
+        record = PairingRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelFileError(f"cannot read the pairing record {path}: {exc}; delete it and run "
+                             "`tandem tune` again") from None
+    return record if record.key == key else None
+
+
+def stale_for(key: PairKey) -> list[PairingRecord]:
+    """Records for the same draft with another target or adapter: the draft was tuned for
+    another version of the target."""
+    if not key.draft_sha256:
+        return []
+    return [r for r in all_records() if r.key.draft_sha256 == key.draft_sha256
+            and (r.key.target_sha256, r.key.adapter_sha256)
+            != (key.target_sha256, key.adapter_sha256)]

@@ -1,0 +1,48 @@
+"""Per-category tables of `tandem bench` runs for the controller's comparison (issue 17): for each
+configuration the median speedup over the interleaved plain run, p10 and the share below 0.95x,
+and the default's median against the better of plain and the best fixed gamma.
+
+  .venv/bin/python research/bench_tables.py RUNS.json [RUNS.json ...]
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def main(paths: list[str]) -> int:
+    runs = [r for p in paths for r in json.loads(Path(p).read_text())["runs"]
+            if r["role"] == "speculative"]
+    configs = sorted({r["config"] for r in runs}, key=lambda c: ("adaptive" in c, c))
+    cats = sorted({r["category"] for r in runs})
+    default = next(c for c in configs if "adaptive" in c)
+    fixed = [c for c in configs if c != default]
+
+    def speeds(config: str, cat: str | None = None) -> np.ndarray:
+        return np.array([r["speedup"] for r in runs
+                         if r["config"] == config and (cat is None or r["category"] == cat)])
+
+    print("| category | n | " + " | ".join(configs) + " | default / better of plain, best fixed |")
+    print("|---" * (len(configs) + 3) + "|")
+    for cat in [*cats, None]:
+        cells = []
+        for c in configs:
+            s = speeds(c, cat)
+            cells.append(f"{np.median(s):.2f} / {np.percentile(s, 10):.2f} / {np.mean(s < 0.95):.0%}")
+        best = max([1.0] + [float(np.median(speeds(c, cat))) for c in fixed])
+        ratio = float(np.median(speeds(default, cat))) / best
+        print(f"| {cat or 'all'} | {len(speeds(default, cat))} | " + " | ".join(cells)
+              + f" | {ratio:.2f} |")
+    d = speeds(default)
+    print(f"\ndefault ({default}): p10 over all prompts {np.percentile(d, 10):.2f}; "
+          f"drafted tokens per answer by category: "
+          + ", ".join(f"{cat} {np.mean([r['drafted_tokens'] for r in runs if r['config'] == default and r['category'] == cat]):.1f}"
+                      for cat in cats))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

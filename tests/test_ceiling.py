@@ -1,0 +1,71 @@
+"""The predicted ceiling (engine/ceiling.py) and `tandem calibrate`'s advice from it, and the
+controller block a generation's stats carry (`--json`)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.calibrate_cli import suggestions
+from engine.ceiling import ceiling
+from engine.costs import Calibration
+from engine.events import DoneEvent
+from engine.generator import GenerationConfig
+from engine.sampling import SamplingParams
+from tests.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
+
+SLOW_CAL = Calibration(draft_ms=list(SLOW_DRAFT.draft), verify_ms=list(SLOW_DRAFT.verify),
+                       model_source="draft-model", copy_source="prompt-lookup")
+GPU_CAL = Calibration(draft_ms=list(GPU.draft), verify_ms=list(GPU.verify),
+                      model_source="draft-model", copy_source="prompt-lookup")
+
+
+def test_the_ceiling_follows_the_cost_model():
+    c = ceiling(GPU_CAL, 8)
+    # Every drafted token accepted: gamma + 1 tokens for a verify of gamma + 1 and the drafts.
+    assert c.model[3] == pytest.approx(4 * 10.0 / (10.3 + 3 * 1.0), abs=1e-3)
+    assert c.lookup[3] == pytest.approx(4 * 10.0 / 10.3, abs=1e-3)
+    assert c.model[0] == c.lookup[0] == 1.0
+    assert c.draft_relative == pytest.approx(0.1)
+    # On a flat verify curve a gamma-1 copy breaks even almost at once.
+    assert c.lookup_break_even[0] == pytest.approx(0.01, abs=0.002)
+    assert c.model_pays and c.lookup_pays
+
+
+def test_where_the_draft_cannot_pay_calibrate_says_what_might():
+    # This CPU's verify curve with a draft at 0.7 of the target.
+    c = ceiling(SLOW_CAL, 8)
+    assert not c.model_pays
+    assert all(b is None or b > 0.9 for b in c.model_break_even)
+    tips = suggestions(c, has_draft=True)
+    assert any(t.startswith("prompt lookup") for t in tips) == c.lookup_pays
+    assert any("smaller or requantized draft" in t and "this one costs 0.70" in t for t in tips)
+    assert any(t.startswith("a GPU") for t in tips)
+    # A pair that pays needs no advice.
+    assert suggestions(ceiling(GPU_CAL, 8), has_draft=True) == []
+
+
+def test_a_generation_carries_the_controller_block():
+    s = script(PATTERNS["high"], 0)
+    pair, _ = scripted_pair(GPU, s)
+    config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=24)
+    done = [ev for ev in pair.generate(s.prompt_text, config, raw=True)
+            if isinstance(ev, DoneEvent)][0]
+    block = json.loads(json.dumps(done.stats.as_dict()))["controller"]
+    assert block["policy"] == "adaptive" and block["reason"] == done.stats.reason
+    assert len(block["verify_ms"]) >= 5 and block["verify_ms"][0] == pytest.approx(10.0)
+    assert block["draft_cost"] == {"draft-model": pytest.approx(0.1, abs=0.02),
+                                   "prompt-lookup": 0.0}
+    assert len(block["predicted_speedup"]) == 5 and block["predicted_speedup"][0] == 1.0
+    assert block["gamma"] == done.stats.gammas[-1] or block["gamma"] > done.stats.gammas[-1]
+
+
+def test_the_wizard_formats_the_ceiling_and_waits_for_the_files():
+    from app.ui.wizard import ceiling_html, measure_ceiling
+    page = ceiling_html(ceiling(SLOW_CAL, 4))
+    assert "cannot pay" in page and "The draft costs 0.70 of a target token" in page
+    assert page.count("<tr>") == 5 and "What might pay instead" in page
+    assert "pays" in ceiling_html(ceiling(GPU_CAL, 4)) and "What might" not in ceiling_html(
+        ceiling(GPU_CAL, 4))
+    assert "Not on disk yet" in measure_ceiling("some/repo", "absent.gguf", "some/repo",
+                                                "absent-draft.gguf", 4096)

@@ -1,0 +1,181 @@
+"""Pairing records in the store, and how generate/app/serve use them (no models loaded)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from app.pairing_use import apply, expected_acceptance, lookup, running_name
+from engine.backend import ModelConfig
+from engine.errors import ModelFileError
+from models import pairing
+from app.pairing_use import key_for
+from models.pairing import Choice, PairingRecord, all_records, find, save, stale_for
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    monkeypatch.delenv("TANDEM_PAIRS", raising=False)
+    files = {}
+    for name in ("target", "target2", "draft", "adapter"):
+        files[name] = tmp_path / f"{name}.gguf"
+        files[name].write_bytes(name.encode() * 100)
+    return files
+
+
+def _record(key, target, draft, drafter="draft", acceptance=0.7, **kw) -> PairingRecord:
+    chosen = Choice(drafter, draft_quant="q4_0", acceptance=acceptance, speedup_median=1.4,
+                    speedup_p10=1.1, n_prompts=6)
+    return PairingRecord(key=key, target=str(target), draft=str(draft), adapter="",
+                         adapter_scale=1.0, chosen=chosen,
+                         measured={"draft-q4_0": {"acceptance": acceptance,
+                                                  "acceptance_min": acceptance - 0.1, "n": 6}},
+                         **kw)
+
+
+def test_key_depends_on_every_file_and_the_adapter_scale(store):
+    base = key_for(store["target"], store["draft"])
+    assert base == key_for(store["target"], store["draft"])
+    assert base.adapter_sha256 == ""
+    weak = key_for(store["target"], store["draft"], [(str(store["adapter"]), 0.1)])
+    strong = key_for(store["target"], store["draft"], [(str(store["adapter"]), 2.0)])
+    assert len({base.id, weak.id, strong.id,
+                key_for(store["target2"], store["draft"]).id,
+                key_for(store["target"], None).id}) == 5
+    assert weak.target_sha256 == base.target_sha256 and weak.draft_sha256 == base.draft_sha256
+
+
+def test_save_find_list_and_round_trip(store):
+    key = key_for(store["target"], store["draft"])
+    assert find(key) is None
+    rec = _record(key, store["target"], store["draft"], machine={"device": "CPU", "threads": 2},
+                  tandem_version="0.1.0")
+    path = save(rec)
+    assert path.parent.name == "pairs" and path.is_file()
+    got = find(key)
+    assert got.chosen == rec.chosen and got.machine["threads"] == 2 and got.date
+    assert [r.key for r in all_records()] == [key]
+
+
+def test_stale_records_are_those_of_the_same_draft_with_another_target_or_adapter(store):
+    old = key_for(store["target"], store["draft"])
+    save(_record(old, store["target"], store["draft"]))
+    new_target = key_for(store["target2"], store["draft"])
+    adapted = key_for(store["target"], store["draft"], [(str(store["adapter"]), 1.0)])
+    assert [r.key for r in stale_for(new_target)] == [old]
+    assert [r.key for r in stale_for(adapted)] == [old]
+    assert stale_for(old) == []
+    assert stale_for(key_for(store["target2"], None)) == []
+
+
+def test_an_unreadable_record_is_skipped_in_listings_and_a_clear_error_when_needed(store):
+    key = key_for(store["target"], store["draft"])
+    (pairing.pairs_dir() / f"{key.id}.json").write_text("{not json")
+    assert all_records() == []
+    with pytest.raises(ModelFileError, match="tandem tune"):
+        find(key)
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(drafter=None, draft_quant="auto", draft_vocab="full", policy="adaptive",
+                early_exit_layers=None, gamma=None, no_pairing=False)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_a_matching_record_is_applied_and_said(store):
+    t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
+    save(_record(key_for(t.path, d.path), t.path, d.path))
+    use = lookup(t, d)
+    args = _args()
+    apply(args, use)
+    assert use.applied and args.drafter == "draft" and args.draft_quant == "q4_0"
+    assert args.policy == "adaptive" and args.gamma == 8
+    assert any("using tuned pairing" in m for m in use.messages)
+    assert not any("warning" in m for m in use.messages)
+
+
+def test_explicit_flags_and_no_pairing_win_over_the_record(store):
+    t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
+    save(_record(key_for(t.path, d.path), t.path, d.path))
+    args = _args(drafter="lookup")
+    use = lookup(t, d)
+    apply(args, use)
+    assert not use.applied and args.drafter == "lookup"
+    assert any("not used" in m for m in use.messages)
+    args = _args(no_pairing=True)
+    use = lookup(t, d)
+    apply(args, use)
+    assert not use.applied and args.drafter is None
+
+
+def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(store):
+    t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
+    save(_record(key_for(t.path, d.path), t.path, d.path))
+    adapted = ModelConfig(t.path, lora=((str(store["adapter"]), 2.0),))
+    use = lookup(adapted, d)
+    assert use.record is None and use.reference is not None
+    assert any("tuned" in m and "another version of the target" in m for m in use.messages)
+    args = _args()
+    apply(args, use)
+    assert not use.applied and args.drafter is None
+
+
+def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store, monkeypatch):
+    t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
+    save(_record(key_for(t.path, d.path), t.path, d.path, acceptance=0.7))
+    use = lookup(t, d)
+    monkeypatch.setattr("app.pairing_use.resolve_quant", lambda choice, path, gpu:
+                        None if choice == "off" else "q4_0")
+    name = running_name(_args(drafter="draft", draft_quant="q4_0"), d, 28)
+    assert name == "draft-q4_0"
+    assert expected_acceptance(use, name) == pytest.approx(0.6)
+    assert expected_acceptance(use, running_name(_args(drafter="lookup"), d, 28)) is None
+    assert running_name(_args(drafter="early-exit"), None, 28) == "early-exit-21"
+    assert expected_acceptance(use, "none") is None
+
+
+def test_record_json_is_readable(store):
+    key = key_for(store["target"], store["draft"])
+    path = save(_record(key, store["target"], store["draft"]))
+    data = json.loads(path.read_text())
+    assert data["key"]["target_sha256"] == key.target_sha256
+    assert data["chosen"]["drafter"] == "draft"
+
+
+def test_no_staleness_warning_when_the_files_have_their_own_record(store):
+    t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
+    adapted = ModelConfig(t.path, lora=((str(store["adapter"]), 2.0),))
+    save(_record(key_for(t.path, d.path), t.path, d.path))
+    save(_record(key_for(t.path, d.path, adapted.lora), t.path, d.path))
+    use = lookup(adapted, d)
+    assert use.record is not None and len(use.stale) == 1
+    assert not any("warning" in m for m in use.messages)
+
+
+def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
+    from app.ui.state import READY, PairHolder
+    from loading.options import LoadOptions
+    from tests import tinygguf
+    from tests.fakes import FakeBackend
+    monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    monkeypatch.delenv("TANDEM_PAIRS", raising=False)
+    t = tinygguf.write(tmp_path / "t.gguf", n_embd=64)
+    t2 = tinygguf.write(tmp_path / "t2.gguf", n_embd=64, n_layer=3)
+    d = tinygguf.write(tmp_path / "d.gguf", n_embd=64)
+    rec = _record(key_for(t, d), t, d, drafter="lookup")
+    rec.chosen.draft_quant = "off"
+    save(rec)
+    holder = PairHolder()
+    holder._loader = lambda config: FakeBackend()
+    opts = LoadOptions(check_budget=False)
+    assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)), opts) is None
+    assert holder.status.state == READY
+    assert holder.pair.default_drafter == "lookup"
+    assert "tuned pairing: lookup adaptive g=8" in holder.status.message
+    # Another target with this draft: the banner says the draft was tuned for another one.
+    assert holder.load(ModelConfig(str(t2)), ModelConfig(str(d)), opts) is None
+    assert holder.pair.default_drafter == "hybrid"
+    assert "another version of the target" in holder.status.message
