@@ -6,6 +6,7 @@ and the default's median against the better of plain and the best fixed gamma.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -13,8 +14,14 @@ from pathlib import Path
 import numpy as np
 
 
+def _read(path: str) -> bytes:
+    """A bench's runs.json, or the gzipped copy that scripts/benchmarks keeps."""
+    data = Path(path).read_bytes()
+    return gzip.decompress(data) if path.endswith(".gz") else data
+
+
 def main(paths: list[str]) -> int:
-    runs = [r for p in paths for r in json.loads(Path(p).read_text())["runs"]
+    runs = [r for p in paths for r in json.loads(_read(p))["runs"]
             if r["role"] == "speculative"]
     configs = sorted({r["config"] for r in runs}, key=lambda c: ("adaptive" in c, c))
     cats = sorted({r["category"] for r in runs})

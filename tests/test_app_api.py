@@ -110,7 +110,8 @@ def test_models_endpoints_refuse_an_incompatible_pair(client, tmp_path):
     assert verdict["compatible"] is False and verdict["ok"] is False
     assert "incompatible" in report and "differ by 200 tokens" in report and "same model family" in report
 
-    note = client.predict("", str(target), "", str(draft), 1024, api_name="/load_pair")
+    note = client.predict("", str(target), "", str(draft), 1024, "", 1.0, "", 1.0,
+                          api_name="/load_pair")
     assert "Refused" in note and "differ by 200 tokens" in note
     # The pair that was loaded stays in service.
     assert client.predict("Hi", [], *GREEDY, api_name="/chat")[3]["output_tokens"] > 0

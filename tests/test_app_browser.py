@@ -37,7 +37,11 @@ def set_slider(page, elem_id: str, value: str) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for _ in range(5):
-        page.locator(f"#{elem_id} input[type=range]").fill(value)
+        slider = page.locator(f"#{elem_id} input[type=range]")
+        slider.fill(value)
+        # A drag ends with a change event (the release), which Gradio also listens for; fill()
+        # sends only input, and the number box can agree while the value sent lags behind.
+        slider.dispatch_event("change")
         try:
             page.wait_for_function(f"document.querySelector('#{elem_id} input[type=number]').value == '{value}'",
                                    timeout=5_000)
