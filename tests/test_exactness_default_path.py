@@ -130,7 +130,8 @@ def test_the_default_path_follows_the_targets_law(laws):
     p = pair()
     assert p.default_drafter == "hybrid"
     counts, drafted_at, drafted = draw(p, "hybrid")
-    # Speculation really happened after the plain opening, at every later position.
+    # Speculation really happened: drafts were sent at positions 3 and later (the first rounds
+    # are judged at the opening acceptance and may stay plain).
     assert drafted > 0 and all(n > 0 for n in drafted_at[3:])
     assert min(p_values(counts, laws)) > ALPHA / POSITIONS
     assert smallest_detectable_tv(laws, DRAWS, ALPHA) < 0.02
