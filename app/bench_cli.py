@@ -304,7 +304,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--gamma", type=int, default=8,
                    help="the adaptive controller's maximum, or the fixed gamma (default 8)")
     e.add_argument("--first", type=int, default=None,
-                   help="first position compared (default: after the policy's plain opening)")
+                   help="first position compared (default: after the policy's forced plain opening, 0 by default)")
     e.add_argument("--compare", type=int, default=4,
                    help="positions compared from --first on (default 4)")
     e.add_argument("--settings", default="t0.7",

@@ -51,14 +51,15 @@ def test_exactness_quick_prints_every_setting_and_writes_the_report(tmp_path, ca
 
 
 @pytest.mark.long
-def test_the_default_checks_the_default_path_after_its_plain_opening(tmp_path, capsys):
-    """Hybrid and the adaptive controller, comparing the positions after its plain opening.
+def test_the_default_checks_the_default_path_from_its_opening(tmp_path, capsys):
+    """Hybrid and the adaptive controller, comparing from the policy's forced plain opening (none
+    by default: its first rounds are judged at the opening acceptance instead).
     Whether anything is drafted there depends on the machine (the draft model here costs as
     much as the target; prompt lookup is free); the verdict says which, and a setting that
     drafted nothing is NOT EXERCISED rather than PASS."""
     rc, printed, data, _ = run(tmp_path, capsys)
     assert data["context"]["drafter"] == "hybrid" and data["context"]["policy"] == "adaptive"
-    assert data["plan"]["first"] == 3 and data["plan"]["tokens"] == 5
+    assert data["plan"]["first"] == 0 and data["plan"]["tokens"] == 2
     assert [r["name"] for r in data["results"]] == ["temperature 0.7, top-p 0.9"]
     result = data["results"][0]
     assert printed[0].startswith("NOT EXERCISED") == (result["drafted"] == 0)
