@@ -37,13 +37,14 @@ def set_slider(page, elem_id: str, value: str) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for _ in range(5):
-        slider = page.locator(f"#{elem_id} input[type=range]")
-        slider.fill(value)
-        # A drag ends with a change event (the release), which Gradio also listens for; fill()
-        # sends only input, and the number box can agree while the value sent lags behind.
-        slider.dispatch_event("change")
+        # Typed into the number box and committed with Enter, as a user would; the range then
+        # follows. Filling the range alone left the value sent behind the box now and then.
+        box = page.locator(f"#{elem_id} input[type=number]")
+        box.fill(value)
+        box.press("Enter")
+        box.blur()
         try:
-            page.wait_for_function(f"document.querySelector('#{elem_id} input[type=number]').value == '{value}'",
+            page.wait_for_function(f"document.querySelector('#{elem_id} input[type=range]').value == '{value}'",
                                    timeout=5_000)
             return
         except PlaywrightTimeout:
