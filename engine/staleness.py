@@ -52,19 +52,26 @@ class AcceptanceWatch:
         self.window = window
         self.fired = False
         self._rounds: deque[tuple[int, int]] = deque()
+        # Running totals of the window, so a round costs O(1) instead of re-summing the deque.
+        self._drafted = 0
+        self._accepted = 0
 
     def update(self, r: RoundStats) -> StaleDraftEvent | None:
         """Feed one round; the event the first time the window falls below the threshold."""
         if self.fired or r.drafted == 0:
             return None
         self._rounds.append((r.drafted, r.accepted))
+        self._drafted += r.drafted
+        self._accepted += r.accepted
         # Keep the fewest recent whole rounds that still hold `window` drafted tokens.
-        while self._rounds and sum(d for d, _ in self._rounds) - self._rounds[0][0] >= self.window:
-            self._rounds.popleft()
-        n = sum(d for d, _ in self._rounds)
+        while self._rounds and self._drafted - self._rounds[0][0] >= self.window:
+            d, a = self._rounds.popleft()
+            self._drafted -= d
+            self._accepted -= a
+        n = self._drafted
         if n < self.window:
             return None
-        observed = sum(a for _, a in self._rounds) / n
+        observed = self._accepted / n
         limit = threshold(self.expected, n)
         if observed >= limit:
             return None
