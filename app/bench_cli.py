@@ -11,9 +11,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.reports import bench_files, bench_markdown
-from app.reports.machine import command_line, run_context
+from app.reports.machine import command_line, machine_line, run_context
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
+from engine.benchmark import overhead
 from engine.benchmark.aggregate import summarize
 from engine.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
 from engine.benchmark.suite import DEFAULT_SUITE, load_suite
@@ -30,6 +31,8 @@ BENCH_QUICK = {"gammas": "4", "max_tokens": 32, "prompts_per_category": 1}
 # 10,000 answers per arm: what a bias of TV 0.03 at one position needs to be seen (the
 # report prints the smallest bias each comparison could see at the count it ran).
 EXACT_FULL = {"samples": 10_000, "greedy_prompts": 12, "greedy_tokens": 48}
+OVERHEAD_TOKENS = 256
+OVERHEAD_REPEATS = 5
 EXACT_QUICK = {"samples": 40, "greedy_prompts": 2, "greedy_tokens": 16}
 
 
@@ -118,7 +121,23 @@ def parse_configs(text: str) -> list[SpecConfig]:
         raise SettingsError(f"--configs: GAMMA and OPENING are whole numbers ({e})") from None
 
 
+def cmd_overhead(args: argparse.Namespace) -> int:
+    """`tandem bench --overhead`: the engine's own time per token over instant backends."""
+    max_tokens = args.max_tokens or OVERHEAD_TOKENS
+    repeats = args.repeats or OVERHEAD_REPEATS
+    paths = _csv(args.overhead_paths) if args.overhead_paths else ()
+    print(f"engine overhead: {len(overhead.PATHS) if not paths else len(paths)} paths x "
+          f"{len(overhead.MODES)} samplings x {repeats} runs of {max_tokens} tokens at "
+          f"{args.vocab:,} tokens ...", file=sys.stderr)
+    rows = overhead.run_overhead(n_vocab=args.vocab, max_tokens=max_tokens, repeats=repeats,
+                                 paths=paths)
+    print(overhead.markdown(rows, args.vocab, machine_line()))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.overhead:
+        return cmd_overhead(args)
     # Matplotlib takes about 0.3 s to import: only the command that plots pays for it.
     from app.reports import bench_plots
 
@@ -140,7 +159,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     samplings = list(dict.fromkeys(samplings))
     plan = BenchPlan(prompts=chosen.prompts, configs=configs, samplings=samplings,
                      max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed,
-                     repeats=args.repeats)
+                     repeats=args.repeats or 1)
     out = _out_dir(args, "bench")
     pair, tcfg, dcfg = _load_pair(args, drafters, lookup_ngram=args.lookup_ngram,
                                   early_exit_layers=args.early_exit_layers)
@@ -281,14 +300,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--prompts-per-category", type=int,
                    help="first N prompts of each category (default all, quick 1)")
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--repeats", type=int, default=1,
-                   help="runs of every prompt and config; speedup of the median speeds (default 1)")
+    b.add_argument("--repeats", type=int, default=None,
+                   help="runs of every prompt and config; speedup of the median speeds (default 1; "
+                   f"{OVERHEAD_REPEATS} with --overhead)")
     b.add_argument("--lookup-ngram", type=int, default=3)
     b.add_argument("--early-exit-layers", type=int, default=None,
                    help="target layers in the early-exit drafter (default: three quarters)")
     b.add_argument("--quick", action="store_true", help="a few-minute run: 1 prompt per category, "
                    "gamma 4, 32 tokens")
     b.add_argument("--out", help="output folder (default out/bench-<date>)")
+    b.add_argument("--overhead", action="store_true",
+                   help="measure the engine's own time per token instead: the real generation "
+                   "loop over backends that answer at once (no model is loaded); "
+                   f"{OVERHEAD_TOKENS} tokens a run unless --max-tokens")
+    b.add_argument("--vocab", type=int, default=overhead.QWEN_VOCAB,
+                   help="vocabulary size for --overhead (default Qwen2.5's 151,936)")
+    b.add_argument("--overhead-paths", help="with --overhead: comma-separated paths to run "
+                   "(none, draft, lookup, hybrid; default all)")
     add_draft_stop_args(b)
     add_model_args(b)
     b.set_defaults(func=cmd_bench)

@@ -6,8 +6,8 @@ x_0..x_{i-1}) and draft rows `q[0..γ-1]`:
   accept x_i with probability min(1, p_i(x_i) / q_i(x_i));
   at the first rejection emit a token from norm(max(0, p_i - q_i)) and stop;
   if all γ are accepted emit a bonus token from p_γ.
-`p` may be any row-indexable object (an array, or `Rows`, which transforms logits lazily so a
-round rejected at position 0 pays for one row, not γ+1).
+Rows are `Dist`s (engine/dist.py): each read is on the row's support, never the whole
+vocabulary, unless the row is dense (temperature alone).
 The emitted tokens are then distributed exactly as sampling from p one token at a time.
 
 Greedy (temperature 0) is the special case with one-hot p and q: accept while x_i is the
@@ -17,12 +17,18 @@ q_i = one-hot(x_i): accept with probability p_i(x_i), residual p_i with x_i remo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from engine.dist import Dist
 from engine.errors import DraftLawError
-from engine.sampling import F64, Rng, Rows
+from engine.sampling import Rng, Rows
+
+# Target rows: `Rows` (transformed lazily, so a round rejected at position 0 pays for one row,
+# not γ+1) or any sequence of `Dist`.
+RowsLike = Rows | Sequence[Dist]
 
 I32 = npt.NDArray[np.int32]
 
@@ -35,20 +41,23 @@ class Verdict:
     kind: str
 
 
-def residual(p: F64, q: F64) -> F64:
-    """norm(max(0, p - q)); falls back to p when p == q up to rounding (rejection impossible)."""
-    r = np.maximum(p - q, 0.0)
-    total = r.sum()
-    return r / total if total > 0 else p
+def residual(p: Dist, q: Dist) -> Dist:
+    """norm(max(0, p - q)), on the union of the two supports; p itself when p == q up to
+    rounding (rejection impossible)."""
+    return p.residual(q)
 
 
-def speculative_verify(p: F64, q: F64, draft: I32, rng: Rng) -> Verdict:
-    """Leviathan/Chen rule. `p`: [γ+1, V] target rows, `q`: [γ, V] draft rows, `draft`: [γ]."""
+def speculative_verify(p: RowsLike, q: Sequence[Dist], draft: I32, rng: Rng) -> Verdict:
+    """Leviathan/Chen rule. `p`: γ+1 target rows, `q`: γ draft rows, `draft`: [γ].
+
+    Example (V = 3): p_0 = (0.5, 0.5, 0), q_0 = (0.9, 0.1, 0), x_0 = 0: accepted with
+    probability 0.5 / 0.9; on rejection the token comes from norm(max(0, p_0 - q_0)) = (0, 1, 0).
+    """
     gamma = len(draft)
     for i in range(gamma):
         x = int(draft[i])
         pi, qi = p[i], q[i]
-        px, qx = pi[x], qi[x]
+        px, qx = pi.prob(x), qi.prob(x)
         if qx <= 0.0:
             # x did not come from q_i, so the rule's premise is false and no emission from it
             # would be exact (always taking the residual, as this once did, biases the output).
@@ -60,32 +69,30 @@ def speculative_verify(p: F64, q: F64, draft: I32, rng: Rng) -> Verdict:
     return Verdict(gamma, rng.draw(p[gamma]), "bonus")
 
 
-def one_hot_verify(p: F64, draft: I32, rng: Rng) -> Verdict:
+def one_hot_verify(p: RowsLike, draft: I32, rng: Rng) -> Verdict:
     """The rule for drafters that give no probabilities: q_i is one-hot at x_i."""
     gamma = len(draft)
     for i in range(gamma):
         x = int(draft[i])
         pi = p[i]
-        if rng.coin(pi[x]):
+        if rng.coin(pi.prob(x)):
             continue
-        r = pi.copy()
-        r[x] = 0.0
-        total = r.sum()
-        return Verdict(i, rng.draw(r / total if total > 0 else pi), "correction")
+        return Verdict(i, rng.draw(pi.without(x)), "correction")
     return Verdict(gamma, rng.draw(p[gamma]), "bonus")
 
 
-def greedy_verify(p: F64, draft: I32) -> Verdict:
+def greedy_verify(p: RowsLike, draft: I32) -> Verdict:
     """Temperature 0: keep the longest prefix that matches the target's argmax."""
     gamma = len(draft)
     for i in range(gamma):
-        best = int(np.argmax(p[i]))
+        best = p[i].argmax()
         if int(draft[i]) != best:
             return Verdict(i, best, "correction")
-    return Verdict(gamma, int(np.argmax(p[gamma])), "bonus")
+    return Verdict(gamma, p[gamma].argmax(), "bonus")
 
 
-def verify(p: Rows | F64, q: F64 | None, draft: I32, rng: Rng, greedy: bool) -> Verdict:
+def verify(p: RowsLike, q: Sequence[Dist] | None, draft: I32, rng: Rng,
+           greedy: bool) -> Verdict:
     """Pick the rule: greedy, one-hot (no q), or full speculative sampling."""
     if greedy:
         return greedy_verify(p, draft)

@@ -27,7 +27,9 @@ llama_cmake_args() {
     args="$args -DGGML_CUDA=ON"
   fi
   if [ -r /proc/cpuinfo ] && [ "$(uname -m)" = "x86_64" ]; then
-    local flags; flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    # TANDEM_LLAMA_FLAGS (e.g. "avx avx2 fma f16c") builds for those CPU flags instead of this
+    # CPU's: an AVX-512 machine reproduces an AVX2-only one's kernels and numerics with it.
+    local flags; flags=" ${TANDEM_LLAMA_FLAGS:-$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2)} "
     has() { case "$flags" in *" $1 "*) return 0;; *) return 1;; esac; }
     has avx && args="$args -DGGML_AVX=ON"
     has avx2 && args="$args -DGGML_AVX2=ON"
@@ -58,7 +60,8 @@ ensure_llama_cpp() {
   cmake_args="$(llama_cmake_args)"
   key="$(printf '%s %s %s' "$LLAMA_CPP_VERSION" "$cmake_args" "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)"
   dir="$TANDEM_HOME/wheels/llama-cpp-$key"
-  if ! "$PY" -c "import llama_cpp, pathlib, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_VERSION' or not any((pathlib.Path(llama_cpp.__file__).parent / 'lib').glob('*ggml-rpc*')))" 2>/dev/null; then
+  # The venv remembers which build it holds, so changing the flags swaps the wheel.
+  if [ "$(cat "$VENV/.tandem-llama" 2>/dev/null)" != "$key" ] || ! "$PY" -c "import llama_cpp, pathlib, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_VERSION' or not any((pathlib.Path(llama_cpp.__file__).parent / 'lib').glob('*ggml-rpc*')))" 2>/dev/null; then
     if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
       log "building llama-cpp-python $LLAMA_CPP_VERSION (several minutes) with: $cmake_args"
       rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
@@ -68,6 +71,7 @@ ensure_llama_cpp() {
     fi
     "$PY" -m pip install -q --no-deps --force-reinstall "$dir"/llama_cpp_python-*.whl
     "$PY" -m pip install -q "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3" numpy
+    echo "$key" > "$VENV/.tandem-llama"
   fi
   ensure_rpc_server "$dir"
 }
@@ -118,6 +122,42 @@ setup_all() {
   ensure_llama_cpp
   ensure_project
   ensure_models
+}
+
+# The CPU every timing is read against: model and the SIMD flags that change the kernels.
+print_cpu() {
+  local model flags
+  model="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')"
+  flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' \
+    | grep -xE 'avx|avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx512vbmi|avx_vnni|amx_tile' \
+    | tr '\n' ' ')"
+  log "CPU: ${model:-$(uname -m)}, $(nproc 2>/dev/null || echo '?') cores, flags: ${flags:-unknown}"
+  [ -n "${TANDEM_LLAMA_FLAGS:-}" ] && log "llama.cpp built for TANDEM_LLAMA_FLAGS: $TANDEM_LLAMA_FLAGS"
+  return 0
+}
+
+# phase NAME COMMAND...: runs the command and records its wall time for `phase_report`.
+PHASES=()
+# Its exit status is the command's. The command runs in a subshell with errexit on, so a failing
+# step inside a set-up function still stops that function.
+phase() {
+  local name="$1" start end rc; shift
+  start=$(date +%s)
+  set +e
+  (set -e; "$@")
+  rc=$?
+  set -e
+  end=$(date +%s)
+  PHASES+=("$name $((end - start))")
+  return "$rc"
+}
+
+phase_report() {
+  local p
+  for p in "${PHASES[@]}"; do
+    set -- $p
+    log "$(printf '%-8s %4d s' "$1" "$2")"
+  done
 }
 
 # Debian's Chromium for the browser test; Playwright drives it (its own browser download

@@ -16,7 +16,8 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from engine.sampling import F64, Rng, SamplingParams, probabilities
+from engine.dist import Dist
+from engine.sampling import Rng, SamplingParams, probabilities
 from tests.fakes import FakeBackend
 
 
@@ -40,10 +41,9 @@ class EnumeratingRng(Rng):
     def random(self) -> float:
         raise AssertionError("a random choice bypassed Rng.draw / Rng.coin")
 
-    def draw(self, probs: F64) -> int:
-        total = float(np.sum(probs))
-        return int(self._choose([(int(i), float(probs[i]) / total)
-                                 for i in np.flatnonzero(probs > 0)]))
+    def draw(self, dist: Dist) -> int:
+        ids, probs = dist.support()
+        return int(self._choose([(int(i), float(w)) for i, w in zip(ids, probs)]))
 
     def coin(self, p: float) -> bool:
         options = [(v, w) for v, w in ((True, float(p)), (False, 1.0 - float(p))) if w > 0]

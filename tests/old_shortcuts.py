@@ -10,7 +10,7 @@ import numpy as np
 
 from engine.drafters.base import Drafter, Keep, Proposal
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.sampling import probabilities
+from engine.sampling import distribution
 
 
 class OldTrim(Drafter):
@@ -29,7 +29,7 @@ class OldTrim(Drafter):
         p = self.inner.propose(context, gamma, params, rng)
         if p.q is None or not len(p):
             return p
-        own = p.q[np.arange(len(p)), p.tokens]
+        own = [q.prob(int(x)) for q, x in zip(p.q, p.tokens)]
         best_k, best, expected, chain = 0, 0.0, 0.0, 1.0
         for k, q in enumerate(own, start=1):
             chain *= float(q)
@@ -47,13 +47,13 @@ class OldPMin(DraftModelDrafter):
         tokens, rows = [], []
         logits = self.session.sync(context, feed_last=True)
         for i in range(gamma):
-            q = probabilities(logits[-1], params)
+            q = distribution(logits[-1], params)
             x = rng.draw(q)
-            if i > 0 and q[x] < self.p_min:
+            if i > 0 and q.prob(x) < self.p_min:
                 break
             tokens.append(x)
             rows.append(q)
             if i + 1 < gamma:
                 logits = self.session.extend([x])
         return Proposal(tokens=np.asarray(tokens, dtype=np.int32),
-                        q=np.stack(rows) if rows else None, source=self.name)
+                        q=rows or None, source=self.name)

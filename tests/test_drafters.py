@@ -328,7 +328,7 @@ def test_the_draft_model_stops_once_its_run_is_unlikely_and_keeps_the_token_that
         full = free.propose(PROMPT, 6, params, Rng(seed))
         assert len(full) == 6
         p = stopping.propose(PROMPT, 6, params, Rng(seed))
-        own = p.q[np.arange(len(p)), p.tokens]
+        own = np.array([q.prob(int(x)) for q, x in zip(p.q, p.tokens)])
         # Same seed, same model: the stopped proposal is a prefix of the full one.
         assert p.tokens.tolist() == full.tokens.tolist()[:len(p)]
         # Every token but the last leaves the run's probability at or above chain_min; the

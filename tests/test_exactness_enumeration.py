@@ -16,6 +16,7 @@ import pytest
 
 from engine.acceptance import speculative_verify
 from engine.controller import AdaptiveController
+from engine.dist import Dist
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.early_exit import early_exit_drafter
@@ -200,14 +201,14 @@ def test_the_old_p_min_is_caught(sampling):
 def test_the_enumeration_itself_is_right_on_a_hand_computed_case():
     """q = (0.9, 0.1), p = (0.5, 0.5): the issue's worked example. The exact rule gives a with
     0.5; dropping b whenever it is drawn and sampling from p instead gives 0.55."""
-    p = np.array([[0.5, 0.5], [0.5, 0.5]])
-    q = np.array([0.9, 0.1])
+    p = [Dist.dense([0.5, 0.5]), Dist.dense([0.5, 0.5])]
+    q = Dist.dense([0.9, 0.1])
 
     def dropping(rng):
         x = rng.draw(q)
         if x == 1:
             return rng.draw(p[0])
-        v = speculative_verify(p, q[None], np.array([x]), rng)
+        v = speculative_verify(p, [q], np.array([x]), rng)
         return x if v.n_accepted else v.token
 
     assert exact_law(dropping)[0] == pytest.approx(0.55, abs=1e-12)
@@ -217,7 +218,7 @@ def test_the_enumeration_itself_is_right_on_a_hand_computed_case():
 
 def _first_token(p, q, rng):
     x = rng.draw(q)
-    v = speculative_verify(p, q[None], np.array([x]), rng)
+    v = speculative_verify(p, [q], np.array([x]), rng)
     return x if v.n_accepted else v.token
 
 

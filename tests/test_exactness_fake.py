@@ -10,6 +10,7 @@ import pytest
 from app.reports.exactness_report import console_lines, markdown, verdict
 from engine.acceptance import residual, verify
 from engine.controller import AdaptiveController
+from engine.dist import Dist
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
@@ -86,8 +87,9 @@ def test_report_text(report):
 def test_the_calibrated_control_adds_the_bias_it_is_set_to():
     """Its first emitted token is off by eps * TV(p, q) * TV(p, r): computed over every outcome
     of one round, the bias is what the rule reports."""
-    p = np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3]])
-    q = np.array([[0.2, 0.6, 0.2]])
+    p_rows = np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3]])
+    p = [Dist.dense(r) for r in p_rows]
+    q = [Dist.dense([0.2, 0.6, 0.2])]
     rule = CalibratedBias(target=0.05)
     law = np.zeros(3)
     n = 40000
@@ -96,8 +98,9 @@ def test_the_calibrated_control_adds_the_bias_it_is_set_to():
         v = rule(p, q, np.array([x]), Rng(s + 10**6), False)
         law[x if v.n_accepted else v.token] += 1
     assert rule.mean_tv == pytest.approx(0.05)
-    assert 0.5 * np.abs(law / n - p[0]).sum() == pytest.approx(0.05, abs=0.008)
-    tv = 0.5 * np.abs(p[0] - q[0]).sum() * 0.5 * np.abs(p[0] - residual(p[0], q[0])).sum()
+    assert 0.5 * np.abs(law / n - p_rows[0]).sum() == pytest.approx(0.05, abs=0.008)
+    r = residual(p[0], q[0]).to_dense()
+    tv = 0.5 * np.abs(p_rows[0] - q[0].to_dense()).sum() * 0.5 * np.abs(p_rows[0] - r).sum()
     assert rule.eps == pytest.approx(0.05 / tv)
 
 
@@ -131,8 +134,8 @@ def test_control_fails_for_other_seeds_and_models(seed):
 
 
 def test_biased_rule_only_differs_on_rejection():
-    p = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
-    q = np.array([[0.9, 0.1, 0.0]])
+    p = [Dist.dense([0.5, 0.5, 0.0]), Dist.dense([0.2, 0.3, 0.5])]
+    q = [Dist.dense([0.9, 0.1, 0.0])]
     draft = np.array([0], dtype=np.int32)
     exact = [verify(p, q, draft, Rng(s), False) for s in range(400)]
     biased = [biased_verify(p, q, draft, Rng(s), False) for s in range(400)]

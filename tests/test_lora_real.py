@@ -11,6 +11,10 @@ import pytest
 from app.cli import main
 from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
+from engine.events import DoneEvent
+from engine.exactness.greedy import check_near_tie
+from engine.generator import GenerationConfig
+from engine.policies import make_policy
 from loading.options import LoadOptions
 from loading.pair import load_pair
 from app.pairing_use import key_for
@@ -53,25 +57,21 @@ def test_speculation_with_an_adapted_target_is_exact(files, tmp_path):
     pair = load_pair(tcfg, ModelConfig(str(draft), n_ctx=512, n_threads=2),
                      LoadOptions(draft_quant="off"), chain_min=0.0)
     try:
-        from engine.events import DoneEvent
-        from engine.generator import GenerationConfig
-        from engine.policies import make_policy
-
-        def text(drafter: str) -> str:
-            done = [ev for ev in pair.generate(PROMPTS[0], GenerationConfig(gamma=4, max_tokens=24),
-                                               drafter=drafter,
-                                               policy=make_policy("fixed", 4) if drafter != "none"
-                                               else None)
-                    if isinstance(ev, DoneEvent)]
-            return done[0].text
-        adapted = text("none")
-        assert text("draft") == adapted
+        def tokens(drafter: str) -> tuple[int, ...]:
+            policy = make_policy("fixed", 4) if drafter != "none" else None
+            return [ev for ev in pair.generate(PROMPTS[0], GenerationConfig(gamma=4, max_tokens=24),
+                                               drafter=drafter, policy=policy)
+                    if isinstance(ev, DoneEvent)][0].tokens
+        adapted = tokens("none")
+        # Greedy speculation follows the adapted target up to a near-tie at most (batch
+        # numerics, docs/EXACTNESS.md): the one rule for comparing greedy outputs.
+        check_near_tie(pair.target, pair.prompt_tokens(PROMPTS[0]), adapted, tokens("draft"))
     finally:
         pair.close()
     plain = load_pair(ModelConfig(str(target), n_ctx=512, n_threads=2), None)
     try:
         base = [ev for ev in plain.generate(PROMPTS[0], GenerationConfig(gamma=0, max_tokens=24),
-                                            drafter="none") if isinstance(ev, DoneEvent)][0].text
+                                            drafter="none") if isinstance(ev, DoneEvent)][0].tokens
     finally:
         plain.close()
     # The adapter changes the target's answer: it is applied, not ignored.

@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import openai
 import pytest
 
 from engine.backend import ModelConfig
+from engine.exactness.greedy import require_near_tie, text_divergence
 from engine.llama_backend import LlamaBackend
+from engine.session import Session
 from tests.appserver import free_port
 
 pytestmark = pytest.mark.real
@@ -29,9 +30,6 @@ MAX_QUEUE = 2
 START_TIMEOUT_S = 300
 CODE = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 PROMPT = "def fibonacci(n):\n"
-# Batch and one-token logits of the same position differ by up to ~0.6 on the embedded target
-# (docs/EXACTNESS.md): two logits closer than that may swap places.
-NEAR_TIE = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -124,36 +122,15 @@ def test_per_request_settings_are_honoured_and_greedy_matches_plain(client, embe
         ("lookup", "heuristic")
     # Greedy (top-k 1) speculation gives the plain answer, except where batch numerics flip a
     # near-tie (docs/EXACTNESS.md): then the target's own top two were that close.
-    for answer in (draft, lookup):
-        if answer.choices[0].text != plain.choices[0].text:
-            at, gap = first_divergence(embedded_paths[0], PROMPT, plain.choices[0].text,
-                                       answer.choices[0].text)
-            assert gap < NEAR_TIE, (f"greedy speculation left the plain answer at token {at}, "
-                                    f"where the target's top two logits are {gap:.2f} apart")
-
-
-def first_divergence(target: Path, prompt: str, plain: str, other: str) -> tuple[int, float]:
-    """Decode `prompt` greedily one token at a time until the text leaves `plain` or `other`:
-    that token's index and the gap between the target's top two logits there. The server's
-    own plain answer may also differ from this path, since its cache reuse splits the prompt
-    into other batches; any of the three may part only at a near-tie."""
-    backend = LlamaBackend(ModelConfig(str(target), n_ctx=N_CTX, n_threads=2))
-    answers = (plain.encode(), other.encode())
+    backend = LlamaBackend(ModelConfig(str(embedded_paths[0]), n_ctx=N_CTX, n_threads=2))
     try:
-        tokens = backend.tokenize(prompt, add_special=True, parse_special=True)
-        # As the engine does: the prompt but its last token in one batch, then that token alone.
-        backend.decode(tokens[:-1], 0, [])
-        logits = backend.decode(tokens[-1:], len(tokens) - 1, [0])[0]
-        text = b""
-        for i in range(max(map(len, answers))):
-            second, best = np.argsort(logits)[-2:]
-            text += backend.token_bytes(int(best))
-            if not all(a.startswith(text) for a in answers):
-                return i, float(logits[best] - logits[second])
-            logits = backend.decode([int(best)], len(tokens) + i, [0])[0]
+        target = Session(backend)
+        prompt = backend.tokenize(PROMPT, add_special=True, parse_special=True)
+        for answer in (draft, lookup):
+            require_near_tie(text_divergence(target, prompt, plain.choices[0].text,
+                                             answer.choices[0].text))
     finally:
         backend.close()
-    raise AssertionError("the one-token path never left the two answers")
 
 
 def test_eight_clients_at_once_get_an_answer_or_a_503(server, client):

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.exactness.check import ExactnessReport, SettingResult
+from engine.exactness.greedy import NEAR_TIE_GAP
 
 
 def verdict(r: SettingResult) -> str:
@@ -34,9 +35,12 @@ def console_lines(rep: ExactnessReport) -> list[str]:
         lines.append(f"negative control {caught}:\n  " + setting_line(rep.control))
     if rep.greedy is not None:
         g = rep.greedy
-        div = [c.first_divergence for c in g.cases if c.first_divergence is not None]
+        div = [f"{c.first_divergence} (gap {c.gap:.2f})" for c in g.cases
+               if c.first_divergence is not None]
         lines.append(f"greedy agreement: {g.identical}/{len(g.cases)} identical ({g.rate:.0%})"
-                     + (f"; first divergence at token {', '.join(map(str, div))}" if div else ""))
+                     + (f"; first divergence at token {', '.join(div)}" if div else "")
+                     + (f"; {g.unexplained} NOT at a near-tie (logit gap >= {NEAR_TIE_GAP:.2f})"
+                        if g.unexplained else ""))
     lines.append("OVERALL: " + ("PASS" if rep.passed else "FAIL"))
     return lines
 
@@ -96,11 +100,13 @@ def markdown(rep: ExactnessReport, context: dict) -> str:
         lines += ["## Greedy agreement", "",
                   f"{g.identical} of {len(g.cases)} prompts give identical greedy outputs with and "
                   f"without speculation ({g.rate:.0%}), {p.greedy_tokens} tokens each. Divergences "
-                  "come from batch-versus-single-token logits at near-ties.", "",
-                  "| prompt | plain tokens | speculative tokens | first divergence |",
-                  "|---|---|---|---|"]
+                  "come from batch-versus-single-token logits at near-ties: the target's logit gap "
+                  f"between the two tokens must be under {NEAR_TIE_GAP:.2f}.", "",
+                  "| prompt | plain tokens | speculative tokens | first divergence | logit gap |",
+                  "|---|---|---|---|---|"]
         lines += [f"| {c.prompt} | {c.plain_tokens} | {c.speculative_tokens} | "
-                  f"{'identical' if c.first_divergence is None else c.first_divergence} |"
+                  f"{'identical' if c.first_divergence is None else c.first_divergence} | "
+                  f"{'' if c.gap is None else f'{c.gap:.3f}' + ('' if c.near_tie else ' NOT a near-tie')} |"
                   for c in g.cases]
         lines.append("")
     return "\n".join(lines)

@@ -18,6 +18,30 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The instruction sets that change llama.cpp's kernels and numpy's loops, in the order printed.
+SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+              "avx512_bf16", "avx512vbmi", "avx_vnni", "amx_tile", "neon", "asimd")
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD flags of this CPU (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [flag for flag in SIMD_FLAGS if flag in have]
+    except OSError:
+        pass
+    return []
+
+
+def machine_line() -> str:
+    """CPU model, logical CPUs and SIMD flags: what every figure is printed beside."""
+    return (f"{_cpu_model()}, {os.cpu_count()} logical CPUs, flags "
+            f"{' '.join(cpu_flags()) or 'unknown'}")
+
+
 def command_line(words: list[str]) -> str:
     return "tandem " + " ".join(shlex.quote(w) for w in words)
 

@@ -1,7 +1,7 @@
 """The drafter base class shared by every way of proposing tokens.
 
 `propose(context, gamma, params, rng, keep)` returns up to `gamma` token ids and, when the
-drafter sampled them from a distribution q, the rows of q (`[n, V]`); `q is None` means the
+drafter sampled them from a distribution q, its rows (n `Dist`s); `q is None` means the
 tokens carry no probabilities and are verified with the one-hot rule (q one-hot at each token,
 which is also what a model drafting greedily has, so it gives no rows).
 
@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from engine.sampling import F64, Rng, SamplingParams
+from engine.dist import Dist
+from engine.sampling import Rng, SamplingParams
 from engine.session import Session
 
 I32 = npt.NDArray[np.int32]
@@ -34,7 +35,8 @@ Keep = Callable[[Sequence[float], float], bool]
 @dataclass
 class Proposal:
     tokens: I32
-    q: F64 | None = None
+    # q_i per drafted token (`Dist`, engine/dist.py); None: the one-hot rule.
+    q: Sequence[Dist] | None = None
     # Which drafter produced the tokens (the hybrid drafter delegates).
     source: str = ""
     meta: dict = field(default_factory=dict)

@@ -20,9 +20,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.backend import Backend
+from engine.dist import Dist
 from engine.drafters.base import Drafter, Keep, Proposal
 from engine.errors import SettingsError
-from engine.sampling import Rng, SamplingParams, probabilities, top_probability
+from engine.sampling import Rng, SamplingParams, distribution, top_probability
 from engine.session import Session
 
 
@@ -57,7 +58,7 @@ class DraftModelDrafter(Drafter):
     def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
         tokens: list[int] = []
-        rows: list[np.ndarray] = []
+        rows: list[Dist] = []
         own: list[float] = []
         if gamma > 0:
             logits = self.session.sync(context, feed_last=True, widths=self.widths)
@@ -72,8 +73,8 @@ class DraftModelDrafter(Drafter):
                     q = None
                     sure = float(top_probability(logits[-1:])[0])
                 else:
-                    q = probabilities(logits[-1], params)
-                    sure = float(q.max())
+                    q = distribution(logits[-1], params)
+                    sure = q.max_prob()
                 if i > 0 and sure < self.p_min:
                     break
                 if keep is not None and not keep(own, sure):
@@ -83,7 +84,7 @@ class DraftModelDrafter(Drafter):
                     own.append(sure)
                 else:
                     x = rng.draw(q)
-                    own.append(float(q[x]))
+                    own.append(q.prob(x))
                     rows.append(q)
                 tokens.append(x)
                 chain *= own[-1]
@@ -91,4 +92,4 @@ class DraftModelDrafter(Drafter):
                     break
                 logits = self.session.extend([x])
         return Proposal(tokens=np.asarray(tokens, dtype=np.int32),
-                        q=np.stack(rows) if rows else None, source=self.name)
+                        q=rows or None, source=self.name)

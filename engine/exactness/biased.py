@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.acceptance import I32, Verdict, greedy_verify, one_hot_verify, residual
-from engine.sampling import F64, Rng
+from typing import Sequence
+
+from engine.acceptance import I32, RowsLike, Verdict, greedy_verify, one_hot_verify, residual
+from engine.dist import Dist
+from engine.sampling import Rng
 
 
-def _tv(a: F64, b: F64) -> float:
-    return 0.5 * float(np.abs(a - b).sum())
+def _tv(a: Dist, b: Dist) -> float:
+    return 0.5 * float(np.abs(a.to_dense() - b.to_dense()).sum())
 
 
 class CalibratedBias:
@@ -30,7 +33,8 @@ class CalibratedBias:
         """The mean bias this control added to a verified round's first token."""
         return self._added / self.rounds if self.rounds else 0.0
 
-    def __call__(self, p: "F64", q: F64 | None, draft: I32, rng: Rng, greedy: bool) -> Verdict:
+    def __call__(self, p: RowsLike, q: Sequence[Dist] | None, draft: I32, rng: Rng,
+                 greedy: bool) -> Verdict:
         if greedy:
             return greedy_verify(p, draft)
         if q is None:
@@ -44,7 +48,7 @@ class CalibratedBias:
             self._added += self.eps * full
         for i in range(len(draft)):
             x = int(draft[i])
-            px, qx = p[i][x], q[i][x]
+            px, qx = p[i].prob(x), q[i].prob(x)
             if px >= qx or rng.coin(px / qx):
                 continue
             r = p[i] if rng.coin(self.eps) else residual(p[i], q[i])
@@ -52,6 +56,7 @@ class CalibratedBias:
         return Verdict(len(draft), rng.draw(p[len(draft)]), "bonus")
 
 
-def biased_verify(p: "F64", q: F64 | None, draft: I32, rng: Rng, greedy: bool) -> Verdict:
+def biased_verify(p: RowsLike, q: Sequence[Dist] | None, draft: I32, rng: Rng,
+                  greedy: bool) -> Verdict:
     """The uncalibrated control (eps = 1): every rejection resamples from p."""
     return CalibratedBias(target=float("inf"))(p, q, draft, rng, greedy)

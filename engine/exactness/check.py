@@ -136,9 +136,11 @@ class ExactnessReport:
 
     @property
     def passed(self) -> bool:
-        """Every exact setting drafts and passes, and the biased control is caught."""
+        """Every exact setting drafts and passes, the biased control is caught, and greedy
+        outputs part only at near-ties."""
         return (all(r.passed and r.exercised for r in self.results)
-                and (self.control is None or not self.control.passed))
+                and (self.control is None or not self.control.passed)
+                and (self.greedy is None or not self.greedy.unexplained))
 
 
 Tick = Callable[[str], None]
