@@ -57,15 +57,19 @@ def speculative_verify(p: RowsLike, q: Sequence[Dist], draft: I32, rng: Rng) -> 
     for i in range(gamma):
         x = int(draft[i])
         pi, qi = p[i], q[i]
-        px, qx = pi.prob(x), qi.prob(x)
-        if qx <= 0.0:
+        if qi.weight(x) <= 0.0:
             # x did not come from q_i, so the rule's premise is false and no emission from it
             # would be exact (always taking the residual, as this once did, biases the output).
             raise DraftLawError(f"drafted token {x} at position {i} has probability 0 under the "
                                 "draft's declared distribution: the drafter and its q disagree")
-        if px >= qx or rng.coin(px / qx):
+        # A lazy row knows p(x) within bounds (engine/dist.py): they settle most coins, and the
+        # exact ratio is computed only when the uniform falls between them.
+        p_lo, p_hi = pi.prob_bounds(x)
+        q_lo, q_hi = qi.prob_bounds(x)
+        if p_lo >= q_hi or rng.coin_bounded(p_lo / q_hi, p_hi / q_lo,
+                                            lambda: pi.prob(x) / qi.prob(x)):
             continue
-        return Verdict(i, rng.draw(residual(pi, qi)), "correction")
+        return Verdict(i, rng.draw_residual(pi, qi), "correction")
     return Verdict(gamma, rng.draw(p[gamma]), "bonus")
 
 
@@ -75,9 +79,10 @@ def one_hot_verify(p: RowsLike, draft: I32, rng: Rng) -> Verdict:
     for i in range(gamma):
         x = int(draft[i])
         pi = p[i]
-        if rng.coin(pi.prob(x)):
+        lo, hi = pi.prob_bounds(x)
+        if rng.coin_bounded(lo, hi, lambda: pi.prob(x)):
             continue
-        return Verdict(i, rng.draw(pi.without(x)), "correction")
+        return Verdict(i, rng.draw_without(pi, x), "correction")
     return Verdict(gamma, rng.draw(p[gamma]), "bonus")
 
 

@@ -11,11 +11,12 @@ distribution, then renormalisation. Temperature 0 means greedy: a one-hot at the
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-from engine.dist import I64, Dist
+from engine.dist import I64, Dist, exp_shifted
 from engine.errors import SettingsError
 
 F32 = npt.NDArray[np.float32]
@@ -50,16 +51,23 @@ class SamplingParams:
         return asdict(self)
 
 
+# Rows without a top-k exponentiate only the tokens within this many tempered nats of the top
+# one; the others (each under e^-16 of it, together under 1.7% of a row's mass at 151,936
+# tokens) are bounded, and drawn by rejection (engine/dist.py). Tests lower it to put tails
+# in tiny vocabularies.
+TAIL_NATS = 16.0
+
+
 def distribution(logits: F32, params: SamplingParams) -> Dist:
     """Map one row of logits `[V]` to the sampling distribution, on its support.
 
-    The work is what the settings need and no more: greedy is an argmax; temperature alone one
-    float32 exp pass over the row (a dense `Dist`); top-k and min-p are thresholds on the logits
-    found without sorting the row (`_top_k_threshold`), and only the tokens over them are
-    exponentiated; top-p exponentiates the row once for its total and sorts only the tokens
-    that can be in the nucleus. Ties at a top-k or top-p boundary are resolved as a full sort
-    would: every token tied with the k-th largest stays in, and the nucleus keeps the lowest
-    ids among tokens tied at its edge.
+    The work is what the settings need and no more: greedy is an argmax; top-k and min-p are
+    thresholds on the logits found without sorting the row (`_top_k_threshold`), and only the
+    tokens over them are exponentiated; top-p sorts only the tokens near the top and settles
+    the nucleus from bounds on the row's total, exponentiating the whole row only when the
+    bounds leave its edge open; temperature alone gives a lazy row (`Dist.softmax`). Ties at a
+    top-k or top-p boundary are resolved as a full sort would: every token tied with the k-th
+    largest stays in, and the nucleus keeps the lowest ids among tokens tied at its edge.
     """
     row = np.asarray(logits)
     n = row.size
@@ -67,27 +75,25 @@ def distribution(logits: F32, params: SamplingParams) -> Dist:
         return Dist.one_hot(n, int(np.argmax(row)))
     row = row.astype(np.float32, copy=False)
     t = params.temperature
-    top_k = params.top_k if 0 < params.top_k < n else 0
+    # Shifted before scaling: at a tiny temperature logits / t overflows.
+    inv_t = 1.0 / t
     m = float(row.max())
-    if not top_k and params.top_p >= 1.0 and params.min_p <= 0.0:
-        e = np.subtract(row, m, dtype=np.float32)
-        if t != 1.0:
-            e *= np.float32(1.0 / t)
-        np.exp(e, out=e)
-        return Dist(n, None, e)
-    # Shifted before dividing: at a tiny temperature logits / t overflows.
+    top_k = params.top_k if 0 < params.top_k < n else 0
     ids = None
     if top_k:
         ids = np.flatnonzero(row >= _top_k_threshold(row, top_k))
-    if params.top_p < 1.0:
-        ids = _nucleus(row, ids, m, t, params.top_p)
+        if params.top_p < 1.0:
+            ids = _nucleus_of(row, ids, m, inv_t, params.top_p)
+    elif params.top_p < 1.0:
+        ids = _nucleus(row, m, inv_t, params.top_p)
     if params.min_p > 0.0:
         # p(x) >= min_p * p(max)  <=>  (l(x) - m) / t >= log(min_p); the floor is compared in
         # the logits' precision, float32.
         floor = np.float32(m + t * float(np.log(params.min_p)))
         ids = np.flatnonzero(row >= floor) if ids is None else ids[row[ids] >= floor]
-    assert ids is not None
-    return Dist(n, ids, _weights(row[ids], m, t))
+    if ids is None:
+        return Dist.softmax(row, m, inv_t, TAIL_NATS)
+    return Dist(n, ids, exp_shifted(row[ids], m, inv_t))
 
 
 def probabilities(logits: F32, params: SamplingParams) -> F64:
@@ -97,13 +103,6 @@ def probabilities(logits: F32, params: SamplingParams) -> F64:
     if logits.ndim == 2:
         return np.stack([probabilities(row, params) for row in logits])
     return distribution(logits, params).to_dense()
-
-
-def _weights(values: F32, m: float, t: float) -> F32:
-    e = np.subtract(values, m, dtype=np.float32)
-    if t != 1.0:
-        e *= np.float32(1.0 / t)
-    return np.exp(e, out=e)
 
 
 def _top_k_threshold(row: F32, k: int) -> float:
@@ -123,27 +122,45 @@ def _top_k_threshold(row: F32, k: int) -> float:
     return float(np.partition(cand, cand.size - k)[cand.size - k])
 
 
-def _nucleus(row: F32, ids: I64 | None, m: float, t: float, top_p: float) -> I64:
-    """Ids (ascending) of the smallest set of most likely tokens among `ids` (None: all) whose
-    mass reaches `top_p` of theirs; the token that crosses the line stays in, and among tokens
-    of equal probability the lower ids come first.
-
-    Only tokens whose weight is at least c can be in it, for any c with c * (tokens under c)
-    <= (1 - top_p) * total: the rest hold too little mass to be reached. So a first guess at c
-    is tried and, if it leaves too little mass, the c that cannot fail."""
-    vals = row if ids is None else row[ids]
-    e = _weights(vals, m, t)
-    total = float(e.sum(dtype=np.float64))
-    target = top_p * total
-    for c in (1e-3, (1.0 - top_p) * total / e.size):
-        cand = np.flatnonzero(e >= c)
-        if float(e[cand].sum(dtype=np.float64)) >= target or c <= 0:
-            break
-    order = cand[np.lexsort((cand, -vals[cand]))]
+def _edge(ids: I64, vals: F32, e: F32, target_lo: float, target_hi: float) -> I64 | None:
+    """The nucleus among `ids` when its mass target is known to lie in [target_lo, target_hi]:
+    most likely first, lower ids first among equals, the token that crosses the line kept.
+    None when the edge differs between the two ends of the interval."""
+    order = np.lexsort((ids, -vals))
     cum = np.cumsum(e[order], dtype=np.float64)
-    n_keep = min(int(np.searchsorted(cum, target, side="left")) + 1, order.size)
-    kept = np.sort(order[:n_keep])
-    return kept if ids is None else ids[kept]
+    k_lo = int(np.searchsorted(cum, target_lo, side="left")) + 1
+    k_hi = int(np.searchsorted(cum, target_hi, side="left")) + 1
+    if k_lo != k_hi:
+        return None
+    return np.sort(ids[order[:min(k_lo, ids.size)]])
+
+
+def _nucleus_of(row: F32, ids: I64, m: float, inv_t: float, top_p: float) -> I64:
+    """The nucleus of the tokens `ids` (a top-k set): their weights are all known."""
+    vals = row[ids]
+    e = exp_shifted(vals, m, inv_t)
+    target = top_p * float(e.sum(dtype=np.float64))
+    kept = _edge(ids, vals, e, target, target)
+    assert kept is not None
+    return kept
+
+
+def _nucleus(row: F32, m: float, inv_t: float, top_p: float) -> I64:
+    """The nucleus of the whole row. Every token more than TAIL_NATS below the top weighs under
+    e^-TAIL_NATS, so the tokens over that floor, exponentiated, bound the row's total; when the
+    nucleus lies within them and its edge is the same at both ends of that bound, it is settled
+    without the rest, else the whole row is exponentiated."""
+    floor = np.float32(m - TAIL_NATS / inv_t)
+    near = np.flatnonzero(row >= floor)
+    if near.size < row.size:
+        e = exp_shifted(row[near], m, inv_t)
+        lo = float(e.sum(dtype=np.float64))
+        hi = lo + (row.size - near.size) * float(np.exp(-TAIL_NATS)) * (1 + 1e-6)
+        if top_p * hi <= lo:
+            kept = _edge(near, row[near], e, top_p * lo, top_p * hi)
+            if kept is not None:
+                return kept
+    return _nucleus_of(row, np.arange(row.size), m, inv_t, top_p)
 
 
 class Rows:
@@ -165,10 +182,16 @@ class Rows:
 
 
 class Rng:
-    """The engine's one source of randomness: a token drawn from a distribution (`draw`) and a
-    biased coin (`coin`), each consuming one uniform. Every random choice of a generation goes
-    through these two methods, so a test can substitute a subclass that branches on every
-    outcome and computes the exact law of the output (tests/exact_law.py)."""
+    """The engine's one source of randomness. Every random choice of a generation goes through
+    its methods (a token from a distribution, `draw`; a biased coin, `coin`, or one known only
+    within bounds, `coin_bounded`; a token from the acceptance rule's residuals,
+    `draw_residual` and `draw_without`), so a test can substitute a subclass that branches on
+    every outcome with its exact probability and computes the exact law of the output
+    (tests/exact_law.py). Here they draw uniforms; their laws are those exact ones."""
+
+    # Rejection tries for a residual before it is formed explicitly (either way its law is the
+    # residual's; the tries are cheaper while p and q differ enough to end them quickly).
+    RESIDUAL_TRIES = 8
 
     def __init__(self, seed: int | None = None) -> None:
         self._gen = np.random.default_rng(seed)
@@ -177,12 +200,44 @@ class Rng:
         return float(self._gen.random())
 
     def draw(self, dist: Dist) -> int:
-        """One token id from `dist` (inverse CDF)."""
-        return dist.inverse_cdf(self.random())
+        """One token id from `dist`."""
+        return dist.sample(self.random)
 
     def coin(self, p: float) -> bool:
         """True with probability `p`."""
         return self.random() < p
+
+    def coin_bounded(self, lo: float, hi: float, exact: Callable[[], float]) -> bool:
+        """True with probability `exact()`, known to lie in [lo, hi]: `exact` is called only
+        when the uniform falls between the bounds."""
+        u = self.random()
+        if u < lo:
+            return True
+        if u >= hi:
+            return False
+        return u < exact()
+
+    def draw_residual(self, p: Dist, q: Dist) -> int:
+        """A token from norm(max(0, p - q)): y from p kept with probability max(0, 1 - q(y)/p(y))
+        (a kept y has probability proportional to max(0, p(y) - q(y))), a few tries, then from
+        the residual formed explicitly."""
+        for _ in range(self.RESIDUAL_TRIES):
+            y = self.draw(p)
+            p_lo, p_hi = p.prob_bounds(y)
+            q_lo, q_hi = q.prob_bounds(y)
+            if self.coin_bounded(max(0.0, 1.0 - q_hi / p_lo), max(0.0, 1.0 - q_lo / p_hi),
+                                 lambda: max(0.0, 1.0 - q.prob(y) / p.prob(y))):
+                return y
+        return self.draw(p.residual(q))
+
+    def draw_without(self, p: Dist, x: int) -> int:
+        """A token from p with x removed: draws from p until one is not x, a few tries, then from
+        the row without x formed explicitly."""
+        for _ in range(self.RESIDUAL_TRIES):
+            y = self.draw(p)
+            if y != x:
+                return y
+        return self.draw(p.without(x))
 
 
 # `top_probability` exponentiates exactly the tokens within this many nats of the row's maximum

@@ -46,8 +46,20 @@ class EnumeratingRng(Rng):
         return int(self._choose([(int(i), float(w)) for i, w in zip(ids, probs)]))
 
     def coin(self, p: float) -> bool:
-        options = [(v, w) for v, w in ((True, float(p)), (False, 1.0 - float(p))) if w > 0]
+        p = min(1.0, float(p))
+        options = [(v, w) for v, w in ((True, p), (False, 1.0 - p)) if w > 0]
         return bool(self._choose(options))
+
+    # The engine's shortcuts have these exact laws (tests/test_dist.py checks them by Monte
+    # Carlo): enumerate the laws.
+    def coin_bounded(self, lo: float, hi: float, exact) -> bool:
+        return self.coin(exact())
+
+    def draw_residual(self, p: Dist, q: Dist) -> int:
+        return self.draw(p.residual(q))
+
+    def draw_without(self, p: Dist, x: int) -> int:
+        return self.draw(p.without(x))
 
 
 def exact_law(run: Callable[[Rng], Hashable], max_leaves: int = 2_000_000) -> dict:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from engine import sampling
 from engine.dist import BLOCK, Dist
 from engine.sampling import Rng, SamplingParams, distribution
 from tests.reference_sampling import reference_probabilities
@@ -121,3 +123,80 @@ def test_draws_follow_a_sparse_row():
     counts = np.bincount([rng.draw(d) for _ in range(20000)], minlength=1000)
     assert set(np.flatnonzero(counts)) == {3, 500, 999}
     np.testing.assert_allclose(counts[[3, 500, 999]] / 20000, [0.1, 0.6, 0.3], atol=0.015)
+
+
+# --- lazy rows: only the tokens near the top exponentiated --------------------------------------
+
+@pytest.mark.parametrize("tail_nats", [0.3, 1.0, 3.0])
+@pytest.mark.parametrize("params", SETTINGS[:3] + SETTINGS[5:8], ids=str)
+def test_rows_with_a_tail_equal_the_reference(params, tail_nats, monkeypatch):
+    """A low TAIL_NATS puts most of a small row in the bounded tail: the nucleus is still
+    settled exactly (from bounds, or by exponentiating the row when they leave it open)."""
+    monkeypatch.setattr(sampling, "TAIL_NATS", tail_nats)
+    rng = np.random.default_rng(7)
+    for n in (8, 64, 3000):
+        for _ in range(10):
+            assert_same(np.round(rng.standard_normal(n) * 2, 1).astype(np.float32), params)
+            assert_same(llm_like_row(rng, n, 4.0), params)
+
+
+def lazy_row(n: int = 12, tail_nats: float = 0.7, seed: int = 8, t: float = 1.0) -> tuple:
+    logits = (np.random.default_rng(seed).standard_normal(n) * 1.5).astype(np.float32)
+    m = float(logits.max())
+    d = Dist.softmax(logits, m, 1.0 / t, tail_nats)
+    assert d.lazy, "the case must leave a tail"
+    return d, reference_probabilities(logits, SamplingParams(temperature=t))
+
+
+def chi_square_p(draws: list[int], law: np.ndarray) -> float:
+    counts = np.bincount(draws, minlength=law.size)
+    if counts[law == 0].sum():
+        return 0.0  # a token the law gives probability zero
+    keep = law > 0
+    return float(stats.chisquare(counts[keep], law[keep] * len(draws)).pvalue)
+
+
+def test_a_lazy_row_reads_exactly_and_bounds_what_it_has_not_exponentiated():
+    d, want = lazy_row()
+    for x in range(want.size):
+        lo, hi = d.prob_bounds(x)
+        assert lo <= want[x] * (1 + 1e-6) and want[x] <= hi * (1 + 1e-6)
+    assert d.argmax() == int(np.argmax(want))
+    assert d.prob_estimate(int(np.argmax(want))) == pytest.approx(want.max(), rel=0.05)
+    assert d.lazy
+    assert d.prob(3) == pytest.approx(want[3], rel=1e-6) and not d.lazy
+    np.testing.assert_allclose(d.to_dense(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("t", [1.0, 0.6])
+def test_a_lazy_rows_draws_by_rejection_follow_its_law(t):
+    d, want = lazy_row(t=t)
+    rng = Rng(1)
+    draws = [rng.draw(d) for _ in range(30_000)]
+    assert d.lazy, "drawing exponentiated the whole row"
+    assert chi_square_p(draws, want) > 1e-3
+
+
+def test_the_bounded_coin_and_the_residual_shortcuts_have_the_exact_laws():
+    """`coin_bounded`, `draw_residual` and `draw_without` against the laws they stand for;
+    exact enumeration (tests/exact_law.py) substitutes exactly those laws."""
+    p, p_law = lazy_row(seed=9)
+    q, q_law = lazy_row(seed=10)
+    rng = Rng(2)
+    n = 30_000
+    heads = sum(rng.coin_bounded(0.2, 0.5, lambda: 0.35) for _ in range(n))
+    assert heads / n == pytest.approx(0.35, abs=0.01)
+    r = np.maximum(p_law - q_law, 0)
+    assert chi_square_p([rng.draw_residual(p, q) for _ in range(n)], r / r.sum()) > 1e-3
+    x = int(np.argmax(p_law))
+    w = np.where(np.arange(p_law.size) == x, 0, p_law)
+    assert chi_square_p([rng.draw_without(p, x) for _ in range(n)], w / w.sum()) > 1e-3
+
+
+def test_a_wrong_residual_is_caught_by_the_same_check():
+    """Negative control: drawing from p instead of the residual fails the same comparison."""
+    p, p_law = lazy_row(seed=9)
+    q, q_law = lazy_row(seed=10)
+    rng = Rng(3)
+    r = np.maximum(p_law - q_law, 0)
+    assert chi_square_p([rng.draw(p) for _ in range(30_000)], r / r.sum()) < 1e-3

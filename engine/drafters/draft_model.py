@@ -84,7 +84,8 @@ class DraftModelDrafter(Drafter):
                     own.append(sure)
                 else:
                     x = rng.draw(q)
-                    own.append(q.prob(x))
+                    # A statistic for the stops, not the rule: a lazy row's estimate will do.
+                    own.append(q.prob_estimate(x))
                     rows.append(q)
                 tokens.append(x)
                 chain *= own[-1]
