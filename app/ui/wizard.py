@@ -40,7 +40,7 @@ class ModelChoice:
     def label(self) -> str:
         return f"{self.repo}/{self.file}" if self.repo else self.file
 
-    def found(self) -> stores.Located | None:
+    def located(self) -> stores.Located | None:
         """The model found on this machine that this choice names (not a path nor a hub file)."""
         if not self.file or self.repo or Path(self.file).expanduser().is_file():
             return None
@@ -49,7 +49,7 @@ class ModelChoice:
 
     def found_name(self) -> str:
         """The found model's name, for messages and the API; "" when chosen otherwise."""
-        item = self.found()
+        item = self.located()
         return item.name if item is not None else ""
 
     def local_path(self) -> Path | None:
@@ -58,7 +58,7 @@ class ModelChoice:
             return None
         if not self.repo:
             p = Path(self.file).expanduser()
-            item = self.found()
+            item = self.located()
             return p if p.is_file() else item.path if item is not None else None
         for entry in catalog.load_catalog():
             paths = entry.local_paths()
