@@ -14,7 +14,8 @@ from engine.rpc import parse_endpoints
 from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
-from models import embedded
+from models import embedded, stores
+from models.cli import add_models_dir_arg
 
 DRAFTERS = ("draft", "none", "lookup", "hybrid", "early-exit")
 # Drafters that need the separate draft model loaded.
@@ -25,9 +26,12 @@ DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8, "plain": 1}
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models and hardware")
-    g.add_argument("--target", help="target GGUF (default: the embedded Qwen2.5-Coder-1.5B)")
-    g.add_argument("--draft", help="draft GGUF, or 'none' for plain decoding "
-                   "(default: the embedded Qwen2.5-Coder-0.5B)")
+    g.add_argument("--target", help="target GGUF: a path or a name from `tandem models list`, "
+                   "e.g. an Ollama name like qwen2.5-coder:7b (default: the embedded "
+                   "Qwen2.5-Coder-1.5B)")
+    g.add_argument("--draft", help="draft GGUF (a path or a name, like --target), or 'none' for "
+                   "plain decoding (default: the embedded Qwen2.5-Coder-0.5B)")
+    add_models_dir_arg(g)
     g.add_argument("--threads", type=int, default=None,
                    help=f"CPU threads for both models, 1 to {MAX_THREADS} (default: every core)")
     g.add_argument("--ctx", type=int, default=4096,
@@ -138,18 +142,20 @@ def model_configs(args: argparse.Namespace,
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
-    target = args.target or str(embedded_target)
-    draft_path = draft_arg if draft_arg is not None else str(embedded_draft)
-    tcfg = ModelConfig(path=target, n_ctx=args.ctx, n_threads=args.threads,
+    target, target_name = (stores.resolve(args.target, args.models_dir) if args.target
+                           else (embedded_target, ""))
+    tcfg = ModelConfig(path=str(target), n_ctx=args.ctx, n_threads=args.threads,
                        n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
-                       lora=lora_list(args))
-    if draft_path == "none":
+                       lora=lora_list(args), name=target_name)
+    if draft_arg == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
-    return tcfg, ModelConfig(path=draft_path, n_ctx=args.ctx, n_threads=args.threads,
+    draft, draft_name = (stores.resolve(draft_arg, args.models_dir) if draft_arg is not None
+                         else (embedded_draft, ""))
+    return tcfg, ModelConfig(path=str(draft), n_ctx=args.ctx, n_threads=args.threads,
                              n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,
-                             lora=lora_list(args, "draft_"))
+                             lora=lora_list(args, "draft_"), name=draft_name)
 
 
 def lora_list(args: argparse.Namespace, prefix: str = "") -> tuple[tuple[str, float], ...]:

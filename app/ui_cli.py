@@ -13,6 +13,7 @@ from app.serve.queue import GenerationQueue
 from app.serve_cli import add_api_args, checked_max_queue
 from app.settings import add_model_args, load_options, model_configs
 from engine.errors import SettingsError
+from models import stores
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -24,6 +25,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     if args.api_key is not None and not args.api:
         raise SettingsError("--api-key protects the API: add --api")
+    # The page's Models tab searches the --models-dir folders too.
+    stores.extend_models_dirs(args.models_dir)
     holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)))
     options = load_options(args, early_exit=args.early_exit,
                            early_exit_layers=args.early_exit_layers)

@@ -29,6 +29,9 @@ class ModelConfig:
     lora: tuple[tuple[str, float], ...] = ()
     # RPC workers ("host:port", engine/rpc.py) holding this model's layers; empty: all local.
     rpc: tuple[str, ...] = ()
+    # What messages and the API call the model (a name like "qwen2.5-coder:7b" when it was
+    # chosen by name); empty: the file name.
+    name: str = ""
 
     def __post_init__(self) -> None:
         check_hardware(self.n_ctx, self.n_threads, self.n_gpu_layers, self.n_batch)

@@ -44,7 +44,7 @@ class LlamaBackend:
                 n_gpu_layers=gpu_layers, logits_all=False, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelFileError(f"llama.cpp could not load {path.name}: {exc}") from None
-        self.name = path.name
+        self.name = config.name or path.name
         self.config = config
         self.n_vocab: int = self.llm.n_vocab()
         # llama.cpp pads a small context up (16 became 256); the context asked for is the limit

@@ -18,7 +18,10 @@ MIB = 1 << 20
 class FileRef:
     quant: str
     filename: str
+    # Bytes: the exact size where the catalog records one, else its MiB estimate.
     approx_size: int
+    # The file's byte count on the hub, where recorded: a pull refuses any other size.
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,8 @@ class PairEntry:
 
 
 def _model(mid: str, raw: dict) -> ModelRef:
-    files = {q: FileRef(q, f["file"], int(f["size_mb"] * MIB)) for q, f in raw["files"].items()}
+    files = {q: FileRef(q, f["file"], int(f.get("size") or f["size_mb"] * MIB), f.get("size"))
+             for q, f in raw["files"].items()}
     return ModelRef(mid, raw["name"], raw["repo"], files)
 
 
@@ -104,4 +108,16 @@ def find_model(repo_or_id: str) -> ModelRef | None:
         for m in (pair.target, pair.draft):
             if repo_or_id in (m.id, m.repo):
                 return m
+    return None
+
+
+def recorded_size(repo_id: str, filename: str) -> int | None:
+    """The byte count the catalog records for this hub file, or None (not in the catalog, or
+    only an estimate)."""
+    for pair in load_catalog():
+        for model in (pair.target, pair.draft):
+            found = [f.size for f in model.files.values()
+                     if model.repo == repo_id and f.filename == filename and f.size is not None]
+            if found:
+                return found[0]
     return None

@@ -13,14 +13,48 @@ from typing import Sequence
 from tqdm import tqdm
 
 from engine.errors import HubError, ModelFileError
-from models import budget, catalog, compat, embedded, hub, registry
+from models import budget, catalog, compat, disk_pairs, embedded, found, hub, registry, stores
+from models.found import size_text
 from models.store import store_dir
 
-GIB = 1 << 30
+PAIRS_CTX = 4096
 
 
-def _size(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
+def add_models_dir_arg(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--models-dir, shared by every command that finds models by name."""
+    p.add_argument("--models-dir", action="append", default=[], metavar="DIR",
+                   help="also look for GGUF files in DIR (repeatable; TANDEM_MODEL_DIRS adds more,"
+                   " separated by the path separator)")
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def print_found(scan: found.Scan) -> None:
+    """The models found on this machine and the pairs among them."""
+    print("\non this machine (used where they lie, never copied):")
+    if not scan.models:
+        print("  (none found)")
+    else:
+        header = [c.upper() for c in found.COLUMNS]
+        lines = _table([header] + [m.cells() for m in scan.models])
+        print(lines[0])
+        for m, line in zip(scan.models, lines[1:]):
+            print(line)
+            if m.aliases:
+                print(f"    also known as {', '.join(m.aliases)}")
+    print(f"  searched: {scan.where_searched()}")
+    disk = disk_pairs.pairs(scan.usable, n_ctx=PAIRS_CTX)
+    print(f"\npairs on this machine (drafts that compat accepts, best first; memory at n_ctx {PAIRS_CTX}):")
+    if not disk:
+        print("  (none: no found model has a smaller compatible draft on disk)")
+    for pair in disk:
+        print(f"  {pair.target.name}  (tandem generate --target {pair.target.name}"
+              f" --draft {pair.drafts[0].draft.name})")
+        for d in pair.drafts:
+            print(f"    {d.label()}")
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
@@ -31,13 +65,14 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         here = "local" if t_path.is_file() and d_path.is_file() else ("offline" if p.offline else "hub")
         size = p.target_file.approx_size + p.draft_file.approx_size
         print(f"  {p.id:26} {p.target.name} {p.target_quant} + {p.draft.name} {p.draft_quant}"
-              f"  ~{_size(size)}  [{here}]")
+              f"  ~{size_text(size)}  [{here}]")
     print(f"\nlocal store {store_dir()}:")
     if not local:
         print("  (empty)")
     for m in local.values():
         check = "sha256 verified" if m.verified else "sha256 not verified"
-        print(f"  {m.path.name:48} {_size(m.size):>10}  {m.quant:8} {check}")
+        print(f"  {m.path.name:48} {size_text(m.size):>10}  {m.quant:8} {check}")
+    print_found(found.scan(args.models_dir))
     return 0
 
 
@@ -49,7 +84,7 @@ def cmd_models_search(args: argparse.Namespace) -> int:
 
 def cmd_models_files(args: argparse.Namespace) -> int:
     for f in hub.list_gguf_files(args.repo):
-        print(f"{f.filename:60} {f.quant:8} {_size(f.size):>10}")
+        print(f"{f.filename:60} {f.quant:8} {size_text(f.size):>10}")
     return 0
 
 
@@ -116,10 +151,16 @@ def cmd_compat(args: argparse.Namespace) -> int:
     return 1 if report.verdict == compat.INCOMPATIBLE else 0
 
 
-def resolve_model(spec: str, role: str) -> Path:
-    """A local GGUF for a path, a catalog pair id (its target or draft), a catalog model id, or REPO[:FILE]."""
+def resolve_model(spec: str, role: str, models_dirs: Sequence[str] = ()) -> Path:
+    """A local GGUF for a path, a name from `tandem models list` (Ollama names included), a
+    catalog pair id (its target or draft), a catalog model id, or REPO[:FILE] in the store."""
     p = Path(spec).expanduser()
-    if p.is_file() or spec.endswith(".gguf"):
+    if p.is_file():
+        return p
+    on_disk = stores.find(spec, models_dirs)
+    if on_disk is not None:
+        return stores.usable_path(on_disk)
+    if spec.endswith(".gguf") and ":" not in spec:
         return p
     pair = next((x for x in catalog.load_catalog() if x.id == spec), None)
     if pair is not None:
@@ -140,10 +181,10 @@ def resolve_model(spec: str, role: str) -> Path:
 def cmd_budget(args: argparse.Namespace, workers: Sequence[budget.WorkerMemory] = ()) -> int:
     """The budget table; with probed RPC `workers` (`tandem budget --rpc`, added by the app),
     the target spread over them."""
-    target = resolve_model(args.target, "target")
+    target = resolve_model(args.target, "target", args.models_dir)
     is_pair = any(p.id == args.target for p in catalog.load_catalog())
     draft_spec = args.draft or (args.target if is_pair else None)
-    draft = resolve_model(draft_spec, "draft") if draft_spec else None
+    draft = resolve_model(draft_spec, "draft", args.models_dir) if draft_spec else None
     if workers:
         report = budget.estimate_rpc(target, draft, workers, n_ctx=args.ctx, kv_type=args.kv_type,
                                      gpu_layers=args.gpu_layers or -1)
@@ -157,7 +198,9 @@ def cmd_budget(args: argparse.Namespace, workers: Sequence[budget.WorkerMemory] 
 def register(subparsers: argparse._SubParsersAction) -> None:
     m = subparsers.add_parser("models", help="the pair catalog, the local store, hub search")
     msub = m.add_subparsers(dest="models_command", required=True)
-    ls = msub.add_parser("list", help="catalog pairs and local files (size, quantization, SHA-256 status)")
+    ls = msub.add_parser("list", help="catalog pairs, the local store, the GGUF files other tools"
+                         " keep on this machine (HF cache, LM Studio, Ollama, llama.cpp) and the pairs among them")
+    add_models_dir_arg(ls)
     ls.set_defaults(func=cmd_models_list)
     se = msub.add_parser("search", help="GGUF repositories on the hub matching a query")
     se.add_argument("query")
@@ -178,8 +221,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.set_defaults(func=cmd_compat)
 
     b = subparsers.add_parser("budget", help="memory needed by a pair on this machine")
-    b.add_argument("--target", required=True, metavar="PATH|PAIR|REPO[:FILE]")
-    b.add_argument("--draft", metavar="PATH|PAIR|REPO[:FILE]")
+    b.add_argument("--target", required=True, metavar="PATH|NAME|PAIR|REPO[:FILE]")
+    b.add_argument("--draft", metavar="PATH|NAME|PAIR|REPO[:FILE]")
+    add_models_dir_arg(b)
     b.add_argument("--ctx", type=int, default=4096)
     b.add_argument("--gpu-layers", type=int, default=0)
     b.add_argument("--draft-gpu-layers", type=int, default=0)

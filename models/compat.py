@@ -1,10 +1,12 @@
 """Whether a draft model can speculate for a target: tokenizer agreement read from both headers.
 
 The hard rules mirror llama.cpp's common_speculative_are_compatible (common/speculative.cpp):
-same vocabulary type, same BOS/EOS ids and add-BOS/add-EOS flags, vocabulary sizes within 128
-tokens, and identical token texts from id 5 up to the smaller vocabulary. Softer differences
-(pre-tokenizer, EOT id, special-token set, chat template) only earn a warning: the draft is fed
-the target's token ids, so they cost acceptance rate, never exactness.
+same vocabulary type; the same add-BOS and add-EOS flags, and the same BOS (EOS) id where the
+add-BOS (add-EOS) flag is set; vocabulary sizes within 128 tokens; identical token texts from id 5
+up to the smaller vocabulary. A flag or id absent from the header takes llama.cpp's default for the
+tokenizer type (src/llama-vocab.cpp), as the loaded model would. Softer differences (pre-tokenizer,
+BOS/EOS ids that no one adds, EOT id, special-token set, chat template) only earn a warning: the
+draft is fed the target's token ids, so they cost acceptance rate, never exactness.
 """
 from __future__ import annotations
 
@@ -55,9 +57,62 @@ def first_differing_token(target: GGUFInfo, draft: GGUFInfo, start: int = 0) -> 
     return None
 
 
-def _add_bos(info: GGUFInfo) -> bool:
-    # When the key is absent llama.cpp falls back to its per-tokenizer default: SPM and WPM add BOS.
-    return info.add_bos if info.add_bos is not None else info.tokenizer_model in ("llama", "bert")
+# llama.cpp's defaults per tokenizer type when the header leaves a key out (llama-vocab.cpp,
+# llama_vocab::impl::load): add-BOS for SPM ("llama") and WPM ("bert"), add-EOS for UGM ("t5");
+# BPE ("gpt2") adds BOS only for the pre-tokenizers listed below.
+_ADD_BOS_DEFAULT = {"llama": True, "bert": True}
+_ADD_EOS_DEFAULT = {"t5": True}
+_BPE_PRE_ADDING_BOS = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+                       "midm-2.0", "lfm2", "tekken", "chameleon"}
+# Default (BOS, EOS) ids per tokenizer type; None is LLAMA_TOKEN_NULL.
+_SPECIAL_DEFAULT: dict[str, tuple[int | None, int | None]] = {
+    "llama": (1, 2), "bert": (101, None), "gpt2": (11, 11), "t5": (None, 1), "rwkv": (None, None),
+    "plamo2": (1, 2)}
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """BOS/EOS ids and whether the tokenizer adds them, as llama.cpp resolves them at load."""
+    add_bos: bool
+    add_eos: bool
+    bos: int | None
+    eos: int | None
+
+
+def special_tokens(info: GGUFInfo) -> SpecialTokens:
+    """The header's BOS/EOS ids and add flags, with llama.cpp's defaults where a key is absent
+    (and where an id lies outside the vocabulary, which llama.cpp ignores with a warning)."""
+    model = info.tokenizer_model
+    add_bos = info.add_bos if info.add_bos is not None else (
+        _ADD_BOS_DEFAULT.get(model, False)
+        or (model == "gpt2" and info.tokenizer_pre in _BPE_PRE_ADDING_BOS))
+    add_eos = info.add_eos if info.add_eos is not None else _ADD_EOS_DEFAULT.get(model, False)
+    bos, eos = _SPECIAL_DEFAULT.get(model, (None, None))
+    if model == "gpt2" and info.tokenizer_pre in ("glm4", "chatglm-bpe"):
+        bos = None
+    if info.bos_id is not None and 0 <= info.bos_id < info.n_vocab:
+        bos = info.bos_id
+    if info.eos_id is not None and 0 <= info.eos_id < info.n_vocab:
+        eos = info.eos_id
+    return SpecialTokens(bool(add_bos), bool(add_eos), bos, eos)
+
+
+def _special_differences(target: GGUFInfo, draft: GGUFInfo) -> tuple[list[str], list[str]]:
+    """(hard, soft) differences of BOS and EOS: llama.cpp compares an id only where its add
+    flag is set; an id no one adds only costs acceptance (the draft may end a draft early)."""
+    t, d = special_tokens(target), special_tokens(draft)
+    hard: list[str] = []
+    soft: list[str] = []
+    for label, t_add, d_add, t_id, d_id in (("BOS", t.add_bos, d.add_bos, t.bos, d.bos),
+                                            ("EOS", t.add_eos, d.add_eos, t.eos, d.eos)):
+        if t_add != d_add:
+            hard.append(f"add-{label} flag differs (target {t_add}, draft {d_add})")
+        elif t_id != d_id and t_add:
+            hard.append(f"{label} differs (target {t_id}, draft {d_id}) and both add it")
+        elif t_id != d_id:
+            soft.append(f"{label} ids differ (target {t_id}, draft {d_id}); neither adds {label},"
+                        " so llama.cpp does not compare them")
+    return hard, soft
 
 
 def compare(target: GGUFInfo, draft: GGUFInfo) -> CompatReport:
@@ -88,11 +143,9 @@ def compare(target: GGUFInfo, draft: GGUFInfo) -> CompatReport:
             if early is not None:
                 soft.append(f"token texts differ at id {early}, below the ids llama.cpp checks")
 
-    for label, t, d in (("BOS", target.bos_id, draft.bos_id), ("EOS", target.eos_id, draft.eos_id),
-                        ("add-BOS flag", _add_bos(target), _add_bos(draft)),
-                        ("add-EOS flag", bool(target.add_eos), bool(draft.add_eos))):
-        if t != d:
-            hard.append(f"{label} differs (target {t}, draft {d})")
+    special_hard, special_soft = _special_differences(target, draft)
+    hard += special_hard
+    soft += special_soft
     if target.eot_id != draft.eot_id:
         soft.append(f"EOT id differs (target {target.eot_id}, draft {draft.eot_id})")
     if target.control_tokens != draft.control_tokens and not hard:

@@ -5,7 +5,8 @@ Everything goes through huggingface_hub (HfApi, hf_hub_url, get_hf_file_metadata
 download cut off (network drop, Ctrl-C, crash) resumes from where it stopped on the next pull:
 http_get retries a dropped connection itself with a Range request, and a later pull passes the
 partial size as `resume_size`. A file whose size or SHA-256 disagrees with the hub's metadata is
-deleted, never registered. The endpoint is read at call time (argument, then HF_ENDPOINT), since
+deleted, never registered; a catalog file whose hub size differs from the size the catalog
+records is refused before any byte is fetched. The endpoint is read at call time (argument, then HF_ENDPOINT), since
 huggingface_hub freezes HF_ENDPOINT when first imported.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, Reposito
 from huggingface_hub.file_download import http_get
 
 from engine.errors import HubError
+from models.catalog import recorded_size
 from models.registry import read_stamp, write_stamp
 from models.store import sha256_of, store_dir
 
@@ -86,7 +88,7 @@ def _hub_errors(what: str, ep: str) -> Iterator[None]:
         raise HubError(f"{what}: cannot reach the hub at {ep} ({type(e).__name__}); {OFFLINE_HINT}") from None
 
 
-def _probe(ep: str, what: str) -> None:
+def probe(ep: str, what: str, hint: str = OFFLINE_HINT) -> None:
     """Fail in a second when the hub host is unreachable: paginated calls retry for ~20 s before giving up."""
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
         return  # only the proxy knows whether the hub is reachable
@@ -95,13 +97,13 @@ def _probe(ep: str, what: str) -> None:
     try:
         socket.create_connection((u.hostname or "", port), timeout=5).close()
     except OSError as e:
-        raise HubError(f"{what}: cannot reach the hub at {ep} ({e.strerror or type(e).__name__}); {OFFLINE_HINT}") from None
+        raise HubError(f"{what}: cannot reach the hub at {ep} ({e.strerror or type(e).__name__}); {hint}") from None
 
 
 def search(query: str, limit: int = 20, *, endpoint_url: str | None = None) -> list[RepoHit]:
     """GGUF model repositories whose name matches `query`, most downloaded first."""
     ep = endpoint(endpoint_url)
-    _probe(ep, f"searching for {query!r}")
+    probe(ep, f"searching for {query!r}")
     with _hub_errors(f"searching for {query!r}", ep):
         found = HfApi(endpoint=ep).list_models(search=query, filter="gguf", sort="downloads", limit=limit)
         return [RepoHit(m.id, m.downloads, m.likes) for m in found]
@@ -110,21 +112,28 @@ def search(query: str, limit: int = 20, *, endpoint_url: str | None = None) -> l
 def list_gguf_files(repo_id: str, revision: str | None = None, *, endpoint_url: str | None = None) -> list[RemoteFile]:
     """The GGUF files in a repository, with size, LFS SHA-256 and quantization."""
     ep = endpoint(endpoint_url)
-    _probe(ep, f"listing {repo_id}")
+    probe(ep, f"listing {repo_id}")
     with _hub_errors(f"listing {repo_id}", ep):
         tree = HfApi(endpoint=ep).list_repo_tree(repo_id, revision=revision, recursive=True)
         return [_remote(repo_id, f) for f in tree if isinstance(f, RepoFile) and f.path.endswith(".gguf")]
 
 
+def remote_files(repo_id: str, filenames: list[str], revision: str | None = None, *,
+                 endpoint_url: str | None = None) -> dict[str, RemoteFile]:
+    """Size, SHA-256 and quantization of the named files in one request; a file the repository
+    does not hold is absent from the answer."""
+    ep = endpoint(endpoint_url)
+    with _hub_errors(f"{repo_id}/{', '.join(filenames)}", ep):
+        infos = HfApi(endpoint=ep).get_paths_info(repo_id, filenames, revision=revision)
+    return {f.path: _remote(repo_id, f) for f in infos if isinstance(f, RepoFile)}
+
+
 def remote_file(repo_id: str, filename: str, revision: str | None = None, *,
                 endpoint_url: str | None = None) -> RemoteFile:
-    ep = endpoint(endpoint_url)
-    with _hub_errors(f"{repo_id}/{filename}", ep):
-        infos = HfApi(endpoint=ep).get_paths_info(repo_id, [filename], revision=revision)
-    files = [f for f in infos if isinstance(f, RepoFile)]
-    if not files:
-        raise HubError(f"{repo_id}/{filename}: file not found on {ep}")
-    return _remote(repo_id, files[0])
+    found = remote_files(repo_id, [filename], revision, endpoint_url=endpoint_url)
+    if filename not in found:
+        raise HubError(f"{repo_id}/{filename}: file not found on {endpoint(endpoint_url)}")
+    return found[filename]
 
 
 def _remote(repo_id: str, f: Any) -> RemoteFile:
@@ -166,6 +175,10 @@ def pull(repo_id: str, filename: str, *, revision: str | None = None, progress: 
     remote = remote_file(repo_id, filename, revision, endpoint_url=ep)
     if remote.sha256 is None:
         raise HubError(f"{repo_id}/{filename} has no SHA-256 in the hub's metadata (not an LFS file); refusing it")
+    recorded = recorded_size(repo_id, filename)
+    if recorded is not None and remote.size != recorded:
+        raise HubError(f"{repo_id}/{filename} is {remote.size} bytes on the hub, but the catalog records"
+                       f" {recorded}; refusing it (scripts/verify-catalog compares the catalog with the hub)")
     dest = (store or store_dir()) / Path(filename).name
     if read_stamp(dest)[0] == remote.sha256:
         if progress:

@@ -17,10 +17,16 @@ def tandem_home() -> Path:
     return Path(os.environ.get("TANDEM_HOME", Path.home() / ".cache" / "tandem"))
 
 
-def store_dir() -> Path:
-    """The model store; `TANDEM_MODELS` overrides the default `~/.cache/tandem/models`."""
+def store_path() -> Path:
+    """Where the model store is, created or not; `TANDEM_MODELS` overrides the default
+    `~/.cache/tandem/models`."""
     env = os.environ.get("TANDEM_MODELS")
-    return writable_dir(Path(env) if env else tandem_home() / "models")
+    return Path(env) if env else tandem_home() / "models"
+
+
+def store_dir() -> Path:
+    """The model store, created if missing."""
+    return writable_dir(store_path())
 
 
 def writable_dir(path: Path) -> Path:

@@ -94,3 +94,52 @@ def test_chat_in_a_browser(app_url, tmp_path):
     grown = [n for n in answer if n > 0]
     assert len(set(grown)) >= 2, answer
     assert (tmp_path / "chat.png").stat().st_size > 10_000
+
+
+@pytest.fixture(scope="module")
+def found_app_url(tmp_path_factory):
+    """The app with nothing loaded, on a machine whose Ollama store holds the embedded pair
+    (blobs linking to the store's files, as link-farm tools make them)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (scripts/test installs it)")
+    from models import embedded
+    from tests import fakestores
+
+    target, draft = embedded.ensure()
+    ollama = tmp_path_factory.mktemp("ollama")
+    for tag, path in (("1.5b", target), ("0.5b", draft)):
+        blob = fakestores.ollama(ollama, "qwen2.5-coder", tag, None, digest=f"{tag[0]}" * 64)
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.symlink_to(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OLLAMA_MODELS", str(ollama))
+        holder = PairHolder()
+        with appserver.serve(holder) as url:
+            yield url
+        holder.close()
+
+
+def test_a_model_found_on_disk_is_picked_paired_and_loaded_in_the_browser(found_app_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(found_app_url)
+            page.wait_for_selector('#tandem-status[data-state="empty"]', timeout=60_000)
+            page.get_by_role("tab", name="Models").click()
+            page.locator("#wizard-found input").click()
+            page.get_by_role("option", name="qwen2.5-coder:1.5b").first.click()
+            # The target field takes the found name; the best draft on disk is picked for it.
+            page.wait_for_function("document.querySelector('#wizard-target-file textarea').value"
+                                   " == 'qwen2.5-coder:1.5b'", timeout=30_000)
+            page.wait_for_function("document.querySelector('#wizard-draft-file textarea').value"
+                                   " == 'qwen2.5-coder:0.5b'", timeout=60_000)
+            page.locator("#wizard-load").click()
+            page.wait_for_selector("#wizard-load-note :text('Loaded')", timeout=240_000)
+            page.wait_for_selector('#tandem-status[data-state="ready"]', timeout=30_000)
+            banner = page.locator("#tandem-status").inner_text()
+        finally:
+            browser.close()
+    assert "qwen2.5-coder:1.5b" in banner and "qwen2.5-coder:0.5b" in banner

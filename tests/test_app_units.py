@@ -118,7 +118,7 @@ def test_holder_reports_missing_model_and_refuses_generation(tmp_path):
 def test_holder_loads_stepwise_and_keeps_old_pair_on_incompatible(tmp_path):
     t = tinygguf.write(tmp_path / "t.gguf", tokens=tinygguf.vocab(400))
     d = tinygguf.write(tmp_path / "d.gguf", tokens=tinygguf.vocab(400))
-    bad = tinygguf.write(tmp_path / "bad.gguf", tokens=tinygguf.vocab(400), eos=1)
+    bad = tinygguf.write(tmp_path / "bad.gguf", tokens=tinygguf.vocab(400), add_bos=True)
     seen: list[str] = []
     holder = PairHolder()
 
@@ -131,8 +131,9 @@ def test_holder_loads_stepwise_and_keeps_old_pair_on_incompatible(tmp_path):
     assert holder.status.state == READY and seen == ["loading target t.gguf", "loading draft d.gguf"]
     first = holder.pair
     error = holder.load(ModelConfig(str(t)), ModelConfig(str(bad)), FAKE_OPTS)
-    assert "incompatible" in error and "EOS differs" in error
-    assert holder.status.state == READY and holder.pair is first and "EOS differs" in status_banner(holder)
+    assert "incompatible" in error and "add-BOS flag differs" in error
+    assert (holder.status.state == READY and holder.pair is first
+            and "add-BOS flag differs" in status_banner(holder))
 
 
 def test_holder_says_when_the_draft_runs_as_its_requantized_copy(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ import pytest
 
 from engine.errors import SettingsError
 from models import embedded
-from models.catalog import default_pair, find_model, find_pair, load_catalog
+from models.catalog import default_pair, find_model, find_pair, load_catalog, recorded_size
 
 
 def test_embedded_pair_is_first_and_offline():
@@ -41,3 +41,29 @@ def test_lookups():
         find_pair("nope")
     with pytest.raises(SettingsError, match="no Q2_K file"):
         find_pair("qwen3-8b+0.6b").target.file("Q2_K")
+
+
+def test_the_entries_the_hub_listing_contradicted_are_fixed():
+    qwen25 = [p for p in load_catalog() if p.family == "Qwen2.5-Instruct"]
+    assert len(qwen25) == 6
+    for p in qwen25:
+        assert (p.draft.repo, p.draft_file.filename) == ("Qwen/Qwen2.5-0.5B-Instruct-GGUF",
+                                                          "qwen2.5-0.5b-instruct-q8_0.gguf")
+    gemma27 = find_pair("gemma-3-27b+1b")
+    assert (gemma27.target.repo, gemma27.target_file.filename) == ("ggml-org/gemma-3-27b-it-GGUF",
+                                                                    "gemma-3-27b-it-Q4_K_M.gguf")
+    # HuggingFaceTB's repositories hold only q8_0 (360M) and only q4_k_m (1.7B).
+    assert list(find_model("smollm2-360m").files) == ["Q8_0"]
+    assert list(find_model("smollm2-1.7b").files) == ["Q4_K_M"]
+
+
+def test_recorded_sizes_are_exact_and_agree_with_the_estimates():
+    refs = {(m.repo, f.filename): f for p in load_catalog() for m in (p.target, p.draft)
+            for f in m.files.values()}
+    recorded = {k: f.size for k, f in refs.items() if f.size is not None}
+    assert recorded[("Qwen/Qwen2.5-0.5B-Instruct-GGUF", "qwen2.5-0.5b-instruct-q8_0.gguf")] == 675_710_816
+    for (repo, name), size in recorded.items():
+        assert refs[(repo, name)].approx_size == size
+        assert recorded_size(repo, name) == size
+    unrecorded = next(k for k, f in refs.items() if f.size is None)
+    assert recorded_size(*unrecorded) is None and recorded_size("nobody/x", "y.gguf") is None

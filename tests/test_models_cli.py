@@ -41,12 +41,12 @@ def test_models_list_shows_catalog_and_store(store, capsys):
 def test_compat_exit_codes(tmp_path, capsys):
     t = tinygguf.write(tmp_path / "t.gguf")
     same = tinygguf.write(tmp_path / "same.gguf", n_layer=1)
-    other = tinygguf.write(tmp_path / "other.gguf", eos=1)
+    other = tinygguf.write(tmp_path / "other.gguf", add_bos=True)
     assert run(["compat", str(t), str(same)]) == 0
     assert capsys.readouterr().out.startswith("compatible:")
     assert run(["compat", str(t), str(other)]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("incompatible:") and "EOS differs" in out
+    assert out.startswith("incompatible:") and "add-BOS flag differs" in out
     with pytest.raises(ModelFileError, match="model file not found"):
         run(["compat", str(t), str(tmp_path / "missing.gguf")])
 

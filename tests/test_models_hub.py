@@ -134,3 +134,14 @@ def test_hf_endpoint_env_is_honoured(server, store, monkeypatch):
                                         ("README.gguf", "?")])
 def test_quant_from_filename(name, quant):
     assert hub.quant_of(name) == quant
+
+
+def test_a_catalog_file_of_another_size_than_recorded_is_refused_before_download(store, model_bytes):
+    repo, name = "Qwen/Qwen2.5-0.5B-Instruct-GGUF", "qwen2.5-0.5b-instruct-q8_0.gguf"
+    with HubServer() as h:
+        h.add(repo, name, model_bytes)
+        with pytest.raises(HubError, match=f"is {len(model_bytes)} bytes on the hub, but the catalog"
+                                           " records 675710816; refusing it"):
+            hub.pull(repo, name, endpoint_url=h.url)
+        assert h.gets(name) == []
+    assert not store.exists() or list(store.iterdir()) == []

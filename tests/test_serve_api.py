@@ -51,6 +51,7 @@ def test_models_and_health(client):
     models = client.get("/v1/models").json()
     assert [m["id"] for m in models["data"]] == [MODEL]
     assert models["data"][0]["drafters"] == ["none", "draft", "hybrid", "lookup"]
+    assert models["data"][0]["pair"] == {"target": "fake-1-0.0", "draft": "fake-1-0.5"}
     health = TestClient(client.app).get("/health")  # no key needed
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert health.json()["queue"] == {"running": False, "waiting": 0, "max_waiting": 2}

@@ -16,7 +16,8 @@ def vocab(n: int = 300) -> list[str]:
 
 
 def write(path: Path, *, tokens: list[str] | None = None, arch: str = "llama", tokenizer_model: str = "gpt2",
-          pre: str = "qwen2", bos: int = 0, eos: int = 2, eot: int | None = None, add_bos: bool = False,
+          pre: str = "qwen2", bos: int | None = 0, eos: int | None = 2, eot: int | None = None,
+          add_bos: bool | None = False, add_eos: bool | None = None,
           template: str | None = TEMPLATE, n_layer: int = 2, n_embd: int = 16, n_head: int = 4,
           n_head_kv: int = 2, n_ctx_train: int = 4096, file_type: int = gguf.LlamaFileType.ALL_F32,
           pad_bytes: int = 0, token_embd: np.ndarray | None = None,
@@ -26,7 +27,8 @@ def write(path: Path, *, tokens: list[str] | None = None, arch: str = "llama", t
 
     `pad_bytes` adds a zero tensor of about that size, for tests that need a file of many MB.
     `token_embd` ([n_vocab, n_embd]) and `output` give those tensors values, stored as
-    `embd_type`.
+    `embd_type`. A special-token id or add flag given as None is left out of the header, so the
+    reader falls back to the tokenizer type's default.
     """
     tokens = vocab() if tokens is None else tokens
     path = Path(path)
@@ -45,11 +47,16 @@ def write(path: Path, *, tokens: list[str] | None = None, arch: str = "llama", t
     w.add_token_list(tokens)
     types = [gguf.TokenType.CONTROL if t.startswith("<|") else gguf.TokenType.NORMAL for t in tokens]
     w.add_token_types([int(t) for t in types])
-    w.add_bos_token_id(bos)
-    w.add_eos_token_id(eos)
+    if bos is not None:
+        w.add_bos_token_id(bos)
+    if eos is not None:
+        w.add_eos_token_id(eos)
     if eot is not None:
         w.add_eot_token_id(eot)
-    w.add_add_bos_token(add_bos)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        w.add_add_eos_token(add_eos)
     if template is not None:
         w.add_chat_template(template)
     for name, rows in (("token_embd.weight", token_embd), ("output.weight", output)):

@@ -1,5 +1,6 @@
-"""The API's routes: /health, /v1/models, /v1/chat/completions, /v1/completions, and an
-OpenAI-style 404 for any other /v1 path.
+"""The API's routes: /health, /v1/models (the loaded pair: the target it is served as, its
+draft and drafters), /v1/chat/completions, /v1/completions, and an OpenAI-style 404 for any
+other /v1 path.
 
 The routes live on an APIRouter so the same routes serve alone (`tandem serve`) or mounted on
 the FastAPI app Gradio runs (`tandem ui --api`). Errors are answered inside each route, not by
@@ -134,8 +135,10 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
         authorize(request)
         pair = loaded_pair()
         served = model_id(pair.target.backend.name)
+        draft = pair.draft_backend.name if pair.draft_backend is not None else None
         return JSONResponse({"object": "list", "data": [
             {"id": served, "object": "model", "created": 0, "owned_by": "tandem",
+             "pair": {"target": pair.target.backend.name, "draft": draft},
              "drafters": pair.drafters, "default_drafter": pair.default_drafter}]})
 
     @router.post("/v1/chat/completions")

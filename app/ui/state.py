@@ -91,7 +91,8 @@ class PairHolder:
              options: LoadOptions = LoadOptions()) -> str | None:
         """Load a pair now (blocking); it replaces the current one only once it is up. Returns
         the failure message, or None. On failure an already loaded pair stays in service."""
-        names = (Path(target.path).name, Path(draft.path).name if draft else "none")
+        names = (target.name or Path(target.path).name,
+                 (draft.name or Path(draft.path).name) if draft else "none")
         steps = ["checking files, compatibility and memory", f"loading target {names[0]}"]
         if draft is not None:
             steps.append(f"loading draft {names[1]}")

@@ -1,10 +1,12 @@
-"""The models tab: a step-by-step wizard over the models library. Choose a target (catalog, hub
-search or a local file), see suggested drafts, the memory fit and the compatibility verdict,
-download with a progress bar, measure the pair's predicted ceiling on this machine once it is on
-disk, then load the pair into the chat.
+"""The models tab: a step-by-step wizard over the models library. Choose a target (catalog, a
+model already on this machine, hub search or a local file), see suggested drafts, the memory fit
+and the compatibility verdict, download with a progress bar, measure the pair's predicted ceiling
+on this machine once it is on disk, then load the pair into the chat.
 
 A model is named by (repo, file): a hub repository and a file in it, or an empty repo and a
-local path. Every refusal carries the library's reason and what to do instead.
+local path or the name of a model found on this machine (`tandem models list`: an Ollama name
+like qwen2.5-coder:7b, an HF cache or LM Studio REPO:FILE). Found models are used where they
+lie. Every refusal carries the library's reason and what to do instead.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from engine.backend import ModelConfig
 from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
 from loading import pair as loading
-from models import budget, catalog, compat, hub, machine
+from models import budget, catalog, compat, disk_pairs, found, hub, machine, stores
 from models.store import store_dir
 
 MIB = 1 << 20
@@ -38,13 +40,26 @@ class ModelChoice:
     def label(self) -> str:
         return f"{self.repo}/{self.file}" if self.repo else self.file
 
+    def located(self) -> stores.Located | None:
+        """The model found on this machine that this choice names (not a path nor a hub file)."""
+        if not self.file or self.repo or Path(self.file).expanduser().is_file():
+            return None
+        item = stores.find(self.file)
+        return item if item is not None and not item.problem else None
+
+    def found_name(self) -> str:
+        """The found model's name, for messages and the API; "" when chosen otherwise."""
+        item = self.located()
+        return item.name if item is not None else ""
+
     def local_path(self) -> Path | None:
         """Where this model already is on disk, if anywhere."""
         if not self.file:
             return None
         if not self.repo:
             p = Path(self.file).expanduser()
-            return p if p.is_file() else None
+            item = self.located()
+            return p if p.is_file() else item.path if item is not None else None
         for entry in catalog.load_catalog():
             paths = entry.local_paths()
             for model, ref, path in ((entry.target, entry.target_file, paths[0]),
@@ -102,6 +117,44 @@ def suggest_drafts(target_repo: str) -> list[tuple[str, str]]:
     return [(label, key) for key, label in seen.items()]
 
 
+class FoundList:
+    """The models found on this machine (models/found.py) as this tab shows them. A scan reads
+    every header, so it is kept until the Rescan button asks for a new one."""
+
+    def __init__(self) -> None:
+        self.scan = found.scan()
+
+    def refresh(self) -> None:
+        self.scan = found.scan()
+
+    def rows(self) -> list[list[str]]:
+        return [m.cells() for m in self.scan.models]
+
+    def choices(self) -> list[tuple[str, str]]:
+        return [(f"{m.name} · {m.where} · {m.architecture} {m.parameters} {m.quant}"
+                 f" · {found.size_text(m.size)}", m.name) for m in self.scan.usable]
+
+    def model(self, name: str) -> found.FoundModel | None:
+        return next((m for m in self.scan.usable if m.name == name), None)
+
+    def drafts(self, name: str) -> list[tuple[str, str]]:
+        """(label, "|name") for the drafts on disk that compat accepts for this found model,
+        best first, each with the memory verdict."""
+        target = self.model(name)
+        if target is None:
+            return []
+        return [(d.label(), f"|{d.draft.name}") for d in disk_pairs.drafts_for(target, self.scan.usable)]
+
+    def note(self, name: str, n_drafts: int) -> str:
+        m = self.model(name)
+        if m is None:
+            return ""
+        drafts = (f"{n_drafts} compatible draft{'s' if n_drafts != 1 else ''} on disk, best first"
+                  if n_drafts else "no smaller compatible draft on disk: pick one from the catalog or the hub")
+        return (f"**{html.escape(m.name)}** ({html.escape(m.where)}, used where it lies:"
+                f" `{html.escape(str(m.path))}`): {drafts}")
+
+
 def _fit_html(target: ModelChoice, draft: ModelChoice, n_ctx: int) -> tuple[str, bool]:
     tpath, dpath = target.local_path(), draft.local_path()
     if tpath is not None and dpath is not None:
@@ -151,10 +204,11 @@ def check(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
     target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
     if not target.file or not draft.file:
         raise gr.Error("choose a target and a draft first")
-    absent = [f"{role} file {c.file} does not exist" for role, c in (("target", target), ("draft", draft))
-              if not c.repo and c.local_path() is None]
+    absent = [f"{role} {c.file} is neither a file nor a model found on this machine"
+              for role, c in (("target", target), ("draft", draft)) if not c.repo and c.local_path() is None]
     if absent:
-        reason = "; ".join(absent) + "; give an existing path, or a hub repo and file name"
+        reason = ("; ".join(absent) + "; give an existing path, a name from the models on this"
+                  " machine, or a hub repo and file name")
         return f"<p><b>Refused:</b> {html.escape(reason)}</p>", {"ok": False, "reason": reason}
     try:
         fit, fit_ok = _fit_html(target, draft, int(n_ctx))
@@ -225,7 +279,8 @@ def download(target_repo: str, target_file: str, draft_repo: str, draft_file: st
             done.append(f"{role} {c.label}: already on disk")
             continue
         if not c.repo:
-            raise gr.Error(f"the {role} file {c.file} does not exist; give an existing path or a hub repo")
+            raise gr.Error(f"the {role} {c.file} is neither a file nor a model found on this machine;"
+                           " give an existing path, a found model's name or a hub repo")
         progress(0.0, desc=f"downloading {role} {c.file}")
 
         def report(n: int, total: int, role: str = role, name: str = c.file) -> None:
@@ -281,9 +336,11 @@ def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo
         return
     ctx = int(n_ctx)
     try:
-        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx, lora=_adapters(lora, lora_scale)),
+        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx, lora=_adapters(lora, lora_scale),
+                                      name=target.found_name()),
                           ModelConfig(str(dpath), n_ctx=ctx,
-                                      lora=_adapters(draft_lora, draft_lora_scale))
+                                      lora=_adapters(draft_lora, draft_lora_scale),
+                                      name=draft.found_name())
                           if dpath is not None else None)
     except TandemError as exc:
         yield f"<p><b>Refused:</b> {html.escape(str(exc))}</p>"
@@ -307,6 +364,13 @@ def build(holder: PairHolder) -> dict[str, Any]:
         pairs = catalog.load_catalog()
         pair = gr.Dropdown(choices=[(_pair_label(p), p.id) for p in pairs], value=None,
                            label="from the catalog (curated target + draft pairs)", elem_id="wizard-pair")
+        on_disk = FoundList()
+        with gr.Row():
+            found_pick = gr.Dropdown(choices=on_disk.choices(), value=None, scale=4,
+                                     label="or a model already on this machine (HF cache, LM Studio,"
+                                     " Ollama, llama.cpp, your folders; used where it lies)",
+                                     elem_id="wizard-found")
+            rescan_btn = gr.Button("Rescan", scale=1, size="sm", elem_id="wizard-rescan")
         with gr.Row():
             query = gr.Textbox(label="or search the hub", placeholder="e.g. qwen2.5 coder gguf", scale=3)
             search_btn = gr.Button("Search", scale=1)
@@ -349,6 +413,10 @@ def build(holder: PairHolder) -> dict[str, Any]:
             draft_lora_scale = gr.Number(value=1.0, label="scale", scale=1)
         load_btn = gr.Button("Load pair", variant="primary", elem_id="wizard-load")
         load_note = gr.HTML(elem_id="wizard-load-note")
+    with gr.Accordion("models on this machine", open=False):
+        found_where = gr.Markdown(f"Searched {on_disk.scan.where_searched()}.")
+        found_table = gr.Dataframe(value=on_disk.rows(), headers=list(found.COLUMNS),
+                                   interactive=False, elem_id="wizard-found-table")
     with gr.Accordion("catalog", open=False):
         table = gr.Dataframe(value=catalog_rows(), headers=["id", "target", "draft", "MiB", "on disk"],
                              interactive=False, elem_id="wizard-catalog")
@@ -362,6 +430,18 @@ def build(holder: PairHolder) -> dict[str, Any]:
         t_repo, t_file, d_repo, d_file, note = pick_pair(pair_id)
         return t_repo, t_file, d_repo, d_file, note, gr.update(choices=suggest_drafts(t_repo), value=f"{d_repo}|{d_file}")
 
+    def on_found(name: str | None):
+        if not name:
+            return [gr.update()] * 4
+        choices = on_disk.drafts(name)
+        return ("", name, on_disk.note(name, len(choices)),
+                gr.update(choices=choices, value=choices[0][1] if choices else None))
+
+    def on_rescan():
+        on_disk.refresh()
+        return (gr.update(choices=on_disk.choices(), value=None), on_disk.rows(),
+                f"Searched {on_disk.scan.where_searched()}.")
+
     def on_file(repo_id: str | None, filename: str | None):
         if not repo_id or not filename:
             return gr.update(), gr.update(), gr.update()
@@ -374,6 +454,9 @@ def build(holder: PairHolder) -> dict[str, Any]:
         return d_repo, d_file
 
     pair.change(on_pair, pair, [*fields, pair_note, drafts], queue=False, api_visibility="private")
+    found_pick.change(on_found, found_pick, [target_repo, target_file, pair_note, drafts],
+                      api_visibility="private")
+    rescan_btn.click(on_rescan, None, [found_pick, found_table, found_where], api_name="found")
     search_btn.click(search, query, [repo, hub_note], api_name="search")
     query.submit(search, query, [repo, hub_note], api_visibility="private")
     repo.change(files, repo, [repo_file, hub_note], api_name="files")
