@@ -62,7 +62,7 @@ def distribution(logits: F32, params: SamplingParams) -> Dist:
     """Map one row of logits `[V]` to the sampling distribution, on its support.
 
     The work is what the settings need and no more: greedy is an argmax; top-k and min-p are
-    thresholds on the logits found without sorting the row (`_top_k_threshold`), and only the
+    thresholds on the logits found without sorting the row (`_top_k`), and only the
     tokens over them are exponentiated; top-p sorts only the tokens near the top and settles
     the nucleus from bounds on the row's total, exponentiating the whole row only when the
     bounds leave its edge open; temperature alone gives a lazy row (`Dist.softmax`). Ties at a
@@ -77,15 +77,17 @@ def distribution(logits: F32, params: SamplingParams) -> Dist:
     t = params.temperature
     # Shifted before scaling: at a tiny temperature logits / t overflows.
     inv_t = 1.0 / t
-    m = float(row.max())
     top_k = params.top_k if 0 < params.top_k < n else 0
     ids = None
     if top_k:
-        ids = np.flatnonzero(row >= _top_k_threshold(row, top_k))
+        ids = _top_k(row, top_k)
+        m = float(row[ids].max())
         if params.top_p < 1.0:
             ids = _nucleus_of(row, ids, m, inv_t, params.top_p)
-    elif params.top_p < 1.0:
-        ids = _nucleus(row, m, inv_t, params.top_p)
+    else:
+        m = float(row.max())
+        if params.top_p < 1.0:
+            ids = _nucleus(row, m, inv_t, params.top_p)
     if params.min_p > 0.0:
         # p(x) >= min_p * p(max)  <=>  (l(x) - m) / t >= log(min_p); the floor is compared in
         # the logits' precision, float32.
@@ -105,21 +107,21 @@ def probabilities(logits: F32, params: SamplingParams) -> F64:
     return distribution(logits, params).to_dense()
 
 
-def _top_k_threshold(row: F32, k: int) -> float:
-    """The k-th largest value of `row`. The k-th largest of the maxima of k or more blocks is a
-    lower bound for it (k blocks each hold a value at least that large), so only the values
-    over that bound, a few times k of them, are partitioned."""
+def _top_k(row: F32, k: int) -> I64:
+    """Ids (ascending) of the k largest values of `row` and every value tied with the k-th.
+    The k-th largest of any k or more of the values is a lower bound for the k-th largest of
+    all, so a strided sample gives a bound that about k * stride values pass: one comparison
+    pass finds them, and only they are partitioned."""
     n = row.size
-    size = max(16, n // max(4 * k, 64))
-    if n // size < k:
-        return float(np.partition(row, n - k)[n - k])
-    full = n // size * size
-    maxima = row[:full].reshape(-1, size).max(axis=1)
-    if full < n:
-        maxima = np.append(maxima, row[full:].max())
-    bound = np.partition(maxima, maxima.size - k)[maxima.size - k]
-    cand = row[row >= bound]
-    return float(np.partition(cand, cand.size - k)[cand.size - k])
+    stride = max(1, min(32, n // (64 * k)))
+    sample = row[::stride]
+    if sample.size < k:
+        sample = row
+    bound = np.partition(sample, sample.size - k)[sample.size - k]
+    cand = np.flatnonzero(row >= bound)
+    vals = row[cand]
+    kth = np.partition(vals, vals.size - k)[vals.size - k]
+    return cand[vals >= kth]
 
 
 def _edge(ids: I64, vals: F32, e: F32, target_lo: float, target_hi: float) -> I64 | None:
@@ -136,31 +138,43 @@ def _edge(ids: I64, vals: F32, e: F32, target_lo: float, target_hi: float) -> I6
 
 
 def _nucleus_of(row: F32, ids: I64, m: float, inv_t: float, top_p: float) -> I64:
-    """The nucleus of the tokens `ids` (a top-k set): their weights are all known."""
+    """The nucleus of the tokens `ids` (a top-k set, or every token), all exponentiated. Only
+    tokens of weight at least c can be in it, for any c with c * (tokens under c) <=
+    (1 - top_p) * total: the rest hold too little mass to be reached. So only those are
+    sorted: a first guess at c, then, if it leaves too little mass, the c that cannot fail."""
     vals = row[ids]
     e = exp_shifted(vals, m, inv_t)
-    target = top_p * float(e.sum(dtype=np.float64))
-    kept = _edge(ids, vals, e, target, target)
+    total = float(e.sum(dtype=np.float64))
+    target = top_p * total
+    for c in (1e-3, (1.0 - top_p) * total / e.size):
+        cand = np.flatnonzero(e >= c)
+        if float(e[cand].sum(dtype=np.float64)) >= target:
+            break
+    kept = _edge(ids[cand], vals[cand], e[cand], target, target)
     assert kept is not None
     return kept
 
 
 def _nucleus(row: F32, m: float, inv_t: float, top_p: float) -> I64:
     """The nucleus of the whole row. Every token more than TAIL_NATS below the top weighs under
-    e^-TAIL_NATS, so the tokens over that floor, exponentiated, bound the row's total; when the
-    nucleus lies within them and its edge is the same at both ends of that bound, it is settled
-    without the rest, else the whole row is exponentiated."""
+    e^-TAIL_NATS, so the tokens over that floor, exponentiated, bound the row's total. When the
+    nucleus lies within them (their mass is at least top-p of the bound) and its edge is the
+    same at both ends of the bound, it is settled without the rest; when only the edge is
+    open, the row's exact total settles it; else every token is a candidate."""
     floor = np.float32(m - TAIL_NATS / inv_t)
     near = np.flatnonzero(row >= floor)
-    if near.size < row.size:
-        e = exp_shifted(row[near], m, inv_t)
-        lo = float(e.sum(dtype=np.float64))
-        hi = lo + (row.size - near.size) * float(np.exp(-TAIL_NATS)) * (1 + 1e-6)
-        if top_p * hi <= lo:
-            kept = _edge(near, row[near], e, top_p * lo, top_p * hi)
-            if kept is not None:
-                return kept
-    return _nucleus_of(row, np.arange(row.size), m, inv_t, top_p)
+    e = exp_shifted(row[near], m, inv_t)
+    lo = float(e.sum(dtype=np.float64))
+    hi = lo + (row.size - near.size) * float(np.exp(-TAIL_NATS)) * (1 + 1e-6)
+    if top_p * hi > lo:
+        return _nucleus_of(row, np.arange(row.size), m, inv_t, top_p)
+    vals = row[near]
+    kept = _edge(near, vals, e, top_p * lo, top_p * hi)
+    if kept is None:
+        total = float(exp_shifted(row, m, inv_t).sum(dtype=np.float64))
+        kept = _edge(near, vals, e, top_p * total, top_p * total)
+    assert kept is not None
+    return kept
 
 
 class Rows:
