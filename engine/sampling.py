@@ -56,6 +56,8 @@ class SamplingParams:
 # tokens) are bounded, and drawn by rejection (engine/dist.py). Tests lower it to put tails
 # in tiny vocabularies.
 TAIL_NATS = 16.0
+# Rows shorter than this are exponentiated whole: the bounds save nothing there, and cost calls.
+LAZY_FROM = 4096
 
 
 def distribution(logits: F32, params: SamplingParams) -> Dist:
@@ -94,6 +96,8 @@ def distribution(logits: F32, params: SamplingParams) -> Dist:
         floor = np.float32(m + t * float(np.log(params.min_p)))
         ids = np.flatnonzero(row >= floor) if ids is None else ids[row[ids] >= floor]
     if ids is None:
+        if n < LAZY_FROM:
+            return Dist(n, None, exp_shifted(row, m, inv_t))
         return Dist.softmax(row, m, inv_t, TAIL_NATS)
     return Dist(n, ids, exp_shifted(row[ids], m, inv_t))
 
@@ -161,6 +165,8 @@ def _nucleus(row: F32, m: float, inv_t: float, top_p: float) -> I64:
     nucleus lies within them (their mass is at least top-p of the bound) and its edge is the
     same at both ends of the bound, it is settled without the rest; when only the edge is
     open, the row's exact total settles it; else every token is a candidate."""
+    if row.size < LAZY_FROM:
+        return _nucleus_of(row, np.arange(row.size), m, inv_t, top_p)
     floor = np.float32(m - TAIL_NATS / inv_t)
     near = np.flatnonzero(row >= floor)
     e = exp_shifted(row[near], m, inv_t)

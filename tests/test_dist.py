@@ -130,9 +130,10 @@ def test_draws_follow_a_sparse_row():
 @pytest.mark.parametrize("tail_nats", [0.3, 1.0, 3.0])
 @pytest.mark.parametrize("params", SETTINGS[:3] + SETTINGS[5:8], ids=str)
 def test_rows_with_a_tail_equal_the_reference(params, tail_nats, monkeypatch):
-    """A low TAIL_NATS puts most of a small row in the bounded tail: the nucleus is still
-    settled exactly (from bounds, or by exponentiating the row when they leave it open)."""
+    """A low TAIL_NATS (and LAZY_FROM 0) puts most of a small row in the bounded tail: the
+    nucleus is still settled exactly (from bounds, or by exponentiating the row when they leave it open)."""
     monkeypatch.setattr(sampling, "TAIL_NATS", tail_nats)
+    monkeypatch.setattr(sampling, "LAZY_FROM", 0)
     rng = np.random.default_rng(7)
     for n in (8, 64, 3000):
         for _ in range(10):

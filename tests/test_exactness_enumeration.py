@@ -255,6 +255,7 @@ def test_lazy_rows_with_a_tail_emit_the_targets_law_exactly(drafter, sampling, m
     rows are tail, so every shortcut runs: each has the exact law it stands for, and the law
     of the output is still the target's."""
     monkeypatch.setattr(engine_sampling, "TAIL_NATS", 1.0)
+    monkeypatch.setattr(engine_sampling, "LAZY_FROM", 0)
     row = TableFake(seed=1, eog=EOG).table[0, 1]
     assert distribution(row, SamplingParams(temperature=1.0)).lazy
     spec, want, drafted = law_of(sampling, lambda c, g: make_drafter(drafter, c, g),
