@@ -72,7 +72,7 @@ def test_chat_in_a_browser(app_url, tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             finished = []
-            page.on("requestfinished", finished.append)
+            page.on("requestfinished", lambda request: finished.append(request))
             page.goto(app_url)
             page.wait_for_selector('#tandem-status[data-state="ready"]', timeout=60_000)
             assert page.locator('#chat-metrics .tandem-metrics[data-state="idle"]').count() == 1
