@@ -221,6 +221,16 @@ def test_a_prompt_longer_than_the_context_is_413(client):
     assert fits.status_code == 200 and fits.json()["choices"][0]["finish_reason"] == "length"
 
 
+def test_max_tokens_beyond_the_context_is_400(client):
+    for field in ("max_tokens", "max_completion_tokens"):
+        for value in (10**12, N_CTX + 1):
+            r = client.post("/v1/completions", json={"prompt": "x", field: value})
+            assert str(N_CTX) in assert_error(r, 400, param=field)["message"]
+    # As many as the context holds is asked for; the answer ends at the context's end.
+    r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": N_CTX})
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+
+
 def test_an_oversized_body_is_413(client):
     r = client.post("/v1/completions", content=b"{" + b" " * (9 * 1024 * 1024) + b"}", headers=JSON)
     assert_error(r, 413, code="request_too_large")

@@ -1,7 +1,8 @@
 """`tandem serve` and `tandem ui --api` as real server processes (over the fake pair,
 tests/fakeserve.py), attacked as a web page in the user's browser would: a foreign Host (DNS
 rebinding), a foreign Origin on GET and POST, a text/plain POST (a CORS simple request), a
-preflight; and a trusted origin, the key on every route, bodies too deep or too large. Every
+preflight; and a trusted origin, the key on every route, bodies too deep or too large, an answer
+length no context holds. Every
 refusal is a 4xx with an OpenAI-style error, and the server's output has no traceback and never
 the key."""
 from __future__ import annotations
@@ -182,6 +183,11 @@ def test_json_nested_100000_deep_is_400(server):
     r = server.request("POST", "/v1/chat/completions", content=body,
                        headers={"Content-Type": "application/json"})
     refused(r, 400, "invalid_json", "levels deep")
+
+
+def test_max_tokens_beyond_the_context_is_400(server):
+    r = server.request("POST", "/v1/chat/completions", json={**CHAT, "max_tokens": 10**12})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
 
 
 def test_a_body_too_large_is_413_for_a_client_that_sends_it_whole(server):

@@ -17,8 +17,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
-from app.serve.errors import (InternalError, NotFoundError, TooLargeError, UnavailableError,
-                              UnsupportedMediaError, as_api_error)
+from app.serve.errors import (BadRequestError, InternalError, NotFoundError, TooLargeError,
+                              UnavailableError, UnsupportedMediaError, as_api_error)
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.serve.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
@@ -99,6 +99,15 @@ def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
                                 f"{served!r}", param="model", code="model_not_found")
         return served
 
+    def check_max_tokens(pair: Pair, body: dict) -> None:
+        """An answer length the context can never hold is refused, not silently cut (one that
+        fits the context alone, but not after the prompt, still ends at the context's end)."""
+        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        asked, n_ctx = body.get(name), pair.target.backend.n_ctx
+        if asked is not None and asked > n_ctx:
+            raise BadRequestError(f"{name} must be at most {n_ctx}, the tokens the context holds "
+                                  f"in all (--ctx), got {asked}", param=name)
+
     def check_fits(pair: Pair, req: GenerationRequest) -> None:
         n_ctx = pair.target.backend.n_ctx
         n = len(pair.tokens_for(req.prompt, raw=req.raw))
@@ -113,6 +122,7 @@ def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
         pair = loaded_pair()
         req = parse(body, pair.drafters, pair.default_drafter)
         served = check_model(pair, req.model)
+        check_max_tokens(pair, body)
         await to_thread.run_sync(check_fits, pair, req)
         try:
             job = Job(pair, req, queue)
