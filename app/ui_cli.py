@@ -2,44 +2,65 @@
 
 The page comes up at once; the models load in the background and the page shows the progress,
 or the reason when loading fails (missing file, does not fit, incompatible pair). With --api
-the OpenAI-compatible API is mounted on the same FastAPI app and takes its turns from the same
-generation queue as the page.
+the OpenAI-compatible API is served beside the page by the same server and takes its turns from
+the same generation queue as the page.
 """
 from __future__ import annotations
 
 import argparse
 
+from app.serve.access import KEY_FILE_OPTION, KEY_OPTION, Access
 from app.serve.queue import GenerationQueue
-from app.serve_cli import add_api_args, checked_max_queue
+from app.serve_cli import (access_from_args, add_api_args, add_network_args, api_key,
+                           checked_max_queue)
 from app.settings import add_model_args, load_options, model_configs
 from engine.errors import SettingsError
 from models import stores
+
+DEFAULT_PORT = 7860
+# The page is open to whoever passes the Host and Origin checks; the key guards the API.
+KEYED_PATHS = ("/v1",)
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
     # Gradio (and FastAPI) take about 2 s to import: only this command pays for them, not
     # `tandem --help` and the others.
-    from app.serve.server import mount
-    from app.ui import build_app, launch
     from app.ui.state import PairHolder
 
-    if args.api_key is not None and not args.api:
-        raise SettingsError("--api-key protects the API: add --api")
+    access = ui_access(args)
     # The page's Models tab searches the --models-dir folders too.
     stores.extend_models_dirs(args.models_dir)
     holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)))
     options = load_options(args, early_exit=args.early_exit,
                            early_exit_layers=args.early_exit_layers)
     holder.prepare_async(lambda: model_configs(args), options)
-    demo = build_app(holder)
-    url = launch(demo, host=args.host, port=args.port)
-    if args.api:
-        mount(demo.app, holder, holder.queue, args.api_key)
-    print(f"Tandem is running at {url}  (Ctrl-C to stop)", flush=True)
-    if args.api:
-        print(f"OpenAI-compatible API at {url.rstrip('/')}/v1", flush=True)
+    return serve_app(holder, access, args.api)
+
+
+def ui_access(args: argparse.Namespace) -> Access:
+    if not args.api and (args.api_key is not None or args.api_key_file is not None):
+        raise SettingsError(f"{KEY_OPTION} and {KEY_FILE_OPTION} protect the API: add --api")
+    # $TANDEM_API_KEY is read only when there is an API to protect.
+    return access_from_args(args, api_key(args) if args.api else None, keyed=KEYED_PATHS)
+
+
+def serve_app(holder, access: Access, api: bool) -> int:
+    """Serve the page (and the API) over `holder` until Ctrl-C, then close the pair. The lines
+    below are printed while the models may still be loading (engine/llama_backend.py keeps the
+    process's streams where they are)."""
+    from app.serve.routes import api_router
+    from app.serve.server import launch
+    from app.ui import build_app
+
     try:
-        demo.block_thread()
+        running = launch(build_app(holder), access,
+                         api_router(holder, holder.queue) if api else None)
+        print(f"Tandem is running at {running.url}  (Ctrl-C to stop)", flush=True)
+        if api:
+            print(f"OpenAI-compatible API at {running.url}v1", flush=True)
+        for line in access.notes():
+            print(line, flush=True)
+        running.wait()
     finally:
         holder.close()
     return 0
@@ -47,8 +68,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ui", help="start the chat app in the browser")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    add_network_args(p, DEFAULT_PORT)
     p.add_argument("--api", action="store_true",
                    help="also serve the OpenAI-compatible API (/v1) from the same process")
     add_api_args(p)

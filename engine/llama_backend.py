@@ -3,6 +3,9 @@
 Logits are requested per row of a batch (llama_batch.logits flags) and copied only for those
 rows; `logits_all` stays off, since a 151,936-token vocabulary times n_ctx floats would cost
 gigabytes. KV-cache truncation uses llama.cpp's memory API on sequence 0.
+
+llama.cpp is kept quiet through its log callback, never by touching the process's streams
+(see `quiet_llama_cpp`).
 """
 from __future__ import annotations
 
@@ -13,13 +16,48 @@ from typing import Callable, Sequence
 
 import llama_cpp
 import numpy as np
-from llama_cpp._utils import suppress_stdout_stderr
+from llama_cpp import _internals as llama_internals
+from llama_cpp import llama as llama_module
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.backend import F32, ModelConfig
 from engine.errors import DecodeError, ModelFileError, SettingsError
 from engine.isolated import IsolatedBackend
 from engine.rpc import WorkerError, probe_all
+
+
+@llama_cpp.llama_log_callback
+def _drop_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """llama.cpp's log callback. Its messages are progress and diagnostics; every failure it
+    reports through a return value becomes Tandem's own one-line error, so none is shown."""
+
+
+class _NoRedirect:
+    """Stands in for llama-cpp-python's `suppress_stdout_stderr`, which silences a load by
+    pointing file descriptors 1 and 2 of the whole process at /dev/null: whatever any other
+    thread printed meanwhile was lost (the app's URL line, tracebacks), and two loads that
+    overlapped could restore the wrong stream. The log callback silences llama.cpp instead."""
+
+    def __init__(self, disable: bool = True) -> None:
+        pass
+
+    def __enter__(self) -> "_NoRedirect":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        return None
+
+
+def quiet_llama_cpp() -> None:
+    """Send llama.cpp's messages to `_drop_llama_log`, and keep llama-cpp-python's quiet mode
+    (verbose=False, which also skips its own prints of the model's metadata) from redirecting
+    the process's streams. Idempotent; run when this module is imported."""
+    llama_cpp.llama_log_set(_drop_llama_log, ctypes.c_void_p(0))
+    for module in (llama_module, llama_internals):
+        module.suppress_stdout_stderr = _NoRedirect
+
+
+quiet_llama_cpp()
 
 
 def default_threads() -> int:
@@ -70,10 +108,9 @@ class LlamaBackend:
         """Load GGUF LoRA adapters into the model and set them on the context at their scales
         (llama.cpp adds scale * alpha / rank * B A to each adapted matrix at every decode)."""
         for adapter_path, _ in lora:
-            # llama.cpp logs every adapted tensor; a failure is reported by the None returned.
-            with suppress_stdout_stderr(disable=False):
-                adapter = llama_cpp.llama_adapter_lora_init(self.llm._model.model,
-                                                            str(adapter_path).encode())
+            # A failure is reported by the None returned.
+            adapter = llama_cpp.llama_adapter_lora_init(self.llm._model.model,
+                                                        str(adapter_path).encode())
             if adapter is None:
                 self.close()
                 raise ModelFileError(f"llama.cpp could not apply the LoRA adapter "
@@ -259,9 +296,9 @@ def quantize(src: Path, dst: Path, kind: str, threads: int | None = None) -> Non
     params.allow_requantize = True
     params.pure = True
     params.nthread = threads or default_threads()
-    # The quantizer reports every tensor on stderr; a failure is reported by its return code.
-    with suppress_stdout_stderr(disable=False):
-        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    # The quantizer logs every tensor (dropped by the log callback); a failure is reported by
+    # its return code.
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
     if rc != 0:
         raise ModelFileError(f"llama.cpp could not quantize {Path(src).name} to {kind} "
                              f"(is it a complete GGUF model?)")

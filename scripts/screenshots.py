@@ -18,7 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.ui import build_app, launch  # noqa: E402
+from app.serve.access import Access  # noqa: E402
+from app.serve.server import launch  # noqa: E402
+from app.ui import build_app  # noqa: E402
 from app.ui.state import PairHolder  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
@@ -136,13 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         for _ in holder.pair.generate("hi", GenerationConfig(max_tokens=4), drafter=drafter):
             pass
     args.out.mkdir(parents=True, exist_ok=True)
-    demo = build_app(holder)
-    url = launch(demo, port=free_port())
+    running = launch(build_app(holder), Access("127.0.0.1", free_port()))
     try:
-        for path in shoot(url, args.out, args.max_tokens, args.chromium, args.policy):
+        for path in shoot(running.url, args.out, args.max_tokens, args.chromium, args.policy):
             print(f"saved {path}")
     finally:
-        demo.close()
+        running.close()
         holder.close()
     return 0
 

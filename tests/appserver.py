@@ -6,7 +6,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from app.ui import build_app, launch
+from app.serve.access import Access
+from app.serve.server import launch
+from app.ui import build_app
 from app.ui.state import PairHolder
 from engine.backend import ModelConfig
 
@@ -35,10 +37,10 @@ def load_small_pair(holder: PairHolder) -> None:
 
 
 @contextmanager
-def serve(holder: PairHolder) -> Iterator[str]:
-    demo = build_app(holder)
-    url = launch(demo, host="127.0.0.1", port=free_port())
+def serve(holder: PairHolder, api=None) -> Iterator[str]:
+    """The page (and `api`, an APIRouter, beside it) on 127.0.0.1 and a free port."""
+    running = launch(build_app(holder), Access("127.0.0.1", free_port(), keyed=("/v1",)), api)
     try:
-        yield url
+        yield running.url
     finally:
-        demo.close()
+        running.close()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from app.serve.access import Access
 from app.serve.queue import GenerationQueue
 from app.serve.server import create_app
 from app.ui.state import PairHolder
@@ -13,6 +14,8 @@ API_KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 N_CTX = 256
 MODEL = "fake-1-0.0"
+# The Host the test client sends.
+TEST_HOST = "testserver"
 
 
 def fake_pair() -> Pair:
@@ -20,7 +23,12 @@ def fake_pair() -> Pair:
     return Pair(FakeBackend(seed=1, n_ctx=N_CTX), FakeBackend(seed=1, noise=0.5, n_ctx=N_CTX))
 
 
+def serve_access(api_key: str | None = API_KEY, **kwargs) -> Access:
+    """The access of `tandem serve` on 127.0.0.1:8080, also answering the test client's Host."""
+    return Access("127.0.0.1", 8080, allowed_hosts=((TEST_HOST, None),), api_key=api_key, **kwargs)
+
+
 def api_client(max_queue: int = 2, api_key: str | None = API_KEY) -> tuple[TestClient, GenerationQueue]:
     queue = GenerationQueue(max_queue)
-    app = create_app(PairHolder(fake_pair(), queue=queue), queue, api_key)
+    app = create_app(PairHolder(fake_pair(), queue=queue), queue, serve_access(api_key))
     return TestClient(app, headers=AUTH if api_key else {}), queue

@@ -1,5 +1,6 @@
 """The page in a real headless Chromium (Debian's, driven by Playwright): load it, send a message,
-watch the answer stream and the metrics panel change, and save a screenshot."""
+watch the answer stream and the metrics panel change, and save a screenshot. The page's requests
+carry its own origin and pass the server's Host and Origin checks (app/serve/access.py)."""
 from __future__ import annotations
 
 import shutil
@@ -70,6 +71,8 @@ def test_chat_in_a_browser(app_url, tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
+            finished = []
+            page.on("requestfinished", lambda request: finished.append(request))
             page.goto(app_url)
             page.wait_for_selector('#tandem-status[data-state="ready"]', timeout=60_000)
             assert page.locator('#chat-metrics .tandem-metrics[data-state="idle"]').count() == 1
@@ -84,8 +87,14 @@ def test_chat_in_a_browser(app_url, tmp_path):
             panel = page.evaluate("window.__panel")
             answer = page.evaluate("window.__answer")
             page.screenshot(path=str(tmp_path / "chat.png"), full_page=True)
+            # The page's POSTs say where they come from, and were answered.
+            sent = [(r.header_value("origin"), r.response().status) for r in finished
+                    if r.method == "POST"]
         finally:
             browser.close()
+
+    origin = app_url.rstrip("/")
+    assert sent and all(o == origin and status < 400 for o, status in sent), sent
 
     states = [s for s, _ in panel]
     tokens = [n for _, n in panel]

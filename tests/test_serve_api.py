@@ -3,6 +3,7 @@ every bad input, through raw HTTP and through the openai client (no model, no ne
 from __future__ import annotations
 
 import json
+import logging
 
 import openai
 import pytest
@@ -11,9 +12,11 @@ from fastapi.testclient import TestClient
 from app.serve.queue import GenerationQueue
 from app.serve.server import create_app
 from app.ui.state import PairHolder
-from tests.serve_fakes import API_KEY, MODEL, N_CTX, api_client
+from app.serve.parsing import MAX_JSON_DEPTH
+from tests.serve_fakes import API_KEY, MODEL, N_CTX, api_client, serve_access
 
 HI = [{"role": "user", "content": "hi there"}]
+JSON = {"Content-Type": "application/json"}
 FIXED = {"drafter": "draft", "policy": "fixed", "gamma": 3}
 
 
@@ -152,7 +155,38 @@ def test_without_a_key_set_no_key_is_needed():
 
 @pytest.mark.parametrize("content", [b"{bad json", b"[]", b"\xff"])
 def test_malformed_json_is_400(client, content):
-    assert_error(client.post("/v1/chat/completions", content=content), 400, code="invalid_json")
+    assert_error(client.post("/v1/chat/completions", content=content, headers=JSON), 400,
+                 code="invalid_json")
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 100_000])
+def test_json_nested_too_deep_is_400_not_a_traceback(client, depth, caplog):
+    body = b'{"messages": ' + b"[" * depth + b"]" * depth + b"}"
+    error = assert_error(client.post("/v1/chat/completions", content=body, headers=JSON), 400,
+                         code="invalid_json")
+    assert f"more than {MAX_JSON_DEPTH} levels" in error["message"]
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_a_body_nested_as_deep_as_allowed_is_read(client):
+    # One level for the body, one for the list: the deepest a "stop" value may nest.
+    stop = json.loads("[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1))
+    assert_error(client.post("/v1/chat/completions", json={"messages": HI, "stop": stop}), 400,
+                 param="stop")
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x"])
+def test_a_body_that_is_not_sent_as_json_is_415(client, content_type):
+    # A web page can send these to any server without a preflight; JSON it cannot.
+    headers = {"Content-Type": content_type} if content_type else {}
+    body = json.dumps({"messages": HI, "max_tokens": 2}).encode()
+    error = assert_error(client.post("/v1/chat/completions", content=body, headers=headers), 415,
+                         code="unsupported_media_type")
+    assert "application/json" in error["message"]
+    ok = client.post("/v1/chat/completions", content=body,
+                     headers={"Content-Type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200
 
 
 def test_an_unknown_field_is_400_naming_it(client):
@@ -188,12 +222,32 @@ def test_a_prompt_longer_than_the_context_is_413(client):
     assert fits.status_code == 200 and fits.json()["choices"][0]["finish_reason"] == "length"
 
 
+def test_max_tokens_beyond_the_context_is_400(client):
+    for field in ("max_tokens", "max_completion_tokens"):
+        for value in (10**12, N_CTX + 1):
+            r = client.post("/v1/completions", json={"prompt": "x", field: value})
+            assert str(N_CTX) in assert_error(r, 400, param=field)["message"]
+    # As many as the context holds is asked for; the answer ends at the context's end.
+    r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": N_CTX})
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+
+
 def test_an_oversized_body_is_413(client):
-    r = client.post("/v1/completions", content=b"{" + b" " * (9 * 1024 * 1024) + b"}")
+    r = client.post("/v1/completions", content=b"{" + b" " * (9 * 1024 * 1024) + b"}", headers=JSON)
     assert_error(r, 413, code="request_too_large")
 
 
-def test_a_full_queue_is_503_with_retry_after():
+def test_an_oversized_body_without_a_length_is_413(client):
+    def chunks():  # sent chunked: no Content-Length to refuse it by
+        yield b"{"
+        for _ in range(9):
+            yield b" " * (1024 * 1024)
+        yield b"}"
+    r = client.post("/v1/completions", content=chunks(), headers=JSON)
+    assert_error(r, 413, code="request_too_large")
+
+
+def test_a_full_queue_is_503_with_retry_after(caplog):
     c, queue = api_client(max_queue=0)
     running = queue.join()  # another generation holds the pair
     try:
@@ -204,6 +258,10 @@ def test_a_full_queue_is_503_with_retry_after():
     finally:
         queue.leave(running)
     assert c.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 2}).status_code == 200
+    # Each refusal is one line in the log, not a traceback.
+    refused = [r for r in caplog.records if r.name == "tandem.serve"]
+    assert len(refused) == 2 and all(r.levelno == logging.WARNING and not r.exc_info
+                                     and "busy" in r.getMessage() for r in refused)
     assert queue.snapshot() == {"running": False, "waiting": 0, "max_waiting": 0}
 
 
@@ -211,12 +269,12 @@ def test_no_loaded_pair_is_503():
     queue = GenerationQueue(2)
     holder = PairHolder(queue=queue)
     holder.fail("the target file is missing")
-    c = TestClient(create_app(holder, queue, None))
+    c = TestClient(create_app(holder, queue, serve_access(None)))
     assert_error(c.post("/v1/completions", json={"prompt": "x"}), 503)
     assert c.get("/health").status_code == 503 and c.get("/health").json()["status"] == "error"
 
 
-def test_an_engine_failure_is_500_and_the_server_serves_on(client, monkeypatch):
+def test_an_engine_failure_is_500_and_the_server_serves_on(client, monkeypatch, caplog):
     from engine.pair import Pair
 
     def broken(self, *args, **kwargs):
@@ -226,6 +284,7 @@ def test_an_engine_failure_is_500_and_the_server_serves_on(client, monkeypatch):
     pair_generate = Pair.generate
     monkeypatch.setattr(Pair, "generate", broken)
     assert_error(client.post("/v1/completions", json={"prompt": "x"}), 500, code="internal_error")
+    assert any(r.exc_info for r in caplog.records)  # a server fault keeps its traceback
     chunks = events(client.post("/v1/chat/completions", json={"messages": HI, "stream": True}))
     assert chunks[-1]["error"]["code"] == "internal_error" and "boom" in chunks[-1]["error"]["message"]
     monkeypatch.setattr(Pair, "generate", pair_generate)

@@ -1,5 +1,5 @@
-"""`tandem ui --api`: the API mounted on the FastAPI app Gradio runs, over a fake pair, sharing
-the page's generation queue; and the command-line errors of `serve` and `ui --api`."""
+"""`tandem ui --api`: the API beside the page on one server, over a fake pair, sharing the
+page's generation queue; and the command-line errors of `serve` and `ui --api`."""
 from __future__ import annotations
 
 import httpx
@@ -8,10 +8,9 @@ from gradio_client import Client
 
 from app.cli import main
 from app.serve.queue import GenerationQueue
-from app.serve.server import mount
-from app.ui import build_app, launch
+from app.serve.routes import api_router
 from app.ui.state import PairHolder
-from tests.appserver import free_port
+from tests import appserver
 from tests.serve_fakes import MODEL, fake_pair
 
 # drafter, policy, gamma, temperature, top-k, top-p, min-p, seed, max tokens
@@ -21,13 +20,8 @@ GREEDY = ("draft", "fixed", 3, 0.0, 0, 1.0, 0.0, -1, 8)
 @pytest.fixture(scope="module")
 def app_with_api():
     holder = PairHolder(fake_pair(), queue=GenerationQueue(max_waiting=0))
-    demo = build_app(holder)
-    url = launch(demo, host="127.0.0.1", port=free_port())
-    mount(demo.app, holder, holder.queue)
-    try:
+    with appserver.serve(holder, api_router(holder, holder.queue)) as url:
         yield url.rstrip("/"), holder
-    finally:
-        demo.close()
 
 
 def test_the_page_and_the_api_share_one_server(app_with_api):
@@ -62,6 +56,12 @@ def test_the_page_and_the_api_take_turns_from_one_queue(app_with_api):
 
 @pytest.mark.parametrize("argv, words", [
     (["ui", "--api-key", "k"], "add --api"),
+    (["ui", "--api-key-file", "/nonexistent/key"], "add --api"),
+    (["serve", "--api-key", "k", "--api-key-file", "/nonexistent/key"], "not both"),
+    (["serve", "--api-key-file", "/nonexistent/key"], "cannot read --api-key-file"),
+    (["serve", "--allowed-hosts", "http://tandem.lan"], "--allowed-hosts"),
+    (["serve", "--allowed-origins", "tandem.lan"], "--allowed-origins"),
+    (["serve", "--port", "0"], "--port"),
     (["serve", "--max-queue", "-1"], "--max-queue"),
     (["serve", "--target", "/nonexistent/model.gguf", "--draft", "none"], "model.gguf"),
 ])

@@ -35,6 +35,12 @@ class AuthError(APIError):
     code = "invalid_api_key"
 
 
+class ForbiddenError(APIError):
+    """The request came through a name or from a page this server does not answer (access.py)."""
+    status = 403
+    type = "permission_error"
+
+
 class NotFoundError(APIError):
     status = 404
     code = "not_found"
@@ -43,6 +49,11 @@ class NotFoundError(APIError):
 class TooLargeError(APIError):
     status = 413
     code = "context_length_exceeded"
+
+
+class UnsupportedMediaError(APIError):
+    status = 415
+    code = "unsupported_media_type"
 
 
 class UnavailableError(APIError):

@@ -29,6 +29,10 @@ MESSAGE_FIELDS = ("role", "content")
 ROLES = ("system", "user", "assistant")
 # The CLI's default answer length (app/settings.py).
 DEFAULT_MAX_TOKENS = 256
+# The deepest nesting a body may have: a request is four levels deep (body, messages, a message,
+# its content parts); deeper is refused before any field is read, since Python's recursion (in the
+# JSON parser, in repr) would fail on it long before the fields are checked.
+MAX_JSON_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -50,14 +54,35 @@ class GenerationRequest:
 
 
 def parse_json(body: bytes) -> dict:
+    too_deep = BadRequestError(f"the request body nests JSON more than {MAX_JSON_DEPTH} levels "
+                               "deep", code="invalid_json")
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequestError(f"the request body is not valid JSON: {exc}",
                               code="invalid_json") from None
+    except RecursionError:
+        raise too_deep from None
     if not isinstance(data, dict):
         raise BadRequestError("the request body must be a JSON object", code="invalid_json")
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise too_deep
     return data
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def parse_chat(body: dict, drafters: Sequence[str], default_drafter: str) -> GenerationRequest:

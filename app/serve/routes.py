@@ -2,23 +2,24 @@
 draft and drafters), /v1/chat/completions, /v1/completions, and an OpenAI-style 404 for any
 other /v1 path.
 
-The routes live on an APIRouter so the same routes serve alone (`tandem serve`) or mounted on
-the FastAPI app Gradio runs (`tandem ui --api`). Errors are answered inside each route, not by
-app-wide exception handlers, so mounting them leaves Gradio's own error handling alone.
+The routes live on an APIRouter so the same routes serve alone (`tandem serve`) or beside the
+Gradio app (`tandem ui --api`). Errors are answered inside each route, not by app-wide exception
+handlers, so mounting them leaves Gradio's own error handling alone. Who may call them (Host,
+Origin, key) is checked before any route runs (guard.py).
 """
 from __future__ import annotations
 
 import functools
-import hmac
 import logging
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
-from app.serve.errors import (AuthError, NotFoundError, TooLargeError, UnavailableError,
-                              as_api_error)
+from app.serve.errors import (BadRequestError, InternalError, NotFoundError, TooLargeError,
+                              UnavailableError, UnsupportedMediaError, as_api_error)
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.serve.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
@@ -31,11 +32,17 @@ log = logging.getLogger("tandem.serve")
 # Bodies larger than this are refused (413) before they are parsed: far more text than any
 # context this server runs holds.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# A refused body is still read (and dropped) up to this much before the answer, so a client that
+# sends its whole body before reading gets the 413 instead of a reset connection.
+MAX_DRAIN_BYTES = 64 * 1024 * 1024
+# The one media type of a request body: a web page can send text/plain or a form to any server
+# without asking first (a CORS "simple request"), but not JSON.
+JSON_MEDIA_TYPE = "application/json"
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None = None) -> APIRouter:
+def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
     router = APIRouter()
 
     def answered(handler: Handler) -> Handler:
@@ -44,22 +51,18 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
         async def route(request: Request) -> Response:
             try:
                 return await handler(request)
+            except ClientDisconnect:
+                # Gone while sending its body: nobody reads an answer.
+                return Response(status_code=499)
             except Exception as exc:  # noqa: BLE001 - no request may take the server down
                 error = as_api_error(exc)
-                if error.status >= 500:
+                if isinstance(error, InternalError):
                     log.exception("request failed")
+                elif error.status >= 500:
+                    # Busy or still loading: expected, and said in one line.
+                    log.warning("%s %s: %s", request.method, request.url.path, error)
                 return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
         return route
-
-    def authorize(request: Request) -> None:
-        if api_key is None:
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if not given:
-            raise AuthError("missing API key: send the header 'Authorization: Bearer KEY'")
-        # Constant-time comparison: the key must not leak through response times.
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
-            raise AuthError("wrong API key")
 
     def loaded_pair() -> Pair:
         try:
@@ -68,15 +71,27 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
             raise UnavailableError(str(exc), headers={"Retry-After": "5"}) from None
 
     async def read_body(request: Request) -> dict:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media != JSON_MEDIA_TYPE:
+            raise UnsupportedMediaError(f"the request body must be JSON sent with 'Content-Type: "
+                                        f"{JSON_MEDIA_TYPE}', got {media or 'no Content-Type'!r}")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            # Refused from the header, before any of it is kept. A client that asked to
+            # continue first (`Expect: 100-continue`) waits for this answer and sends nothing.
+            if "100-continue" not in request.headers.get("expect", "").lower():
+                await drain(request.stream(), 0)
             raise TooLargeError(f"the request body ({declared} bytes) is larger than "
                                 f"{MAX_BODY_BYTES} bytes", code="request_too_large")
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            raise TooLargeError(f"the request body is larger than {MAX_BODY_BYTES} bytes",
-                                code="request_too_large")
-        return parse_json(body)
+        body = bytearray()
+        chunks = request.stream()
+        async for chunk in chunks:
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                await drain(chunks, len(body))
+                raise TooLargeError(f"the request body is larger than {MAX_BODY_BYTES} bytes",
+                                    code="request_too_large")
+        return parse_json(bytes(body))
 
     def check_model(pair: Pair, wanted: str | None) -> str:
         served = model_id(pair.target.backend.name)
@@ -84,6 +99,15 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
             raise NotFoundError(f"model {wanted!r} is not served here; this server serves "
                                 f"{served!r}", param="model", code="model_not_found")
         return served
+
+    def check_max_tokens(pair: Pair, body: dict) -> None:
+        """An answer length the context can never hold is refused, not silently cut (one that
+        fits the context alone, but not after the prompt, still ends at the context's end)."""
+        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        asked, n_ctx = body.get(name), pair.target.backend.n_ctx
+        if asked is not None and asked > n_ctx:
+            raise BadRequestError(f"{name} must be at most {n_ctx}, the tokens the context holds "
+                                  f"in all (--ctx), got {asked}", param=name)
 
     def check_fits(pair: Pair, req: GenerationRequest) -> None:
         n_ctx = pair.target.backend.n_ctx
@@ -95,11 +119,11 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
                                 param="messages" if req.kind == "chat" else "prompt")
 
     async def generation(request: Request, parse) -> Response:
-        authorize(request)
         body = await read_body(request)
         pair = loaded_pair()
         req = parse(body, pair.drafters, pair.default_drafter)
         served = check_model(pair, req.model)
+        check_max_tokens(pair, body)
         await to_thread.run_sync(check_fits, pair, req)
         try:
             job = Job(pair, req, queue)
@@ -120,7 +144,7 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
     @router.get("/health")
     @answered
     async def health(request: Request) -> Response:
-        # Open without a key: it tells a supervisor whether the process serves, nothing more.
+        # Open without a key (access.py OPEN_PATHS).
         status = holder.status
         ready = status.state == READY
         body = {"status": "ok" if ready else status.state, "message": status.message,
@@ -132,7 +156,6 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
     @router.get("/v1/models")
     @answered
     async def models(request: Request) -> Response:
-        authorize(request)
         pair = loaded_pair()
         served = model_id(pair.target.backend.name)
         draft = pair.draft_backend.name if pair.draft_backend is not None else None
@@ -154,9 +177,19 @@ def api_router(holder: PairHolder, queue: GenerationQueue, api_key: str | None =
     @router.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     @answered
     async def unknown(request: Request) -> Response:
-        authorize(request)
         raise NotFoundError(f"no route {request.method} {request.url.path} on this server "
                             "(it serves /v1/models, /v1/chat/completions, /v1/completions)",
                             code="unknown_url")
 
     return router
+
+
+async def drain(chunks: AsyncIterator[bytes], seen: int) -> None:
+    """Read and drop what is left of a refused body, up to MAX_DRAIN_BYTES in all."""
+    try:
+        async for chunk in chunks:
+            seen += len(chunk)
+            if seen > MAX_DRAIN_BYTES:
+                return
+    except ClientDisconnect:
+        return

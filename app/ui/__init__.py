@@ -1,6 +1,7 @@
 """The Gradio app: a loading/status banner over three tabs (chat, side-by-side, models).
 
-`build_app(holder)` builds the Blocks without launching; `launch(...)` queues and serves it.
+`build_app(holder)` builds the Blocks without launching; `mount_page` puts it on a FastAPI app,
+which app/serve/server.py's `launch(...)` serves behind the same guard as the API.
 Every generation shares one queue slot (concurrency id "generation", limit 1), so a second
 user waits in the queue instead of competing for the cores; `pair.lock` guards the llama.cpp
 contexts underneath in any case.
@@ -15,6 +16,7 @@ from typing import Iterator
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
 
 from app.ui import chat, compare, wizard  # noqa: E402
 from app.ui.state import ERROR, LOADING, READY, PairHolder, StopFlags  # noqa: E402
@@ -89,9 +91,9 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
     return demo
 
 
-def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, quiet: bool = True) -> str:
-    """Queue and serve the app without blocking; returns the local URL."""
+def mount_page(app: FastAPI, demo: gr.Blocks, host: str, port: int) -> None:
+    """Queue the page and mount it at "/" of `app` (after any routes of its own, which the mount
+    would otherwise take)."""
     demo.queue(default_concurrency_limit=1)
-    _, url, _ = demo.launch(server_name=host, server_port=port, prevent_thread_lock=True, quiet=quiet,
-                            show_error=True, footer_links=["api"], ssr_mode=False)
-    return url
+    gr.mount_gradio_app(app, demo, path="/", server_name=host, server_port=port,
+                        footer_links=["api"], show_error=True, ssr_mode=False)

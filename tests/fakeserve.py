@@ -1,0 +1,36 @@
+"""`tandem serve` and `tandem ui` as real server processes over the fake pair: the commands' own
+options, checks and server, with no model to load, so a test starts one in seconds.
+
+    python -m tests.fakeserve serve --port 8123 --api-key-file key.txt
+    python -m tests.fakeserve ui --api --port 8124
+"""
+from __future__ import annotations
+
+import sys
+
+from app.cli import build_parser
+from app.serve.queue import GenerationQueue
+from app.serve_cli import checked_max_queue, serve, serve_access
+from app.ui.state import PairHolder
+from app.ui_cli import serve_app, ui_access
+from engine.errors import TandemError
+from tests.serve_fakes import fake_pair
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        holder = PairHolder(fake_pair(), queue=GenerationQueue(checked_max_queue(args.max_queue)))
+        if args.command == "serve":
+            return serve(holder, serve_access(args))
+        if args.command == "ui":
+            return serve_app(holder, ui_access(args), args.api)
+    except TandemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"error: tests.fakeserve runs serve or ui, not {args.command}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,96 @@
+"""Start-up lines reach the terminal while the models load. A model load leaves the process's
+stdout and stderr where they are (engine/llama_backend.py: llama-cpp-python's quiet mode used to
+point them at /dev/null, losing what other threads printed meanwhile), and `tandem ui` and
+`tandem ui --api`, started as a new user would with stdout a pipe, print their URL lines while
+the models are still loading."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.appserver import free_port
+
+pytestmark = pytest.mark.real
+
+ROOT = Path(__file__).resolve().parents[1]
+LINES_TIMEOUT_S = 180
+
+# Two loads at once in two threads while the main thread prints to both streams.
+PRINT_WHILE_LOADING = """
+import sys, threading, time
+from engine.backend import ModelConfig
+from engine.llama_backend import LlamaBackend
+loads = [threading.Thread(target=lambda: LlamaBackend(ModelConfig(sys.argv[1], n_ctx=256,
+                                                                  n_threads=1)).close())
+         for _ in range(2)]
+for t in loads:
+    t.start()
+n = 0
+while any(t.is_alive() for t in loads):
+    print(f"out {n}", flush=True)
+    print(f"err {n}", file=sys.stderr, flush=True)
+    n += 1
+    time.sleep(0.005)
+print(f"printed {n}", flush=True)
+"""
+
+
+def test_model_loads_leave_the_process_streams_alone(embedded_paths):
+    proc = subprocess.run([sys.executable, "-c", PRINT_WHILE_LOADING, str(embedded_paths[1])],
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *lines, last = proc.stdout.splitlines()
+    n = int(last.split()[1])
+    assert n > 20, "the loads should take longer than 20 lines"
+    assert lines == [f"out {i}" for i in range(n)]
+    # Every line, and nothing of llama.cpp's.
+    assert proc.stderr.splitlines() == [f"err {i}" for i in range(n)]
+
+
+@pytest.mark.parametrize("api", [False, True], ids=["ui", "ui --api"])
+def test_the_app_prints_its_url_while_the_models_load(embedded_paths, tmp_path, api):
+    port = free_port()
+    store = tmp_path / "store"
+    # An empty store: this load requantizes the draft (loading/derived/quantized.py) and hashes
+    # both files, so the models are still loading well after the page is up.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TANDEM_MODELS": str(store)}
+    argv = [sys.executable, "-m", "app.cli", "ui", "--port", str(port), "--threads", "2",
+            "--target", str(embedded_paths[0]), "--draft", str(embedded_paths[1])]
+    url = f"http://127.0.0.1:{port}/"
+    wanted = [f"Tandem is running at {url}  (Ctrl-C to stop)"]
+    if api:
+        argv.append("--api")
+        wanted.append(f"OpenAI-compatible API at {url}v1")
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in proc.stdout),
+                     daemon=True).start()
+    try:
+        deadline = time.monotonic() + LINES_TIMEOUT_S
+        while not all(w in lines for w in wanted):
+            assert proc.poll() is None, "\n".join(lines)
+            assert time.monotonic() < deadline, f"no URL lines in: {lines}"
+            time.sleep(0.1)
+        # Still loading: the requantized draft, which must exist before the draft loads, is not
+        # there yet, and the API says so.
+        assert not list(store.rglob("*.gguf")), "the models finished loading before the URL lines"
+        if api:
+            health = httpx.get(f"{url}health", timeout=10)
+            assert health.status_code == 503 and health.json()["status"] == "loading"
+        assert httpx.get(url, timeout=30).status_code == 200
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
