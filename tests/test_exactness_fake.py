@@ -104,6 +104,7 @@ def test_the_calibrated_control_adds_the_bias_it_is_set_to():
     assert rule.eps == pytest.approx(0.05 / tv)
 
 
+@pytest.mark.long
 def test_a_control_of_tv_0_03_on_the_default_path_is_caught_and_the_exact_path_passes():
     """The default path (hybrid, a fresh adaptive controller per answer, so its opening tokens
     are plain): positions 3-6 are compared, they were drafted, and at 10,000 answers per arm the
