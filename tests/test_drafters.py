@@ -385,3 +385,32 @@ def test_draft_stop_settings_are_checked():
         DraftModelDrafter(FakeBackend(), chain_min=1.0)
     with pytest.raises(SettingsError, match="chain-min"):
         Pair(FakeBackend(), FakeBackend(), chain_min=-0.1)
+
+
+def _scan_find(context, want, ngram_max, ngram_min):
+    """Prompt lookup's match as a full scan of the context (what the index replaced)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    ctx = np.asarray(context, dtype=np.int64)
+    size = len(ctx)
+    for n in range(min(ngram_max, size - 1), ngram_min - 1, -1):
+        hits = np.flatnonzero(np.all(sliding_window_view(ctx[:-1], n) == ctx[size - n:], axis=1))
+        if hits.size == 0:
+            continue
+        full = hits[size - (hits + n) >= want]
+        start = int(full[-1] if full.size else hits[0]) + n
+        return n, start, min(want, size - start)
+    return 0, 0, 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_lookup_index_finds_what_a_full_scan_finds_as_the_context_grows(seed):
+    rng = np.random.default_rng(seed)
+    lookup = PromptLookupDrafter(ngram_max=3, ngram_min=1)
+    context = [int(t) for t in rng.integers(0, 6, 5)]
+    for _ in range(120):
+        for want in (1, 4):
+            assert lookup.find(context, want) == _scan_find(context, want, 3, 1)
+        context.append(int(rng.integers(0, 6)))
+    # Another list (a new generation) starts a new index.
+    other = [int(t) for t in rng.integers(0, 6, 30)]
+    assert lookup.find(other, 2) == _scan_find(other, 2, 3, 1)

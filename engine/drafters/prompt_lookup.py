@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from bisect import bisect_right
+
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from engine.drafters.base import Drafter, Keep, Proposal
 from engine.errors import SettingsError
@@ -32,24 +33,35 @@ class PromptLookupDrafter(Drafter):
         self.ngram_min = ngram_min
         self.max_draft = max_draft
         self.is_eog = is_eog
+        self._index: NgramIndex | None = None
 
     def find(self, context: Sequence[int], want: int) -> tuple[int, int, int]:
         """(n, start, length) of the continuation to copy; length 0 when nothing matches."""
-        ctx = np.asarray(context, dtype=np.int64)
-        size = len(ctx)
+        size = len(context)
+        index = self._index_for(context)
         for n in range(min(self.ngram_max, size - 1), self.ngram_min - 1, -1):
-            # Windows over ctx[:-1] start at most at size-1-n, so each match has a successor
-            # and the final n-gram does not match itself.
-            windows = sliding_window_view(ctx[:-1], n)
-            hits = np.flatnonzero(np.all(windows == ctx[size - n:], axis=1))
-            if hits.size == 0:
+            # Indexed windows end before the last token, so each match has a successor and the
+            # final n-gram does not match itself.
+            hits = index.starts(n, context)
+            if not hits:
                 continue
-            room = size - (hits + n)
             # The most recent match whose continuation is long enough, else the longest one.
-            full = hits[room >= want]
-            start = int(full[-1] if full.size else hits[0]) + n
+            j = bisect_right(hits, size - n - want) - 1
+            start = (hits[j] if j >= 0 else hits[0]) + n
             return n, start, min(want, size - start)
         return 0, 0, 0
+
+    def _index_for(self, context: Sequence[int]) -> "NgramIndex":
+        """The index of `context`: the one kept from the last call when `context` is the same
+        list grown since (a generation appends to one list), else a new one."""
+        index = self._index
+        if index is None or not index.extends(context):
+            index = self._index = NgramIndex(context, range(self.ngram_min, self.ngram_max + 1))
+        index.update()
+        return index
+
+    def reset(self) -> None:
+        self._index = None
 
     def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
@@ -62,3 +74,36 @@ class PromptLookupDrafter(Drafter):
             if end is not None:
                 tokens = tokens[:end + 1]
         return Proposal(tokens=tokens, q=None, source=self.name, meta={"ngram": n, "match": start - n if length else -1})
+
+
+class NgramIndex:
+    """Where each n-gram of a growing context starts, for the n of a lookup: one dictionary per
+    n, kept up to date as the context grows, so a round's lookup costs a dictionary read instead
+    of a scan of the whole context. Only windows that end before the context's last token are
+    indexed (a match needs a successor)."""
+
+    def __init__(self, context: Sequence[int], sizes: range) -> None:
+        self._context = context
+        self._seen = 0
+        self._first = [int(t) for t in context[:1]]
+        self._starts: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in sizes}
+
+    def extends(self, context: Sequence[int]) -> bool:
+        """Whether `context` is the list this index was built on, not shrunk since; its first
+        token is compared too, so a list reused for another text starts over."""
+        return (context is self._context and len(context) >= self._seen
+                and [int(t) for t in context[:1]] == self._first)
+
+    def update(self) -> None:
+        ctx, size = self._context, len(self._context)
+        if size == self._seen:
+            return
+        for n, table in self._starts.items():
+            # Windows i with i + n <= size - 1 are indexed; those up to seen - 1 already were.
+            for i in range(max(0, self._seen - n), size - n):
+                table.setdefault(tuple(int(t) for t in ctx[i:i + n]), []).append(i)
+        self._seen = size
+
+    def starts(self, n: int, context: Sequence[int]) -> list[int]:
+        """Ascending starts of the earlier occurrences of the context's final n-gram."""
+        return self._starts[n].get(tuple(int(t) for t in context[len(context) - n:]), [])
