@@ -44,6 +44,7 @@ def worker() -> None:
     for line in sys.stdin:
         job = json.loads(line)
         config = GenerationConfig(params=SamplingParams(temperature=job["temperature"],
+                                                        top_p=job.get("top_p", 1.0),
                                                         seed=job["seed"]),
                                   gamma=job["gamma"], max_tokens=job["max_tokens"])
         policy = (pair.make_policy(job["policy"], job["drafter"], job["gamma"])
