@@ -36,10 +36,28 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def _cpu_family() -> str:
+    """'family F model M' (x86 Linux): tells apart CPUs sold under one name, as AMD EPYCs are."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("cpu family", "model") and key not in found:
+                    found[key] = value.strip()
+                if len(found) == 2:
+                    return f"family {found['cpu family']} model {found['model']}"
+    except OSError:
+        pass
+    return ""
+
+
 def machine_line() -> str:
     """CPU model, logical CPUs and SIMD flags: what every figure is printed beside."""
-    return (f"{_cpu_model()}, {os.cpu_count()} logical CPUs, flags "
-            f"{' '.join(cpu_flags()) or 'unknown'}")
+    family = _cpu_family()
+    return (f"{_cpu_model()}{f' ({family})' if family else ''}, {os.cpu_count()} logical CPUs, "
+            f"flags {' '.join(cpu_flags()) or 'unknown'}")
 
 
 def command_line(words: list[str]) -> str:
