@@ -128,6 +128,8 @@ setup_all() {
 print_cpu() {
   local model flags
   model="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')"
+  model="$model (family $(grep -m1 '^cpu family' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | tr -d ' ')"
+  model="$model model $(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | tr -d ' '))"
   flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' \
     | grep -xE 'avx|avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx512vbmi|avx_vnni|amx_tile' \
     | tr '\n' ' ')"
