@@ -316,7 +316,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--vocab", type=int, default=overhead.QWEN_VOCAB,
                    help="vocabulary size for --overhead (default Qwen2.5's 151,936)")
     b.add_argument("--overhead-paths", help="with --overhead: comma-separated paths to run "
-                   "(none, draft, lookup, hybrid; default all)")
+                   "(none, draft, lookup, hybrid, or a label; default all)")
     add_draft_stop_args(b)
     add_model_args(b)
     b.set_defaults(func=cmd_bench)

@@ -24,7 +24,6 @@ import numpy as np
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policy import FixedGamma
 from engine.sampling import SamplingParams
 
 QWEN_VOCAB = 151_936
@@ -37,9 +36,12 @@ MODES = {
     "T 0.8, top-k 40, top-p 0.95, min-p 0.05": SamplingParams(temperature=0.8, top_k=40,
                                                               top_p=0.95, min_p=0.05, seed=0),
 }
-# (label, drafter, gamma): plain decoding, then each drafter at a fixed gamma.
-PATHS = (("plain", "none", 0), ("draft model, γ 4", "draft", 4),
-         ("prompt lookup, γ 4", "lookup", 4), ("hybrid, γ 4", "hybrid", 4))
+# (label, drafter, gamma, policy): plain decoding, each drafter at a fixed gamma, and the default
+# (hybrid with the adaptive controller, whose calibration here measures backends that cost
+# nothing: what is timed is its bookkeeping, not its choices).
+PATHS = (("plain", "none", 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"),
+         ("prompt lookup, γ 4", "lookup", 4, "fixed"), ("hybrid, γ 4", "hybrid", 4, "fixed"),
+         ("default: hybrid, adaptive ≤ 8", "hybrid", 8, "adaptive"))
 
 
 def llm_like_bank(n_vocab: int, seed: int, slots: int = BANK) -> np.ndarray:
@@ -105,10 +107,11 @@ class OverheadRow:
 
 
 def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: str, gamma: int,
-            params: SamplingParams, max_tokens: int, prompt: str) -> tuple[float, int, int, int, int]:
+            policy_name: str, params: SamplingParams, max_tokens: int, prompt: str
+            ) -> tuple[float, int, int, int, int]:
     """One generation: (engine seconds, committed tokens, rounds, drafted, accepted)."""
     config = GenerationConfig(params=params, gamma=gamma, max_tokens=max_tokens)
-    policy = FixedGamma(gamma) if gamma else None
+    policy = pair.make_policy(policy_name, drafter, gamma) if gamma else None
     target.decode_s = draft.decode_s = 0.0
     t0 = time.perf_counter()
     rounds = drafted = accepted = tokens = 0
@@ -138,10 +141,10 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a"
     samples: dict[tuple[str, str], list[tuple[float, int, int, int, int]]] = {}
     for _ in range(repeats + 1):  # the first pass warms caches and calibrations
-        for label, drafter, gamma in chosen:
+        for label, drafter, gamma, policy in chosen:
             for mode in modes:
-                got = measure(pair, target, draft, drafter, gamma, MODES[mode], max_tokens,
-                              prompt)
+                got = measure(pair, target, draft, drafter, gamma, policy, MODES[mode],
+                              max_tokens, prompt)
                 samples.setdefault((label, mode), []).append(got)
     rows = []
     for (label, mode), runs in samples.items():
