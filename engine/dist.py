@@ -331,11 +331,16 @@ class _Near:
 _ONE = np.ones(1)
 
 
+# 1 / temperature is capped here: past it every float32 logit gap already scales to -inf in
+# the exponent, and 1 / 1e-300 would be inf in float32, whose product with the top's 0 is NaN.
+MAX_INV_T = 1e30
+
+
 def exp_shifted(values: F32, m: float, inv_t: float) -> F32:
     """exp((values - m) * inv_t) in float32, as a new array."""
     e = np.subtract(values, np.float32(m), dtype=np.float32)
     if inv_t != 1.0:
-        e *= np.float32(inv_t)
+        e *= np.float32(min(inv_t, MAX_INV_T))
     return np.exp(e, out=e)
 
 
