@@ -1,0 +1,34 @@
+"""The engine-overhead benchmark (engine/benchmark/overhead.py, `tandem bench --overhead`) run
+against another tree's engine, for a before/after table:
+
+  PYTHONPATH=OLD_TREE .venv/bin/python research/overhead_tree.py [MAX_TOKENS] [REPEATS]
+
+The harness is loaded from this tree's file; everything it imports (Pair, the generator, the
+sampling code) comes from the tree on PYTHONPATH.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+HARNESS = Path(__file__).resolve().parents[1] / "engine" / "benchmark" / "overhead.py"
+MACHINE = Path(__file__).resolve().parents[1] / "app" / "reports" / "machine.py"
+
+
+def load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+if __name__ == "__main__":
+    harness = load(HARNESS, "overhead_harness")
+    machine = load(MACHINE, "machine_line")
+    max_tokens = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    rows = harness.run_overhead(max_tokens=max_tokens, repeats=repeats)
+    print(harness.markdown(rows, harness.QWEN_VOCAB, machine.machine_line()))
