@@ -1,13 +1,13 @@
 """The default path's speed in two versions of the engine, side by side in one run.
 
   .venv/bin/python research/before_after.py OLD_TREE NEW_TREE OUT.json [PER_CATEGORY]
-      [MAX_TOKENS] [DRAFTER:POLICY:GAMMA]
+      [MAX_TOKENS] [DRAFTER:POLICY:GAMMA] [TEMPERATURE]
 
 Starts one worker process per tree (each imports the engine from its tree and loads the
 embedded pair as `tandem generate` does), then for every suite prompt runs plain decoding and
 both versions' speculative path (default: the default path, hybrid:adaptive:8), one at a time,
-in an order that rotates from prompt to prompt, at temperature 0.7 with a fixed seed per
-prompt. Prints per category and overall the median speedup over plain, p10 and the share of
+in an order that rotates from prompt to prompt, at temperature 0.7 (or the one given) with a
+fixed seed per prompt. Prints per category and overall the median speedup over plain, p10 and the share of
 prompts below 0.95x for each version, and writes every run's stats to OUT.json.
 """
 from __future__ import annotations
@@ -80,7 +80,8 @@ def summary(ratios: list[float]) -> str:
     return f"median {statistics.median(r):.3f}  p10 {p10:.3f}  below 0.95x {slow:.0%}"
 
 
-def main(old: str, new: str, out: str, per_category: int, max_tokens: int, spec: str) -> None:
+def main(old: str, new: str, out: str, per_category: int, max_tokens: int, spec: str,
+         temperature: float = 0.7) -> None:
     drafter, policy, gamma = spec.split(":")
     lines = [json.loads(x) for x in SUITE.read_text().splitlines()[1:] if x.strip()]
     seen: dict[str, int] = {}
@@ -98,7 +99,7 @@ def main(old: str, new: str, out: str, per_category: int, max_tokens: int, spec:
             name, tree, arm_drafter = arms[(i + k) % len(arms)]
             row[name] = ask(workers[tree], {"prompt": p["prompt"], "drafter": arm_drafter,
                                             "policy": policy, "gamma": int(gamma),
-                                            "seed": i, "temperature": 0.7,
+                                            "seed": i, "temperature": temperature,
                                             "max_tokens": max_tokens})
         records.append(row)
         print(p["id"], {a: round(row[a]["tokens_per_s"], 2) for a, _, _ in arms}, flush=True)
@@ -126,4 +127,5 @@ if __name__ == "__main__":
     else:
         main(sys.argv[1], sys.argv[2], sys.argv[3],
              int(sys.argv[4]) if len(sys.argv) > 4 else 3, int(sys.argv[5]) if len(sys.argv) > 5 else 96,
-             sys.argv[6] if len(sys.argv) > 6 else "hybrid:adaptive:8")
+             sys.argv[6] if len(sys.argv) > 6 else "hybrid:adaptive:8",
+             float(sys.argv[7]) if len(sys.argv) > 7 else 0.7)
