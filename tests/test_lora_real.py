@@ -21,7 +21,7 @@ from app.pairing_use import key_for
 from models.pairing import Choice, PairingRecord, save
 from tests.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
                                 acceptance, write_lora)
-from tests.realmodels import embedded_pair, smollm2_135m
+from tests.realmodels import embedded_pair
 
 pytestmark = pytest.mark.real
 
@@ -80,7 +80,8 @@ def test_speculation_with_an_adapted_target_is_exact(files, tmp_path):
 
 def test_an_adapter_for_another_model_is_refused_before_loading(files, tmp_path):
     target, draft, _ = files
-    other = write_lora(smollm2_135m(), tmp_path / "smol-lora.gguf", [0])
+    # An adapter made for a llama model: its architecture is what the check reads first.
+    other = write_lora(target, tmp_path / "llama-lora.gguf", [0], arch="llama")
     calls = []
     with pytest.raises(IncompatiblePairError, match="is for llama"):
         load_pair(ModelConfig(str(target), lora=((str(other), 1.0),)), None,
