@@ -18,7 +18,6 @@ from engine.benchmark import overhead
 from engine.benchmark.aggregate import summarize
 from engine.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
 from engine.benchmark.suite import DEFAULT_SUITE, load_suite
-from engine.controller import AdaptiveController
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
@@ -232,8 +231,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
             raise SettingsError("exactness needs a drafter; drop --drafter none or --draft none")
         probe = pair.make_policy(args.policy, name, args.gamma)
         # Positions a fresh policy always decodes plainly cannot show a drafting bias.
-        first = args.first if args.first is not None else (
-            probe.opening_plain if isinstance(probe, AdaptiveController) else 0)
+        first = args.first if args.first is not None else probe.opening_plain
         plan = ExactnessPlan(samples=_pick(args, "samples", EXACT_FULL, EXACT_QUICK),
                              gamma=args.gamma, tokens=first + args.compare, first=first,
                              alpha=args.alpha, seed=args.seed, control_tv=args.control_tv,
@@ -258,7 +256,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
                 bar.update(1)
             with pair.lock:
                 # Batches padded as every speculative generation pads them (engine/widths.py).
-                widths = pair.pad_widths(name, args.gamma)
+                widths = pair.use_widths(name, args.gamma)
             report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts, tick=tick,
                                    policy=policy, widths=widths)
     finally:

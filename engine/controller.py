@@ -32,8 +32,8 @@ class AdaptiveController(GammaPolicy):
     replace fields of `constants`."""
 
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
-                 verify_ms: Sequence[float] | None = None, model_source: str | None = None,
-                 copy_source: str | None = None,
+                 verify_ms: Sequence[float] | None = None, model_name: str | None = None,
+                 copy_name: str | None = None,
                  constants: ControllerConstants = DEFAULTS, **overrides) -> None:
         if max_gamma < 1:
             raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
@@ -46,8 +46,8 @@ class AdaptiveController(GammaPolicy):
         self.name = "adaptive"
         self.k = k
         self.max_gamma = max_gamma
-        self.model_source = model_source
-        self.copy_source = copy_source
+        self.model_name = model_name
+        self.copy_name = copy_name
         self.costs: CostModel | None = None
         self.estimator = AcceptanceEstimator(max_gamma, k)
         # The round being chosen: whether it copies from the context (engine/drafters/hybrid.py),
@@ -66,11 +66,14 @@ class AdaptiveController(GammaPolicy):
         if verify_ms is not None:
             self.use_calibration(Calibration(
                 list(draft_ms if draft_ms is not None else [0.0] * len(verify_ms)),
-                list(verify_ms), model_source, copy_source))
+                list(verify_ms), model_name, copy_name))
 
     @property
     def calibrated(self) -> bool:
         return self.costs is not None
+
+    def calibration_need(self) -> int | None:
+        return None if self.calibrated else self.max_gamma
 
     @property
     def opening_plain(self) -> int:
@@ -78,8 +81,8 @@ class AdaptiveController(GammaPolicy):
 
     def use_calibration(self, calibration: Calibration) -> None:
         self.costs = CostModel(calibration, self.k.rate)
-        self.model_source = calibration.model_source
-        self.copy_source = calibration.copy_source
+        self.model_name = calibration.model_name
+        self.copy_name = calibration.copy_name
 
     # Prediction ---------------------------------------------------------------------------
 
@@ -152,12 +155,12 @@ class AdaptiveController(GammaPolicy):
         full = np.arange(self.max_gamma + 1) + 1.0
         return any(self._pays(g, full, ms, self.k.margin) for g in range(1, self.max_gamma + 1))
 
-    def next_gamma(self, source: str = "", behind: int = 0) -> int:
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> int:
         if self.costs is None:
             raise SettingsError("the adaptive controller has no calibration; "
                                 "run it through Pair.generate or pass draft_ms/verify_ms")
         self.probing = False
-        self.copying = bool(source) and source == self.copy_source
+        self.copying = copying
         self.lag = max(behind, 1)
         expected, ms = self.predict()
         self.speeds = 1e3 * expected / ms
@@ -208,14 +211,14 @@ class AdaptiveController(GammaPolicy):
     def report(self, gamma: int) -> ControllerReport:
         assert self.costs is not None
         draft = {}
-        if self.model_source:
-            draft[self.model_source] = round(self.costs.draft_relative(), 4)
-        if self.copy_source:
-            draft[self.copy_source] = 0.0
+        if self.model_name:
+            draft[self.model_name] = round(self.costs.draft_relative(), 4)
+        if self.copy_name:
+            draft[self.copy_name] = 0.0
         speeds = self.speeds if len(self.speeds) else 1e3 / np.ones(self.max_gamma + 1)
         return ControllerReport(
             policy=self.name, gamma=gamma, reason=self.last_reason,
-            source=self.copy_source if self.copying else (self.model_source or ""),
+            source=self.copy_name if self.copying else (self.model_name or ""),
             verify_ms=[round(v, 3) for v in self.costs.pad_verify],
             draft_cost=draft,
             predicted_speedup=[round(float(s / speeds[0]), 3) for s in speeds])
@@ -252,7 +255,7 @@ class AdaptiveController(GammaPolicy):
         assert self.costs is not None
         self.rounds += 1
         self.elapsed += r.committed
-        copied = self.copy_source is not None and r.source == self.copy_source
+        copied = self.copying
         if r.drafted > 0:
             if not copied:
                 self.costs.learn_draft(r.draft_ms, r.drafted, self.lag)

@@ -103,7 +103,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         if room < 0:
             finish = "length"
             break
-        chosen = (policy.next_gamma(drafter.source_for(seq), drafter.behind(seq))
+        chosen = (policy.next_gamma(drafter.copies(seq), drafter.behind(seq))
                   if speculative else 0)
         gamma = min(chosen, room)
         t0 = clock()
@@ -131,6 +131,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         r = RoundStats(index=stats.rounds, gamma=gamma, drafted=len(drafted),
                        accepted=verdict.n_accepted, kind=verdict.kind, committed=0,
                        draft_ms=draft_ms, verify_ms=verify_ms, source=proposal.source,
+                       copied=proposal.copied,
                        predicted_tps=policy.last_prediction, reason=policy.last_reason,
                        confidence=confidence,
                        width=width)

@@ -20,7 +20,6 @@ from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
-from engine.controller import AdaptiveController
 from engine.costs import Calibration, calibrate
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
@@ -133,6 +132,13 @@ class Pair:
             raise SettingsError(f"unknown drafter {name!r}; available: {', '.join(self.drafters)}")
         return self._drafters[name]
 
+    def _speculating(self, name: str) -> Drafter:
+        """Drafter `name`, refused for plain decoding (which has no costs to measure)."""
+        chosen = self.drafter(name)
+        if chosen is None:
+            raise SettingsError("plain decoding drafts nothing to calibrate")
+        return chosen
+
     def tokens_for(self, prompt: Prompt, raw: bool = False) -> list[int]:
         backend = self.target.backend
         if isinstance(prompt, str):
@@ -170,9 +176,8 @@ class Pair:
         cached = self._calibrations.get(drafter)
         if cached is not None and len(cached.verify_ms) >= max_gamma + 1:
             return cached
-        chosen = self.drafter(drafter)
-        model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
-        session = model.session
+        chosen = self._speculating(drafter)
+        session = chosen.session
         context, widths = calibration_plan(self.tokens_for(CALIBRATION_TEXT, raw=True),
                                            max_gamma + 1, self.n_ctx)
         if cached is not None and len(cached.verify_ms) >= widths:
@@ -182,11 +187,9 @@ class Pair:
             # over (the next generation re-decodes its prompt, nothing else changes).
             if s is not None and s.n_past + widths + (0 if s.n_past else len(context)) > s.backend.n_ctx:
                 s.rollback(0)
-        copy = (chosen.lookup.name if isinstance(chosen, HybridDrafter)
-                else chosen.name if isinstance(chosen, PromptLookupDrafter) else None)
         result = calibrate(self.target, session, widths - 1, context,
-                           model_source=model.name, clock=self.clock,
-                           copy_source=copy)
+                           model_name=chosen.model_name, clock=self.clock,
+                           copy_name=chosen.copy_name)
         self._calibrations[drafter] = result
         return result
 
@@ -195,10 +198,16 @@ class Pair:
         """A fresh policy by name; the adaptive one gets this pair's calibration for `drafter`,
         and `opening` plain opening tokens when given."""
         policy = make_policy(name, gamma, opening=opening)
-        if isinstance(policy, AdaptiveController) and drafter != "none":
+        if drafter != "none":
             with self.lock:
-                policy.use_calibration(self.calibration(drafter, gamma))
+                self._calibrate(policy, drafter)
         return policy
+
+    def _calibrate(self, policy: GammaPolicy, drafter: str) -> None:
+        """Hand `policy` the calibration it asks for, if any. Call with the lock held."""
+        need = policy.calibration_need()
+        if need is not None:
+            policy.use_calibration(self.calibration(drafter, need))
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str | None = None,
                  raw: bool = False, policy: GammaPolicy | None = None) -> Iterator[Event]:
@@ -215,20 +224,17 @@ class Pair:
             if chosen is not None and config.gamma > 0:
                 if policy is None:
                     policy = make_policy("adaptive", config.gamma)
-                if isinstance(policy, AdaptiveController) and not policy.calibrated:
-                    policy.use_calibration(self.calibration(drafter, policy.max_gamma))
-                widths = self.pad_widths(drafter, config.gamma)
+                self._calibrate(policy, drafter)
+                widths = self.use_widths(drafter, config.gamma)
             yield from generate(self.target, chosen, tokens, config, policy, widths=widths,
                                 clock=self.clock)
 
-    def pad_widths(self, name: str, gamma: int) -> Callable[[int], int]:
-        """The verify batch widths for drafter `name` (the draft model's catch-up widths are set
-        on it too), from its calibration. Call with the lock held."""
+    def use_widths(self, name: str, gamma: int) -> Callable[[int], int]:
+        """Pad drafter `name`'s catch-up batches to the cheaper widths of its calibration, and
+        return the verify batch widths to pad to likewise (engine/widths.py). Call with the
+        lock held."""
         cal = self.calibration(name, gamma)
-        chosen = self.drafter(name)
-        model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
-        if isinstance(model, DraftModelDrafter):
-            model.widths = partial(padded_width, cal.draft_ms)
+        self._speculating(name).pad_catch_up(partial(padded_width, cal.draft_ms))
         return partial(padded_width, cal.verify_ms)
 
     def close(self) -> None:

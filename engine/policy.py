@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from engine.costs import Calibration
 from engine.errors import SettingsError
 from engine.stats import ControllerReport, RoundStats
 
@@ -23,12 +24,26 @@ class GammaPolicy:
     # Whether the generator should report the target's top probability per verified row.
     wants_confidence: bool = False
 
-    def next_gamma(self, source: str = "", behind: int = 0) -> int:
-        """The most tokens the next round may draft; `source` is who would draft it (the
-        drafter's `source_for` the committed text), for policies that price drafters apart, and
-        `behind` how many committed tokens the drafter must decode before it drafts
-        (`Drafter.behind`: its catch-up)."""
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> int:
+        """The most tokens the next round may draft; `copying` says whether that round would
+        copy from the context rather than run a model (`Drafter.copies`), for policies that
+        price the two apart, and `behind` how many committed tokens the drafter must decode
+        before it drafts (`Drafter.behind`: its catch-up)."""
         raise NotImplementedError
+
+    @property
+    def opening_plain(self) -> int:
+        """Rounds the policy always decodes plainly at the start of an answer."""
+        return 0
+
+    def calibration_need(self) -> int | None:
+        """The largest gamma a calibration must cover before the first round, or None when
+        the policy needs none (or already has one); the pair measures it (`Pair.calibration`)
+        and hands it to `use_calibration`."""
+        return None
+
+    def use_calibration(self, calibration: Calibration) -> None:
+        """Take the pair's measured costs (only a policy that asked for them uses them)."""
 
     def report(self, gamma: int) -> ControllerReport:
         """What the policy knew when it chose `gamma`, its latest choice."""
@@ -54,7 +69,7 @@ class FixedGamma(GammaPolicy):
         self.gamma = gamma
         self.last_reason = f"fixed: gamma {gamma} every round"
 
-    def next_gamma(self, source: str = "", behind: int = 0) -> int:
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> int:
         return self.gamma
 
     def update(self, r: RoundStats) -> None:
@@ -69,7 +84,7 @@ class NeverDraft(GammaPolicy):
         self.name = "plain"
         self.last_reason = "plain: the control policy never drafts"
 
-    def next_gamma(self, source: str = "", behind: int = 0) -> int:
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> int:
         return 0
 
     def update(self, r: RoundStats) -> None:
@@ -87,7 +102,7 @@ class HeuristicGamma(GammaPolicy):
         self.gamma = min(gamma, max_gamma)
         self.max_gamma = max_gamma
 
-    def next_gamma(self, source: str = "", behind: int = 0) -> int:
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> int:
         self.last_reason = (f"heuristic: gamma {self.gamma} (+2 after a round that kept every "
                             "drafted token, -1 after a rejection)")
         return self.gamma

@@ -15,9 +15,9 @@ from engine.sampling import SamplingParams
 from tests.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
 
 SLOW_CAL = Calibration(draft_ms=list(SLOW_DRAFT.draft), verify_ms=list(SLOW_DRAFT.verify),
-                       model_source="draft-model", copy_source="prompt-lookup")
+                       model_name="draft-model", copy_name="prompt-lookup")
 GPU_CAL = Calibration(draft_ms=list(GPU.draft), verify_ms=list(GPU.verify),
-                      model_source="draft-model", copy_source="prompt-lookup")
+                      model_name="draft-model", copy_name="prompt-lookup")
 
 
 def test_the_ceiling_follows_the_cost_model():

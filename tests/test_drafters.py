@@ -205,7 +205,7 @@ def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_draf
     assert all(p is not None for p in done.stats.predicted_tps)
     first = pair._calibrations["draft"]
     # Widths 1..9 whatever gamma: enough to see which batch widths are worth padding to.
-    assert len(first.verify_ms) == 9 and first.model_source == "draft-model"
+    assert len(first.verify_ms) == 9 and first.model_name == "draft-model"
     [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)]
     assert pair._calibrations["draft"] is first
     fixed = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True,

@@ -52,7 +52,7 @@ def test_a_padded_decode_gives_the_same_rows_and_leaves_only_real_tokens_cached(
 
 def test_the_draft_pads_its_catch_up_batch():
     drafter = DraftModelDrafter(FakeBackend(noise=0.5))
-    drafter.widths = partial(padded_width, [10.0, 30.0, 25.0, 20.0])
+    drafter.pad_catch_up(partial(padded_width, [10.0, 30.0, 25.0, 20.0]))
     drafter.prefill(PROMPT)
     drafter.propose(PROMPT + [4, 5], 1, SamplingParams(temperature=0.0), Rng(0))
     # Three tokens to feed (the last prompt token and two new ones), decoded as four.
@@ -80,7 +80,7 @@ def test_generation_with_padding_commits_the_same_tokens_and_reports_the_width()
 
 def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
     c = AdaptiveController(max_gamma=8, verify_ms=MEASURED, draft_ms=[10.0] * 9,
-                           model_source="draft-model")
+                           model_name="draft-model")
     # Two drafted tokens cost a verify of 4, not of 3.
     assert c.cost_ms(2) == MEASURED[3] + 2 * 10.0
     # So a doubtful third token rides along for free: the draft's stopping rule draws it.

@@ -37,8 +37,11 @@ class Proposal:
     tokens: I32
     # q_i per drafted token (`Dist`, engine/dist.py); None: the one-hot rule.
     q: Sequence[Dist] | None = None
-    # Which drafter produced the tokens (the hybrid drafter delegates).
+    # Which drafter produced the tokens, by name, for reports (the hybrid drafter delegates).
     source: str = ""
+    # Copied from the context (prompt lookup) rather than decoded by a model: such a round
+    # costs no draft decode and no catch-up, and keeps acceptance counts of its own.
+    copied: bool = False
     meta: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -50,7 +53,9 @@ def empty_proposal(source: str) -> Proposal:
 
 
 class Drafter:
-    """Base class. Subclasses implement `propose`; the hooks default to doing nothing."""
+    """Base class. Subclasses implement `propose`; the rest declare what the pair and the
+    generator need to know of a drafter (its model, whether it copies, whether it samples) and
+    hooks that default to doing nothing."""
 
     name: str = "drafter"
     # The model session a drafter decodes with, if any: calibration times its decodes.
@@ -60,11 +65,26 @@ class Drafter:
                 keep: Keep | None = None) -> Proposal:
         raise NotImplementedError
 
-    def source_for(self, context: Sequence[int]) -> str:
-        """The `Proposal.source` of the drafter that would propose after `context` (a drafter
-        that delegates, like hybrid, says which of its parts): a function of the committed
-        text alone, so a policy may price the round by it."""
-        return self.name
+    @property
+    def model_name(self) -> str | None:
+        """The name of the part that runs a model (reports price it), None when none does."""
+        return self.name if self.session is not None else None
+
+    @property
+    def copy_name(self) -> str | None:
+        """The name of the part that copies from the context, None when none does."""
+        return None
+
+    def copies(self, context: Sequence[int]) -> bool:
+        """Whether the round after `context` would copy from the context rather than run a
+        model: a function of the committed text alone, so a policy may price the round by it."""
+        return False
+
+    def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
+        """Whether the draft after `context` draws its tokens from q under `params`: it then
+        gives q rows (`Proposal.q`), and its round's verify width is fixed before drafting
+        (engine/round.py). A copy, or a model drafting greedily, does not sample."""
+        return False
 
     def behind(self, context: Sequence[int]) -> int:
         """How many tokens of `context` the drafter must decode before it can draft after it
@@ -76,6 +96,10 @@ class Drafter:
 
     def feedback(self, proposal: Proposal, n_accepted: int) -> None:
         """Hears how many of the proposed tokens the target accepted."""
+
+    def pad_catch_up(self, widths: Callable[[int], int] | None) -> None:
+        """Decode catch-up batches at `widths(n)` tokens (padding, engine/widths.py); the pair
+        sets it from the drafter's calibration. Only a drafter with a model cache has any."""
 
     def reset(self) -> None:
         """Forget all state (a benchmark's cold start)."""
