@@ -82,7 +82,7 @@ def test_settings_conversion_and_errors():
         settings(top_p=0.0).config()
     with pytest.raises(SettingsError, match="gamma"):
         settings(gamma=99).config()
-    assert s.policy_for("none") is None and s.policy_for("draft").next_gamma() == 4
+    assert s.policy_for("none") is None and s.policy_for("draft").next_gamma().gamma == 4
     assert set(controls.policy_names()) >= {"fixed", "heuristic", "adaptive"}
     assert settings(policy="heuristic").policy_for("draft").name
     with pytest.raises(SettingsError, match="unknown policy 'nope'"):

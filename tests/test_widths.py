@@ -7,6 +7,7 @@ from functools import partial
 import numpy as np
 
 from engine.controller import AdaptiveController
+from engine.policy import Decision
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig, generate
@@ -85,11 +86,11 @@ def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
     assert c.cost_ms(2) == MEASURED[3] + 2 * 10.0
     # So a doubtful third token rides along for free: the draft's stopping rule draws it.
     assert c.keep_drafting([0.9, 0.9], 0.2, 3, False)
-    c.update(RoundStats(index=1, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
+    c.update(Decision(2), RoundStats(index=1, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                         draft_ms=20.0, verify_ms=2 * MEASURED[3], source="draft-model", width=4))
     # Width 4 learns from it, at full rate; width 3 only follows the shape's fraction.
-    assert c.costs.verify[3] == MEASURED[3] * (1 + c.k.rate)
-    assert c.costs.verify[2] == MEASURED[2] * (1 + c.k.rate / 4)
+    assert c.costs.verify[3] == MEASURED[3] * (1 + c.constants.rate)
+    assert c.costs.verify[2] == MEASURED[2] * (1 + c.constants.rate / 4)
 
 
 def test_a_sampled_draft_is_verified_at_the_width_its_gamma_fixed_before_drafting():
