@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from app.reports import bench_files, bench_markdown
 from app.reports.machine import command_line, machine_line, run_context
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
 from engine.benchmark import overhead
@@ -88,9 +89,9 @@ def _model_words(args: argparse.Namespace) -> list[str]:
                         ("--draft-lora-scale", args.draft_lora_scale)):
         if scale != 1.0:
             words += [flag, f"{scale:g}"]
-    if args.draft_quant != "auto":
+    if args.draft_quant is not None:
         words += ["--draft-quant", args.draft_quant]
-    if args.draft_vocab != "full":
+    if args.draft_vocab is not None:
         words += ["--draft-vocab", args.draft_vocab]
     for flag, value in draft_stops(args).items():
         words += [f"--draft-{flag.replace('_', '-')}", str(value)]
@@ -325,10 +326,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--prompt", default=EXACTNESS_PROMPT, help="the controlled prompt (chat template)")
     e.add_argument("--drafter", default=None,
                    help="drafter checked (default: the pair's default, as generate and the app use)")
-    e.add_argument("--policy", choices=("fixed", "heuristic", "adaptive"), default="adaptive",
-                   help="gamma policy of the speculative samples (default adaptive, the default)")
-    e.add_argument("--gamma", type=int, default=8,
-                   help="the adaptive controller's maximum, or the fixed gamma (default 8)")
+    e.add_argument("--policy", choices=("fixed", "heuristic", "adaptive"), default=DEFAULT_POLICY,
+                   help=f"gamma policy of the speculative samples (default {DEFAULT_POLICY}, "
+                   "the default)")
+    e.add_argument("--gamma", type=int, default=DEFAULT_GAMMA[DEFAULT_POLICY],
+                   help="the adaptive controller's maximum, or the fixed gamma (default "
+                   f"{DEFAULT_GAMMA[DEFAULT_POLICY]})")
     e.add_argument("--first", type=int, default=None,
                    help="first position compared (default: after the policy's forced plain opening, 0 by default)")
     e.add_argument("--compare", type=int, default=4,

@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
 from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
@@ -99,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "speculation ceiling on this machine")
     add_model_args(c)
     add_draft_stop_args(c.add_argument_group("draft stops"))
-    c.add_argument("--gamma", type=int, default=8, help="largest gamma to predict (default 8)")
+    c.add_argument("--gamma", type=int, default=DEFAULT_GAMMA[DEFAULT_POLICY],
+                   help=f"largest gamma to predict (default {DEFAULT_GAMMA[DEFAULT_POLICY]})")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_calibrate)

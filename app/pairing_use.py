@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+from app.runtime.defaults import (DEFAULT_DRAFTER, LOAD, NEEDS_DRAFT_MODEL, PLAIN,
+                                  SPECULATION_OPTIONS)
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from engine.staleness import StaleDraftEvent
@@ -18,11 +20,6 @@ from loading.derived.files import file_sha256
 from loading.derived.quantized import resolve as resolve_quant
 from loading.options import LoadOptions
 from models.pairing import PairingRecord, PairKey, find, stale_for
-
-# Speculation options and their defaults: any other value is the user's choice, which a record
-# does not override.
-DEFAULTS = {"drafter": None, "draft_quant": "auto", "draft_vocab": "full", "policy": "adaptive",
-            "early_exit_layers": None, "gamma": None}
 
 
 @dataclass
@@ -56,7 +53,10 @@ def key_for(target: str | Path, draft: str | Path | None,
 
 
 def chose_speculation(args: argparse.Namespace) -> bool:
-    return any(getattr(args, k, v) != v for k, v in DEFAULTS.items())
+    """Whether the command line gave a speculation option (they default to None, "not given";
+    a command without an option has none to give)."""
+    given = vars(args)
+    return any(given.get(k) is not None for k in SPECULATION_OPTIONS)
 
 
 def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
@@ -113,13 +113,15 @@ def _measured(c) -> str:
 
 def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: int) -> str:
     """The candidate name (engine/tuning/candidates.py) of the configuration about to run."""
-    drafter = args.drafter or ("hybrid" if dcfg is not None else "none")
-    if drafter in ("draft", "hybrid") and dcfg is not None:
-        quant = resolve_quant(args.draft_quant, dcfg.path, dcfg.n_gpu_layers) or "off"
+    drafter = args.drafter or (DEFAULT_DRAFTER if dcfg is not None else PLAIN)
+    vocab = args.draft_vocab or LOAD.draft_vocab
+    if drafter in NEEDS_DRAFT_MODEL and dcfg is not None:
+        quant = resolve_quant(args.draft_quant or LOAD.draft_quant, dcfg.path,
+                              dcfg.n_gpu_layers) or "off"
         if drafter == "hybrid":
             # Tuning measures hybrid on the draft as given only.
-            return "hybrid" if quant == "off" and args.draft_vocab == "full" else ""
-        return Candidate("draft", draft_quant=quant, draft_vocab=args.draft_vocab).name
+            return "hybrid" if quant == "off" and vocab == "full" else ""
+        return Candidate("draft", draft_quant=quant, draft_vocab=vocab).name
     if drafter == "early-exit":
         layers = args.early_exit_layers or default_layers(n_layer)
         return Candidate("early-exit", early_exit_layers=layers).name
@@ -150,7 +152,7 @@ def for_load(target: ModelConfig, draft: ModelConfig | None,
     use = lookup(target, draft)
     r = use.record
     if r is None or (options.draft_quant, options.draft_vocab, options.early_exit_layers) != \
-            ("auto", "full", None):
+            (LOAD.draft_quant, LOAD.draft_vocab, LOAD.early_exit_layers):
         return options, use
     c = r.chosen
     options = replace(options, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,

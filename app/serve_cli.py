@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from app.pairing_use import apply, lookup
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
 from engine.errors import SettingsError
@@ -21,7 +21,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # FastAPI and uvicorn, and Gradio under app.ui, take about 2 s to import: only this command
     # pays for them, not `tandem --help` and the others.
     from app.serve.server import create_app, run
-    from app.ui.state import PairHolder
+    from app.runtime.holder import PairHolder
 
     queue = GenerationQueue(checked_max_queue(args.max_queue))
     tcfg, dcfg = model_configs(args)

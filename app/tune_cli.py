@@ -212,6 +212,7 @@ def cmd_pairs(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from app.runtime.defaults import DEFAULT_POLICY, LOOKUP_NGRAM
     from app.settings import add_draft_stop_args, add_model_args, add_sampling_args
 
     t = sub.add_parser("tune", help="measure drafters on your prompts and remember the fastest")
@@ -220,12 +221,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="suite categories to tune for (repeatable or comma separated)")
     t.add_argument("--budget-minutes", type=float, default=10.0,
                    help="time for all measurements (default 10)")
-    t.add_argument("--policy", choices=("adaptive", "fixed", "heuristic"), default="adaptive",
-                   help="gamma policy of every candidate (default adaptive)")
+    t.add_argument("--policy", choices=("adaptive", "fixed", "heuristic"), default=DEFAULT_POLICY,
+                   help=f"gamma policy of every candidate (default {DEFAULT_POLICY})")
     t.add_argument("--candidates", help="comma-separated candidate names to measure "
                    "(default all: draft, hybrid, draft-q8_0, draft-q4_k, draft-q4_0, "
                    "draft-vocab-trim, lookup, early-exit-K)")
-    t.add_argument("--lookup-ngram", type=int, default=3)
+    t.add_argument("--lookup-ngram", type=int, default=LOOKUP_NGRAM)
     add_draft_stop_args(t)
     add_model_args(t)
     add_sampling_args(t)

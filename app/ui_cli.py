@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve_cli import add_api_args, checked_max_queue
 from app.settings import add_model_args, load_options, model_configs
 from engine.errors import SettingsError
@@ -21,7 +21,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # `tandem --help` and the others.
     from app.serve.server import mount
     from app.ui import build_app, launch
-    from app.ui.state import PairHolder
+    from app.runtime.holder import PairHolder
 
     if args.api_key is not None and not args.api:
         raise SettingsError("--api-key protects the API: add --api")

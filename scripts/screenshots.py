@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.ui import build_app, launch  # noqa: E402
-from app.ui.state import PairHolder  # noqa: E402
+from app.runtime.holder import PairHolder  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
 

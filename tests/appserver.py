@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterator
 
 from app.ui import build_app, launch
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from engine.backend import ModelConfig
 
 # The embedded draft serves as both target and draft: same tokenizer, and fast enough on 2 cores.

@@ -8,7 +8,7 @@ import threading
 import pytest
 from gradio_client import Client
 
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from tests import appserver, tinygguf
 
 pytestmark = pytest.mark.real

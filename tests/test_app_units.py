@@ -9,7 +9,8 @@ import pytest
 
 from app.ui import chat, compare, controls, metrics, status_banner
 from app.ui.chat import plain_text, respond, to_messages
-from app.ui.state import ERROR, READY, NotReadyError, PairHolder, StopFlags
+from app.runtime.holder import ERROR, READY, NotReadyError, PairHolder
+from app.ui.state import StopFlags
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.pair import Pair

@@ -464,9 +464,9 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_cli_speculation_options():
-    from app.settings import drafter_name, generation_config, model_configs
+    from app.settings import drafter_name, generation_config, model_configs, policy_name
     args = parse()
-    assert (drafter_name(args), args.policy, generation_config(args).gamma) == ("hybrid", "adaptive", 8)
+    assert (drafter_name(args), policy_name(args), generation_config(args).gamma) == ("hybrid", "adaptive", 8)
     assert model_configs(args, args.drafter)[1] is not None
     args = parse("--drafter", "lookup", "--policy", "fixed", "--lookup-ngram", "4")
     assert generation_config(args).gamma == 4 and args.lookup_ngram == 4

@@ -4,6 +4,9 @@
 - `models` (catalog, store, hub, GGUF headers, budget) imports nothing of loading or app, and of
   the engine only `engine.errors`, the errors every layer raises;
 - `loading` (checks, derived drafts, loading a pair) imports nothing of app.
+Inside the app, the page (`app.ui`) and the API (`app.serve`) share what they need through
+`app.runtime` (the defaults users see, the pair holder, the queue) and import nothing of each
+other; the runtime imports neither.
 Each layer is imported whole, every module of it, in a fresh interpreter, and what it pulled in
 is checked. Sources are scanned too: only engine/llama_backend.py imports llama_cpp, and the
 engine, models and loading import at the top of their files, where a cycle fails at once.
@@ -61,6 +64,21 @@ def violations(package: str, forbidden: tuple[str, ...], engine_allowed: set[str
 def test_each_layer_imports_only_the_layers_below_it(layer):
     forbidden, engine_allowed = RULES[layer]
     assert violations(layer, forbidden, engine_allowed) == []
+
+
+# App group -> the app groups it must not pull in.
+APP_RULES = {
+    "app.runtime": ("app.ui", "app.serve"),
+    "app.ui": ("app.serve",),
+    "app.serve": ("app.ui",),
+}
+
+
+@pytest.mark.parametrize("group", sorted(APP_RULES))
+def test_the_page_and_the_api_share_the_runtime_and_not_each_other(group):
+    loaded = imported_by(group)
+    bad = sorted(m for m in loaded for g in APP_RULES[group] if m == g or m.startswith(g + "."))
+    assert bad == []
 
 
 def test_the_check_sees_a_layer_that_imports_one_above_it(tmp_path):

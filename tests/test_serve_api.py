@@ -8,9 +8,9 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.server import create_app
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from tests.serve_fakes import API_KEY, MODEL, N_CTX, api_client
 
 HI = [{"role": "user", "content": "hi there"}]

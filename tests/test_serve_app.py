@@ -7,10 +7,10 @@ import pytest
 from gradio_client import Client
 
 from app.cli import main
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.server import mount
 from app.ui import build_app, launch
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from tests.appserver import free_port
 from tests.serve_fakes import MODEL, fake_pair
 

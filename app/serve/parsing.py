@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, integer, number, refuse_unknown
-from app.settings import DEFAULT_GAMMA
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
 from engine.policies import POLICIES
@@ -27,8 +27,6 @@ COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS)
 SPECULATIVE_FIELDS = ("drafter", "policy", "gamma")
 MESSAGE_FIELDS = ("role", "content")
 ROLES = ("system", "user", "assistant")
-# The CLI's default answer length (app/settings.py).
-DEFAULT_MAX_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -164,7 +162,7 @@ def _speculative(value: Any, drafters: Sequence[str], default_drafter: str) -> t
                 raise BadRequestError(f"speculative.{key} has no effect with drafter none "
                                       "(plain decoding); drop it", param=f"speculative.{key}")
         return drafter, None, 0
-    policy = "adaptive" if spec.get("policy") is None else spec["policy"]
+    policy = DEFAULT_POLICY if spec.get("policy") is None else spec["policy"]
     if policy not in POLICIES:
         raise BadRequestError(f"speculative.policy must be one of {', '.join(POLICIES)}, got "
                               f"{policy!r}", param="speculative.policy")

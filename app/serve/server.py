@@ -5,9 +5,9 @@ from __future__ import annotations
 import uvicorn
 from fastapi import FastAPI
 
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.routes import api_router
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 
 
 def create_app(holder: PairHolder, queue: GenerationQueue, api_key: str | None = None) -> FastAPI:

@@ -17,7 +17,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 
 from app.ui import chat, compare, wizard  # noqa: E402
-from app.ui.state import ERROR, LOADING, READY, PairHolder, StopFlags  # noqa: E402
+from app.runtime.holder import ERROR, LOADING, READY, PairHolder  # noqa: E402
+from app.ui.state import StopFlags  # noqa: E402
 
 TITLE = "Tandem: exact speculative decoding"
 POLL_S = 0.4

@@ -14,7 +14,8 @@ import gradio as gr
 
 from app.pairing_use import chosen_acceptance, stale_line
 from app.ui import controls, metrics
-from app.ui.state import PairHolder, StopFlags
+from app.runtime.holder import PairHolder
+from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch

@@ -17,7 +17,8 @@ from typing import Any, Iterator, Sequence
 import gradio as gr
 
 from app.ui import controls, metrics
-from app.ui.state import PairHolder, StopFlags
+from app.runtime.holder import PairHolder
+from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.stats import GenerationStats

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from app.calibrate_cli import suggestions
-from app.ui.state import ERROR, LOADING, PairHolder
+from app.runtime.holder import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
 from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
