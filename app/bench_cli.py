@@ -229,7 +229,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
         name = args.drafter or pair.default_drafter
         drafter = pair.drafter(name)
         if drafter is None:
-            raise SettingsError("exactness needs a drafter; drop --drafter none or --draft none")
+            raise SettingsError("exactness needs a drafter; drop --drafter plain or --draft none")
         probe = pair.make_policy(args.policy, name, args.gamma)
         # Positions a fresh policy always decodes plainly cannot show a drafting bias.
         first = args.first if args.first is not None else probe.opening_plain
@@ -315,7 +315,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--vocab", type=int, default=overhead.QWEN_VOCAB,
                    help="vocabulary size for --overhead (default Qwen2.5's 151,936)")
     b.add_argument("--overhead-paths", help="with --overhead: comma-separated paths to run "
-                   "(none, draft, lookup, hybrid; default all)")
+                   "(plain, draft, lookup, hybrid; default all)")
     add_draft_stop_args(b)
     add_model_args(b)
     b.set_defaults(func=cmd_bench)

@@ -96,7 +96,7 @@ def apply(args: argparse.Namespace, use: PairingUse) -> None:
     args.draft_quant = c.draft_quant
     args.draft_vocab = c.draft_vocab
     args.early_exit_layers = c.early_exit_layers
-    if c.drafter != "none":
+    if c.drafter != PLAIN:
         args.policy = c.policy
         args.gamma = c.gamma
     use.applied = True
@@ -106,7 +106,7 @@ def apply(args: argparse.Namespace, use: PairingUse) -> None:
 
 
 def _measured(c) -> str:
-    if c.drafter == "none":
+    if c.drafter == PLAIN:
         return "no candidate beat it"
     return f"{c.speedup_median:.2f}x measured"
 
@@ -131,7 +131,7 @@ def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: in
 def expected_acceptance(use: PairingUse, name: str) -> float | None:
     """The lowest per-category acceptance the reference record measured for `name`."""
     ref = use.reference
-    if ref is None or not name or name == "none":
+    if ref is None or not name or name == PLAIN:
         return None
     m = ref.measured.get(name)
     if not m or not m.get("n"):

@@ -10,7 +10,8 @@ from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
                                   DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, LOAD, LOOKUP_NGRAM,
-                                  NEEDS_DRAFT_MODEL, PLAIN, POLICIES, SAMPLING)
+                                  NEEDS_DRAFT_MODEL, PLAIN, POLICIES, SAMPLING,
+                                  plain_alias)
 from engine.rpc import parse_endpoints
 from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
@@ -81,9 +82,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def add_speculation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculation")
-    g.add_argument("--drafter", choices=DRAFTERS, default=None,
+    g.add_argument("--drafter", choices=DRAFTERS, type=plain_alias, default=None,
                    help="who drafts: the draft model, prompt lookup, hybrid (lookup, else the "
-                   "draft model), early-exit (the target's first layers), or none "
+                   f"draft model), early-exit (the target's first layers), or {PLAIN} "
                    f"(default: {DEFAULT_DRAFTER}, or {PLAIN} with --draft none)")
     g.add_argument("--policy", choices=POLICIES, default=None,
                    help=f"how many tokens to draft each round (default {DEFAULT_POLICY}; "

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.runtime.defaults import PLAIN
 from engine.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
 from engine.errors import SettingsError
 
@@ -73,7 +74,7 @@ def _choice(row):
 
 def _plain(n: int):
     from models.pairing import Choice
-    return Choice("none", policy="plain", gamma=0, n_prompts=n)
+    return Choice(PLAIN, policy="plain", gamma=0, n_prompts=n)
 
 
 def table_lines(results, cats: list[str]) -> list[str]:
@@ -89,11 +90,11 @@ def table_lines(results, cats: list[str]) -> list[str]:
                          f"{r.speedup.median:>8.2f}x{r.speedup.p10:>7.2f}  {r.note}")
         else:
             lines.append(f"{r.candidate.name:<22}{0:>8}{'':>8}{'':>11}{'':>9}{'':>7}  {r.note}")
-    lines.append(f"{'none (plain)':<22}{'':>8}{'':>8}{'':>11}{1.0:>8.2f}x{1.0:>7.2f}  reference")
+    lines.append(f"{'plain':<22}{'':>8}{'':>8}{'':>11}{1.0:>8.2f}x{1.0:>7.2f}  reference")
     for cat in [OVERALL, *cats]:
         best = choose(results, cat)
         lines.append(f"best for {cat}: " + (f"{best.candidate.name} {best.speedup.median:.2f}x"
-                                            if best else "none (nothing beat plain decoding)"))
+                                            if best else "plain (nothing beat plain decoding)"))
     return lines
 
 
@@ -201,12 +202,12 @@ def cmd_pairs(args: argparse.Namespace) -> int:
         draft = Path(r.draft).name if r.draft else "(no draft)"
         print(f"{r.key.id}  {r.date}  {Path(r.target).name}{adapter} / {draft}")
         c = r.chosen
-        result = ("no candidate beat it" if c.drafter == "none" else
+        result = ("no candidate beat it" if c.drafter == PLAIN else
                   f"{c.speedup_median:.2f}x (p10 {c.speedup_p10:.2f}), acceptance {c.acceptance:.2f}")
         print(f"    chosen {c.label}: {result}; {r.machine.get('device', '?')} "
               f"{r.machine.get('threads', '?')} threads, Tandem {r.tandem_version}")
         for cat, c in r.by_category.items():
-            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != "none"
+            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != PLAIN
                                                else ""))
     return 0
 

@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Sequence
 from engine.acceptance import verify
 from engine.answer import Answer
 from engine.clock import Clock, wall_ms
-from engine.drafters.base import Drafter
+from engine.drafters.base import PLAIN, Drafter
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent
 from engine.limits import check_prompt_fits
@@ -55,7 +55,7 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
                     FixedGamma(0) if plain else policy or FixedGamma(config.gamma),
                     config.params, rng if rng is not None else Rng(config.params.seed),
                     rule, widths, clock)
-    stats = GenerationStats(mode="baseline" if plain else "speculative",
+    stats = GenerationStats(mode=PLAIN if plain else "speculative",
                             drafter=rounds.drafter.name, gamma=0 if plain else config.gamma,
                             prompt_tokens=len(prompt))
     answer = Answer(target.backend, config, stats, clock)

@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Sequence
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
 from engine.costs import Calibration, calibrate
-from engine.drafters.base import Drafter
+from engine.drafters.base import PLAIN, Drafter, plain_alias
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
@@ -95,14 +95,14 @@ class Pair:
 
     @property
     def drafters(self) -> list[str]:
-        return ["none", *self._drafters]
+        return [PLAIN, *self._drafters]
 
     @property
     def default_drafter(self) -> str:
         # A drafter chosen for this pair (a pairing record, `tandem tune`) comes first.
         if self.preferred_drafter in self.drafters:
             return self.preferred_drafter
-        return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else "none"
+        return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else PLAIN
 
     def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
         """Offer `drafter` as `name`, replacing any drafter of that name. `backend` is a model
@@ -126,7 +126,8 @@ class Pair:
             self._calibrations.pop(name, None)
 
     def drafter(self, name: str) -> Drafter | None:
-        if name == "none":
+        name = plain_alias(name)
+        if name == PLAIN:
             return None
         if name not in self._drafters:
             raise SettingsError(f"unknown drafter {name!r}; available: {', '.join(self.drafters)}")
@@ -198,7 +199,7 @@ class Pair:
         """A fresh policy by name; the adaptive one gets this pair's calibration for `drafter`,
         and `opening` plain opening tokens when given."""
         policy = make_policy(name, gamma, opening=opening)
-        if drafter != "none":
+        if plain_alias(drafter) != PLAIN:
             with self.lock:
                 self._calibrate(policy, drafter)
         return policy

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from engine.acceptance import Verdict, verify
 from engine.clock import Clock, wall_ms
-from engine.drafters.base import Drafter, Proposal, empty_proposal
+from engine.drafters.base import PLAIN, Drafter, Proposal, empty_proposal
 from engine.policy import Decision, GammaPolicy
 from engine.sampling import Rng, Rows, SamplingParams, top_probability
 from engine.session import Session
@@ -30,7 +30,7 @@ VerifyRule = Callable[..., Verdict]
 class NoDrafter(Drafter):
     """The drafter of plain decoding: every round drafts nothing."""
 
-    name = "none"
+    name = PLAIN
 
     def propose(self, context, gamma, params, rng, keep=None) -> Proposal:
         return empty_proposal(self.name)
@@ -87,7 +87,7 @@ def draft(r: Rounds, context: Sequence[int], gamma: int, sampled: bool) -> Propo
     """At most `gamma` tokens after `context`, stopped early by the policy's rule (told
     whether the round's verify width is already fixed, `sampled`)."""
     if gamma <= 0:
-        return empty_proposal("none")
+        return empty_proposal(PLAIN)
     keep = partial(r.policy.keep_drafting, limit=gamma, fixed_width=sampled)
     return r.drafter.propose(context, gamma, r.params, r.rng, keep)
 
@@ -123,4 +123,4 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
                        predicted_tps=decision.prediction, reason=decision.reason,
                        confidence=confidence, width=width)
     return RoundResult(decision, stats, tokens=(*drafted[:n], verdict.token),
-                       origins=("draft",) * n + (verdict.kind if drafted else "target",))
+                       origins=("draft",) * n + (verdict.kind if drafted else PLAIN,))

@@ -9,6 +9,7 @@ from engine import llama_backend
 from engine.backend import ModelConfig
 from engine.benchmark.runner import cold_start
 from engine.benchmark.suite import SuitePrompt
+from engine.drafters.base import PLAIN
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
@@ -81,7 +82,7 @@ class PairHost(TuneHost):
 
     def _generate(self, c: Candidate | None, prompt: SuitePrompt, params: SamplingParams,
                   max_tokens: int) -> GenerationStats:
-        name = self._names[c] if c is not None else "none"
+        name = self._names[c] if c is not None else PLAIN
         policy = None
         if c is not None:
             # Calibration (cached per drafter) touches the caches: before the cold start.

@@ -20,6 +20,8 @@ from engine.errors import ModelFileError
 from models.store import store_dir, writable_dir, write_atomically
 
 RECORD_VERSION = 1
+# Plain decoding's drafter name (engine/drafters/base.py; models imports no engine module).
+PLAIN = "plain"
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,15 @@ class Choice:
     speedup_p10: float = 1.0
     n_prompts: int = 0
 
+    def __post_init__(self) -> None:
+        # Records written before plain decoding's drafter was named "plain" say "none".
+        if self.drafter == "none":
+            self.drafter = PLAIN
+
     @property
     def label(self) -> str:
-        if self.drafter == "none":
-            return "none (plain decoding)"
+        if self.drafter == PLAIN:
+            return "plain decoding"
         parts = [self.drafter]
         if self.drafter in ("draft", "hybrid"):
             if self.draft_quant not in ("off", "auto"):

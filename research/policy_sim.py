@@ -260,7 +260,7 @@ def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: 
                                            policy=policy) if isinstance(ev, DoneEvent)][0]
         return done.stats.total_time_ms, done.stats.prefill_ms, done.tokens
 
-    plain, prefill, want = run("none", None)
+    plain, prefill, want = run("plain", None)
     spent, _, got = run(drafter, make_policy())
     assert got == want, "a replayed policy changed the greedy answer"
     return (plain - prefill) / (spent - prefill)

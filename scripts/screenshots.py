@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     # The first decode pages the weights in from disk; warm both models so the shots show steady state.
-    for drafter in ("none", "draft"):
+    for drafter in ("plain", "draft"):
         for _ in holder.pair.generate("hi", GenerationConfig(max_tokens=4), drafter=drafter):
             pass
     args.out.mkdir(parents=True, exist_ok=True)

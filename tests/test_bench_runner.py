@@ -49,7 +49,7 @@ def test_every_speculative_run_is_paired_with_its_own_baseline_and_order_alterna
             assert r.drafted_tokens > 0 and r.target_calls < r.output_tokens + 1
             assert len(r.origins) == r.output_tokens
         else:
-            assert r.speedup is None and r.drafter == "none" and r.target_calls == r.output_tokens
+            assert r.speedup is None and r.drafter == "plain" and r.target_calls == r.output_tokens
         assert r.prefill_ms > 0 and r.ttft_ms >= r.prefill_ms and r.total_ms >= r.ttft_ms
 
 

@@ -45,7 +45,7 @@ def play(c: AdaptiveController, rounds: int, accept_all: bool, source: str = "dr
         accepted = g if accept_all else 0
         c.update(d, RoundStats(index=i, gamma=g, drafted=g, accepted=accepted, kind="x",
                             committed=accepted + 1, draft_ms=draft_per_token * g,
-                            verify_ms=VERIFY[g] * verify_scale, source=source if g else "none"))
+                            verify_ms=VERIFY[g] * verify_scale, source=source if g else "plain"))
     return chosen
 
 
@@ -104,7 +104,7 @@ def plain(c: AdaptiveController, rounds: int, confidence: float) -> list[int]:
         d = c.next_gamma()
         chosen.append(d.gamma)
         c.update(d, RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                            draft_ms=0.0, verify_ms=VERIFY[0], source="none",
+                            draft_ms=0.0, verify_ms=VERIFY[0], source="plain",
                             confidence=(confidence,)))
     return chosen
 
@@ -186,7 +186,7 @@ def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
         for i in range(12):
             c.update(Decision(0), RoundStats(index=n + i, gamma=0, drafted=0, accepted=0, kind="target",
                                 committed=1, draft_ms=0.0, verify_ms=VERIFY[0] * scale,
-                                source="none"))
+                                source="plain"))
         return c
 
     same, slow = run(1.0), run(1.15)
@@ -201,10 +201,10 @@ def test_the_first_round_after_the_prefill_does_not_teach_costs():
     c = controller()
     before = list(c.costs.verify)
     c.update(Decision(0), RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
+                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
     assert c.costs.verify == before
     c.update(Decision(0), RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
+                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
     assert c.costs.verify[0] > before[0]
 
 
@@ -269,7 +269,7 @@ def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_f
     c = controller()
     for i in range(80):
         c.update(Decision(0), RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                            draft_ms=0.0, verify_ms=100.0, source="none"))
+                            draft_ms=0.0, verify_ms=100.0, source="plain"))
     assert c.elapsed == 80 and c.next_gamma(False, 81).behind == 81
     rounds = 80 / c.predict()[0][3]
     assert rounds > c.constants.horizon
@@ -477,7 +477,9 @@ def test_cli_speculation_options():
     assert draft_stops(args) == {"p_min": 0.2, "chain_min": 0.5}
     assert draft_stops(parse("--draft-chain-min", "0"))["chain_min"] == 0.0
     assert model_configs(args, args.drafter)[1] is None
-    assert drafter_name(parse("--draft", "none")) == "none"
+    assert drafter_name(parse("--draft", "none")) == "plain"
+    # Plain decoding's old name still chooses it.
+    assert drafter_name(parse("--drafter", "none")) == "plain"
     with pytest.raises(SettingsError, match="needs a draft model"):
         model_configs(parse("--draft", "none", "--drafter", "hybrid"), "hybrid")
 
@@ -497,7 +499,7 @@ def test_every_choice_comes_with_a_one_line_reason():
     d = c.next_gamma()
     assert d.gamma == 0 and d.reason.startswith("plain: opening round 1 of 1")
     c.update(d, RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=0.0, verify_ms=100.0, source="none"))
+                        draft_ms=0.0, verify_ms=100.0, source="plain"))
     d = c.next_gamma()
     g, speeds = d.gamma, d.speeds
     assert d.prediction == speeds[g]
@@ -548,7 +550,7 @@ def test_a_copy_from_the_context_is_priced_by_its_verify_alone():
     # again before long.
     tries = c.estimator.copy.tries.copy()
     c.update(Decision(0, copying=True), RoundStats(index=2, gamma=0, drafted=0, accepted=0, kind="target",
-                        committed=1, draft_ms=0.0, verify_ms=100.0, source="none"))
+                        committed=1, draft_ms=0.0, verify_ms=100.0, source="plain"))
     assert np.allclose(c.estimator.copy.tries, tries * c.constants.decay)
 
 

@@ -133,7 +133,7 @@ def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store,
     assert expected_acceptance(use, name) == pytest.approx(0.6)
     assert expected_acceptance(use, running_name(_args("--drafter", "lookup"), d, 28)) is None
     assert running_name(_args("--drafter", "early-exit"), None, 28) == "early-exit-21"
-    assert expected_acceptance(use, "none") is None
+    assert expected_acceptance(use, "plain") is None
 
 
 def test_record_json_is_readable(store):
@@ -178,3 +178,7 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     assert holder.load(ModelConfig(str(t2)), ModelConfig(str(d)), opts) is None
     assert holder.pair.default_drafter == "hybrid"
     assert "another version of the target" in holder.status.message
+
+
+def test_a_record_written_when_plain_decoding_was_called_none_still_reads():
+    assert Choice("none").drafter == "plain" and Choice("none").label == "plain decoding"

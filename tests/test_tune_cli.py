@@ -67,7 +67,7 @@ def test_table_and_choices():
     assert "cannot load" in next(ln for ln in lines if ln.startswith("early-exit-21"))
     assert "best for overall: draft-q4_0 1.40x" in lines
     assert "best for code: draft-q4_0 1.45x" in lines
-    assert any(ln.startswith("best for chat: none") for ln in lines)
+    assert any(ln.startswith("best for chat: plain") for ln in lines)
 
 
 def test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch):
@@ -81,7 +81,7 @@ def test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch
     rec = build_record(_results(), ["code", "chat"], key, tcfg, dcfg, _args(),
                        SamplingParams(temperature=0.7, top_p=0.9))
     assert rec.chosen.drafter == "draft" and rec.chosen.draft_quant == "q4_0"
-    assert rec.by_category["chat"].drafter == "none"
+    assert rec.by_category["chat"].drafter == "plain"
     assert rec.measured["draft-q4_0"]["acceptance_min"] == pytest.approx(0.75)
     assert rec.machine["device"] == "CPU" and rec.machine["threads"] == 2
     assert rec.sampling["temperature"] == 0.7 and rec.tandem_version
@@ -98,7 +98,7 @@ def test_pairs_lists_records(tmp_path, monkeypatch, capsys):
     assert main(["pairs"]) == 0
     out = capsys.readouterr().out
     assert "t.gguf / d.gguf" in out and "chosen draft q4_0 adaptive g=8: 1.40x" in out
-    assert "chat: none (plain decoding)" in out
+    assert "chat: plain decoding" in out
 
 
 def test_tune_refuses_bad_options(capsys):

@@ -66,7 +66,7 @@ def test_the_fastest_per_category_wins_and_nothing_slower_than_plain_is_picked()
     results = measure(host, _cands("q8_0", "q4_0", "lookup"), PROMPTS, SamplingParams(),
                       budget_s=1e6, now=host.now)
     assert choose(results, "code").candidate.name == "draft-q8_0"
-    # Every candidate loses on chat: plain decoding ("none") is the answer there.
+    # Every candidate loses on chat: plain decoding ("plain") is the answer there.
     assert choose(results, "chat") is None
     assert categories(results) == ["code", "chat"]
     rows = {r.candidate.name: r for r in table(results)}

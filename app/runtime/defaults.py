@@ -4,6 +4,7 @@ start from the same settings. What the engine falls back on when nobody says (th
 drafter, the draft's chain stop) is the engine's, and named here for the app."""
 from __future__ import annotations
 
+from engine.drafters.base import PLAIN, plain_alias
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
 from engine.policies import POLICIES
 from engine.sampling import SamplingParams
@@ -11,10 +12,11 @@ from loading.options import LoadOptions
 
 __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL", "PLAIN",
-           "POLICIES", "SAMPLING", "SPECULATION_OPTIONS"]
+           "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
 
-# The one word for no speculation wherever users choose it: the drafter of plain decoding.
-PLAIN = "none"
+# PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
+# a generation's mode and a token's origin (engine/drafters/base.py). The control policy that
+# runs the speculative path without drafting is "plain" too.
 # Drafters by the names users choose them by; `Pair` offers them under the same names.
 DRAFTERS = ("draft", PLAIN, "lookup", "hybrid", "early-exit")
 # Drafters that need the separate draft model loaded.

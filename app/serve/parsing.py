@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, integer, number, refuse_unknown
-from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY
+from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY, PLAIN,
+                                  plain_alias)
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
 from engine.policies import POLICIES
@@ -37,7 +38,7 @@ class GenerationRequest:
     prompt: str | tuple[dict, ...]
     config: GenerationConfig
     drafter: str
-    # None with drafter "none": plain decoding has no gamma policy.
+    # None with drafter "plain": plain decoding has no gamma policy.
     policy: str | None
     stream: bool
     include_usage: bool
@@ -146,20 +147,20 @@ def _prompt(value: Any) -> str:
 
 
 def _speculative(value: Any, drafters: Sequence[str], default_drafter: str) -> tuple[str, str | None, int]:
-    """(drafter, policy, gamma) from the `speculative` object; gamma 0 with drafter none."""
+    """(drafter, policy, gamma) from the `speculative` object; gamma 0 with drafter plain."""
     spec = {} if value is None else value
     if not isinstance(spec, dict):
         raise BadRequestError("speculative must be an object with drafter, policy and gamma",
                               param="speculative")
     refuse_unknown(spec, SPECULATIVE_FIELDS, prefix="speculative.")
-    drafter = default_drafter if spec.get("drafter") is None else spec["drafter"]
+    drafter = default_drafter if spec.get("drafter") is None else plain_alias(spec["drafter"])
     if drafter not in drafters:
         raise BadRequestError(f"speculative.drafter must be one of {', '.join(drafters)} with "
                               f"the loaded pair, got {drafter!r}", param="speculative.drafter")
-    if drafter == "none":
+    if drafter == PLAIN:
         for key in ("policy", "gamma"):
             if spec.get(key) is not None:
-                raise BadRequestError(f"speculative.{key} has no effect with drafter none "
+                raise BadRequestError(f"speculative.{key} has no effect with drafter {PLAIN} "
                                       "(plain decoding); drop it", param=f"speculative.{key}")
         return drafter, None, 0
     policy = DEFAULT_POLICY if spec.get("policy") is None else spec["policy"]

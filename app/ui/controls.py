@@ -62,7 +62,7 @@ class Settings:
 
 def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool = False) -> list[gr.components.Component]:
     """The settings widgets in `Settings.from_values` order. In the side-by-side tab the
-    baseline is always plain decoding, so it is not offered as the speculative drafter."""
+    plain run is always plain decoding, so it is not offered as the speculative drafter."""
     choices = [d for d in drafters if d != PLAIN] if compare else drafters
     default = default_drafter if default_drafter in choices else (choices[0] if choices else None)
     def eid(name: str) -> str:

@@ -25,6 +25,7 @@ from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
 from engine.policy import FixedGamma
+from engine.drafters.base import PLAIN
 from engine.sampling import SamplingParams
 
 QWEN_VOCAB = 151_936
@@ -38,7 +39,7 @@ MODES = {
                                                               top_p=0.95, min_p=0.05, seed=0),
 }
 # (label, drafter, gamma): plain decoding, then each drafter at a fixed gamma.
-PATHS = (("plain", "none", 0), ("draft model, γ 4", "draft", 4),
+PATHS = (("plain", PLAIN, 0), ("draft model, γ 4", "draft", 4),
          ("prompt lookup, γ 4", "lookup", 4), ("hybrid, γ 4", "hybrid", 4))
 
 

@@ -27,6 +27,16 @@ from engine.session import Session
 
 I32 = npt.NDArray[np.int32]
 
+# The drafter of plain decoding, by the one word users see for no speculation: in the drafter
+# choices, the statistics' mode and a token's origin. "none", the name it once had, is read as it.
+PLAIN = "plain"
+_OLD_PLAIN = "none"
+
+
+def plain_alias(name: str) -> str:
+    """A drafter's name as given, with the old name of plain decoding read as `PLAIN`."""
+    return PLAIN if name == _OLD_PLAIN else name
+
 # keep(own, sure): whether to draw the next draft token, given `own`, the draft's probability
 # of each token drawn so far this round, and `sure`, the largest probability in the next row.
 Keep = Callable[[Sequence[float], float], bool]

@@ -1,5 +1,5 @@
 """The decision: per category, the candidate with the best median speedup over plain decoding,
-if it drafted at all and its median clears plain by MIN_GAIN; otherwise "none" (plain decoding). Latency decides, not acceptance:
+if it drafted at all and its median clears plain by MIN_GAIN; otherwise "plain" (plain decoding). Latency decides, not acceptance:
 a draft that is right more often but costs more per token can lose.
 
 The table gives, per candidate: acceptance (accepted over drafted tokens, pooled), draft cost
