@@ -5,10 +5,12 @@ llama.cpp touches memory. A heavy draft on the CPU is loaded as its derived Q4_0
 `LoadOptions.draft_quant` says "off", and with a trimmed output vocabulary when
 `LoadOptions.draft_vocab` says "trim"; the early-exit drafter is derived from the target and
 added when the options ask for it. Every model is loaded by `loader`, llama.cpp's by default
-(tests pass fakes); a backend already loaded is closed again when a later step fails.
+(tests pass fakes); a backend already loaded is closed again when a later step fails (an
+`ExitStack` holds each until the pair owns it).
 """
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -96,33 +98,35 @@ def load_pair(target: ModelConfig, draft: ModelConfig | None,
             draft = replace(draft, path=str(derive_quantized(draft.path, kind, quantizer)))
         if options.draft_vocab == "trim":
             trimmed = replace(draft, path=str(derive_trimmed(draft.path)))
-    target_backend = load(target)
-    try:
+    with ExitStack() as owned:
+        target_backend = load(target)
+        owned.callback(target_backend.close)
         draft_backend = None
         if trimmed is not None:
-            inner = load(trimmed)
-            try:
-                draft_backend = load_trimmed(draft.path, trimmed.path, inner)
-            except Exception:
-                inner.close()
-                raise
+            draft_backend = _load_trimmed(draft.path, trimmed, load)
         elif draft is not None:
             draft_backend = load(draft)
-    except Exception:
-        target_backend.close()
-        raise
-    try:
+        if draft_backend is not None:
+            owned.callback(draft_backend.close)
         pair = Pair(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
                     chain_min=chain_min,
                     draft_path=(trimmed or draft).path if draft is not None else None)
         if options.wants_early_exit:
             add_early_exit(pair, target, options.early_exit_layers, load)
-    except Exception:
-        target_backend.close()
-        if draft_backend is not None:
-            draft_backend.close()
-        raise
+        # Loaded whole: the pair owns the backends now, and closes them with itself.
+        owned.pop_all()
     return pair
+
+
+def _load_trimmed(source: str, trimmed: ModelConfig, load: Loader) -> Backend:
+    """The draft with a trimmed vocabulary: its derived head, read through the source's
+    tokenizer and embeddings (loading/derived/embeddings.py), which then owns the head."""
+    with ExitStack() as owned:
+        inner = load(trimmed)
+        owned.callback(inner.close)
+        backend = load_trimmed(source, trimmed.path, inner)
+        owned.pop_all()
+    return backend
 
 
 def add_early_exit(pair: Pair, target: ModelConfig, layers: int | None = None,
