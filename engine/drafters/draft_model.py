@@ -28,6 +28,9 @@ from engine.session import Session
 
 
 class DraftModelDrafter(Drafter):
+    # Always a model: the base class's optional session is this drafter's own.
+    session: Session
+
     def __init__(self, backend: Backend, p_min: float = 0.0, chain_min: float = 0.0) -> None:
         if not (0.0 <= p_min < 1.0) or not (0.0 <= chain_min < 1.0):
             raise SettingsError(f"draft p-min and chain-min must be in [0, 1), got {p_min}, "
