@@ -15,14 +15,14 @@ from app.reports.machine import command_line, machine_line, run_context
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
-from engine.benchmark import overhead
-from engine.benchmark.aggregate import summarize
-from engine.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
-from engine.benchmark.suite import DEFAULT_SUITE, load_suite
+from engine.tools.benchmark import overhead
+from engine.tools.benchmark.aggregate import summarize
+from engine.tools.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
+from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
-from loading.pair import load_pair
+from loading.load import load_pair
 
 # Short first lines ("Dog\n", "Elephant\n") keep samples cheap; the first animal varies a lot.
 EXACTNESS_PROMPT = "Write a list of five animals, one per line."
@@ -219,7 +219,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_exactness(args: argparse.Namespace) -> int:
     # SciPy's statistics take over 1 s to import: only the command that tests pays for them.
     from app.reports import exactness_report
-    from engine.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
+    from engine.tools.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
 
     pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"], args.drafter)
     draft_words = _draft_words(pair, dcfg)

@@ -8,7 +8,7 @@ import sys
 
 from app.bench_cli import register as register_bench
 from app.calibrate_cli import register as register_calibrate
-from app.pairing_use import apply, expected_acceptance, lookup, running_name, stale_line
+from app.runtime.tuned import apply, expected_acceptance, lookup, running_name, stale_line
 from app.serve_cli import register as register_serve
 from app.runtime.defaults import PLAIN
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
@@ -20,7 +20,7 @@ from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
-from loading.pair import load_pair
+from loading.load import load_pair
 from models.cli import register as register_models
 from models.gguf_info import read_info
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 
-from app.pairing_use import apply, lookup
+from app.runtime.tuned import apply, lookup
 from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
 from engine.errors import SettingsError
-from loading.pair import load_pair
+from loading.load import load_pair
 
 DEFAULT_MAX_QUEUE = 8
 

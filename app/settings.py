@@ -54,7 +54,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-rpc", metavar="HOST:PORT[,...]", default=None,
                    help="RPC workers for the draft (other workers than --rpc's)")
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
-    # Speculation options default to None, "not given" (app/pairing_use.py), and resolve to
+    # Speculation options default to None, "not given" (app/runtime/tuned.py), and resolve to
     # the defaults of app/runtime/defaults.py where they are used.
     g.add_argument("--draft-quant", choices=QUANT_CHOICES, default=None,
                    help="load the draft requantized to Q4_0, derived once and kept in the store: "

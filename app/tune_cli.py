@@ -1,6 +1,6 @@
 """`tandem tune` and `tandem pairs`: measure the candidate drafters on the user's prompts and
 machine, print the table, and keep the decision as a pairing record in the model store
-(models/pairing.py); list the records."""
+(models/tuned.py); list the records."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from app.runtime.defaults import PLAIN
-from engine.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
+from engine.tools.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
 from engine.errors import SettingsError
 
 # Tokens per tuning run: long enough for the adaptive controller to settle, short enough for a
@@ -64,7 +64,7 @@ def tune_prompts(args: argparse.Namespace) -> list[SuitePrompt]:
 
 
 def _choice(row):
-    from models.pairing import Choice
+    from models.tuned import Choice
     c = row.candidate
     return Choice(drafter=c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
                   early_exit_layers=c.early_exit_layers, policy=c.policy, gamma=c.gamma,
@@ -73,12 +73,12 @@ def _choice(row):
 
 
 def _plain(n: int):
-    from models.pairing import Choice
+    from models.tuned import Choice
     return Choice(PLAIN, policy="plain", gamma=0, n_prompts=n)
 
 
 def table_lines(results, cats: list[str]) -> list[str]:
-    from engine.tuning.decide import OVERALL, choose, table
+    from engine.tools.tuning.decide import OVERALL, choose, table
     lines = [f"{'candidate':<22}{'prompts':>8}{'accept':>8}{'draft cost':>11}"
              f"{'speedup':>9}{'p10':>7}  note"]
     for r in table(results):
@@ -100,8 +100,8 @@ def table_lines(results, cats: list[str]) -> list[str]:
 
 def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
     from engine.llama_backend import default_threads
-    from engine.tuning.decide import OVERALL, choose, row
-    from models.pairing import PairingRecord
+    from engine.tools.tuning.decide import OVERALL, choose, row
+    from models.tuned import PairingRecord
     from app.reports.machine import _cpu_model
     total = sum(len(r.runs) for r in results)
 
@@ -136,15 +136,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.settings import draft_stops, generation_config, model_configs
-    from engine.tuning.candidates import default_candidates
-    from engine.tuning.decide import categories
+    from engine.tools.tuning.candidates import default_candidates
+    from engine.tools.tuning.decide import categories
     from loading.options import LoadOptions
-    from loading.pair import load_pair
+    from loading.load import load_pair
     from loading.tuning_host import PairHost
-    from engine.tuning.measure import measure
+    from engine.tools.tuning.measure import measure
     from models.gguf_info import read_info
-    from app.pairing_use import key_for
-    from models.pairing import save
+    from app.runtime.tuned import key_for
+    from models.tuned import save
 
     if args.budget_minutes <= 0:
         raise SettingsError(f"--budget-minutes must be positive, got {args.budget_minutes}")
@@ -192,7 +192,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_pairs(args: argparse.Namespace) -> int:
-    from models.pairing import all_records
+    from models.tuned import all_records
     records = all_records()
     if not records:
         print("no pairing records; run `tandem tune`")

@@ -14,7 +14,7 @@ from engine.drafters.base import PLAIN, Drafter
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent
 from engine.limits import check_prompt_fits
-from engine.policy import FixedGamma, GammaPolicy
+from engine.control.policy import FixedGamma, GammaPolicy
 from engine.round import NoDrafter, Rounds, VerifyRule, run_round
 from engine.sampling import Rng, SamplingParams
 from engine.session import Session

@@ -208,7 +208,7 @@ class LlamaBackend:
 
     def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32:
         """As `decode`, with input embeddings `[n, n_embd]` in place of token ids (a draft whose
-        vocabulary was trimmed embeds tokens it no longer has; engine/drafters/trimmed.py)."""
+        vocabulary was trimmed embeds tokens it no longer has; engine/trimmed_backend.py)."""
         embd = np.ascontiguousarray(embd, dtype=np.float32)
         if embd.ndim != 2 or embd.shape[1] != self.n_embd:
             raise SettingsError(f"embeddings must be [n, {self.n_embd}], got {embd.shape}")

@@ -1,12 +1,12 @@
 """A loaded target (and optional draft) with the generation entry point used by CLI and UI.
 
-The pair is built from backends already loaded (loading/pair.py checks the files and loads
+The pair is built from backends already loaded (loading/load.py checks the files and loads
 them; tests pass fakes). llama.cpp contexts are not thread-safe, so a lock serialises
 generations: a second caller waits its turn instead of corrupting the KV caches.
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
 when a draft is loaded, "lookup" always, "early-exit" once the loading step added the target's
-first k layers (loading.pair.add_early_exit). The default is hybrid when a draft is loaded
+first k layers (loading.load.add_early_exit). The default is hybrid when a draft is loaded
 (plain decoding otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
 slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
 (docs/BENCHMARKS.md). Without an explicit policy a generation uses the adaptive controller,
@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
-from engine.costs import Calibration, calibrate
+from engine.control.costs import Calibration, calibrate
 from engine.drafters.base import PLAIN, Drafter, plain_alias
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
@@ -29,8 +29,8 @@ from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
 from engine.limits import check_prompt_fits
-from engine.policies import make_policy
-from engine.policy import GammaPolicy
+from engine.control.registry import make_policy
+from engine.control.policy import GammaPolicy
 from engine.session import Session
 from engine.widths import padded_width
 
@@ -53,7 +53,7 @@ DEFAULT_DRAFTER = "hybrid"
 def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[list[int], int]:
     """The calibration's context and widest batch for a context of `n_ctx`: all of both when
     they fit, else half the context (at least one token) and the widths the rest holds. The
-    controller extrapolates costs past the widths measured (engine/controller.py)."""
+    controller extrapolates costs past the widths measured (engine/control/controller.py)."""
     context = [int(t) for t in context]
     if len(context) + widths <= n_ctx:
         return context, widths

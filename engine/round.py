@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from engine.acceptance import Verdict, verify
 from engine.clock import Clock, wall_ms
 from engine.drafters.base import PLAIN, Drafter, Proposal, empty_proposal
-from engine.policy import Decision, GammaPolicy
+from engine.control.policy import Decision, GammaPolicy
 from engine.sampling import Rng, Rows, SamplingParams, top_probability
 from engine.session import Session
 from engine.stats import RoundStats

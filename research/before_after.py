@@ -32,7 +32,7 @@ def worker() -> None:
     # with Pair.load.
     try:
         from loading.options import LoadOptions
-        from loading.pair import load_pair
+        from loading.load import load_pair
     except ImportError:
         from engine.pair import LoadOptions, Pair
         load_pair = Pair.load

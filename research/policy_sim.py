@@ -38,11 +38,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backend import ModelConfig  # noqa: E402
-from engine.controller import AdaptiveController  # noqa: E402
+from engine.control.controller import AdaptiveController  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
-from engine.policy import FixedGamma, GammaPolicy  # noqa: E402
+from engine.control.policy import FixedGamma, GammaPolicy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.widths import padded_width  # noqa: E402
 
@@ -97,7 +97,7 @@ def _draft_columns(recs: list[dict], vocab: str) -> dict:
 
 
 def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -> None:
-    from engine.benchmark.suite import load_suite
+    from engine.tools.benchmark.suite import load_suite
     from engine.llama_backend import LlamaBackend
     from engine.pair import Pair
     from engine.sampling import top_probability

@@ -29,10 +29,10 @@ from engine.backend import ModelConfig  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
-from engine.policies import make_policy  # noqa: E402
+from engine.control.registry import make_policy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from loading.options import LoadOptions  # noqa: E402
-from loading.pair import load_pair  # noqa: E402
+from loading.load import load_pair  # noqa: E402
 from models import embedded  # noqa: E402
 from tests.rpc_lab import Lab, namespaces_allowed  # noqa: E402
 

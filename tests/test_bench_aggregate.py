@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from engine.benchmark.aggregate import (amdahl_rows, gamma_sweep, leviathan_rows, position_curves,
+from engine.tools.benchmark.aggregate import (amdahl_rows, gamma_sweep, leviathan_rows, position_curves,
                                         quantiles, sampling_label, speedup_rows, summarize)
-from engine.benchmark.records import RunRecord, pair_with
-from engine.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
+from engine.tools.benchmark.records import RunRecord, pair_with
+from engine.tools.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
 
 DEFAULTS = dict(order=0, prompt_id="p", category="math", role="baseline", config="baseline",
                 drafter="plain", policy="plain", gamma=0, temperature=0.0, top_k=0, top_p=1.0,

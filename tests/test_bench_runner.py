@@ -7,9 +7,9 @@ import json
 import pytest
 
 from app.reports import bench_files, bench_markdown, bench_plots
-from engine.benchmark.aggregate import summarize
-from engine.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
-from engine.benchmark.suite import load_suite
+from engine.tools.benchmark.aggregate import summarize
+from engine.tools.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
+from engine.tools.benchmark.suite import load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams

@@ -1,4 +1,4 @@
-"""The predicted ceiling (engine/ceiling.py) and `tandem calibrate`'s advice from it, and the
+"""The predicted ceiling (engine/tools/ceiling.py) and `tandem calibrate`'s advice from it, and the
 controller block a generation's stats carry (`--json`)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from app.calibrate_cli import suggestions
-from engine.ceiling import ceiling
-from engine.costs import Calibration
+from engine.tools.ceiling import ceiling
+from engine.control.costs import Calibration
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.sampling import SamplingParams

@@ -8,13 +8,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.controller import AdaptiveController, Calibration, calibrate
+from engine.control.controller import AdaptiveController, Calibration, calibrate
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.policies import make_policy
-from engine.policy import Decision, FixedGamma, GammaPolicy, HeuristicGamma
+from engine.control.registry import make_policy
+from engine.control.policy import Decision, FixedGamma, GammaPolicy, HeuristicGamma
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats

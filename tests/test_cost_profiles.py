@@ -19,7 +19,7 @@ import pytest
 
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.policy import FixedGamma, GammaPolicy
+from engine.control.policy import FixedGamma, GammaPolicy
 from engine.sampling import SamplingParams
 from tests.costed import CPU, GPU, PATTERNS, SLOW_DRAFT, Profile, Script, script, scripted_pair
 

@@ -18,14 +18,14 @@ from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.pair import Pair
-from engine.policies import make_policy
+from engine.control.registry import make_policy
 from engine.sampling import Rng, SamplingParams, probabilities
 from engine.session import Session
 from loading.derived.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
                                         derive_early_exit)
 from loading.derived.files import file_sha256
 from loading.options import LoadOptions
-from loading.pair import add_early_exit, load_pair
+from loading.load import add_early_exit, load_pair
 from models.gguf_info import read_info
 from tests import tinygguf
 from tests.fakes import FakeBackend

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engine.acceptance import speculative_verify
-from engine.controller import AdaptiveController
+from engine.control.controller import AdaptiveController
 from engine.dist import Dist
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
@@ -24,7 +24,7 @@ from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
+from engine.control.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
 from engine import sampling as engine_sampling
 from engine.sampling import Rng, SamplingParams, distribution, probabilities
 from engine.session import Session

@@ -9,17 +9,17 @@ import pytest
 
 from app.reports.exactness_report import console_lines, markdown, verdict
 from engine.acceptance import residual, verify
-from engine.controller import AdaptiveController
+from engine.control.controller import AdaptiveController
 from engine.dist import Dist
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
-from engine.exactness.biased import CalibratedBias, biased_verify
-from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
-from engine.exactness.draws import draw
-from engine.exactness.greedy import first_divergence
-from engine.policies import make_policy
+from engine.tools.exactness.biased import CalibratedBias, biased_verify
+from engine.tools.exactness.check import ExactnessPlan, run_exactness, total_ticks
+from engine.tools.exactness.draws import draw
+from engine.tools.exactness.greedy import first_divergence
+from engine.control.registry import make_policy
 from engine.sampling import Rng
 from engine.session import Session
 from tests.exact_law import TableFake

@@ -27,7 +27,7 @@ from engine.sampling import SamplingParams
 from loading.derived.files import file_sha256
 from loading.derived.quantized import derive_quantized
 from loading.options import LoadOptions
-from loading.pair import load_pair
+from loading.load import load_pair
 from models import embedded
 from tests import tinygguf
 from tests.fakes import FakeBackend

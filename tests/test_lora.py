@@ -10,7 +10,7 @@ import pytest
 
 from app.settings import lora_list
 from loading.adapters import adapter_for_layers, check_adapters, read_adapter
-from loading.pair import budget_settings
+from loading.load import budget_settings
 from engine.errors import IncompatiblePairError, ModelFileError, SettingsError
 from models.budget import estimate_pair, require_fits
 from engine.backend import ModelConfig

@@ -12,13 +12,13 @@ from app.cli import main
 from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
 from engine.events import DoneEvent
-from engine.exactness.greedy import check_near_tie
+from engine.tools.exactness.greedy import check_near_tie
 from engine.generator import GenerationConfig
-from engine.policies import make_policy
+from engine.control.registry import make_policy
 from loading.options import LoadOptions
-from loading.pair import load_pair
-from app.pairing_use import key_for
-from models.pairing import Choice, PairingRecord, save
+from loading.load import load_pair
+from app.runtime.tuned import key_for
+from models.tuned import Choice, PairingRecord, save
 from tests.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
                                 acceptance, write_lora)
 from tests.realmodels import embedded_pair, smollm2_135m

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from app.pairing_use import apply, expected_acceptance, lookup, running_name
+from app.runtime.tuned import apply, expected_acceptance, lookup, running_name
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
-from models import pairing
-from app.pairing_use import key_for
-from models.pairing import Choice, PairingRecord, all_records, find, save, stale_for
+from models import tuned
+from app.runtime.tuned import key_for
+from models.tuned import Choice, PairingRecord, all_records, find, save, stale_for
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_stale_records_are_those_of_the_same_draft_with_another_target_or_adapte
 
 def test_an_unreadable_record_is_skipped_in_listings_and_a_clear_error_when_needed(store):
     key = key_for(store["target"], store["draft"])
-    (pairing.pairs_dir() / f"{key.id}.json").write_text("{not json")
+    (tuned.pairs_dir() / f"{key.id}.json").write_text("{not json")
     assert all_records() == []
     with pytest.raises(ModelFileError, match="tandem tune"):
         find(key)
@@ -126,7 +126,7 @@ def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store,
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path, acceptance=0.7))
     use = lookup(t, d)
-    monkeypatch.setattr("app.pairing_use.resolve_quant", lambda choice, path, gpu:
+    monkeypatch.setattr("app.runtime.tuned.resolve_quant", lambda choice, path, gpu:
                         None if choice == "off" else "q4_0")
     name = running_name(_args("--drafter", "draft", "--draft-quant", "q4_0"), d, 28)
     assert name == "draft-q4_0"

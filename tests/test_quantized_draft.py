@@ -15,7 +15,7 @@ from engine.sampling import Rng, SamplingParams
 from loading.derived.files import file_sha256
 from loading.derived.quantized import bits_per_weight, derive_quantized, resolve
 from loading.options import LoadOptions
-from loading.pair import load_pair
+from loading.load import load_pair
 from tests import tinygguf
 from tests.fakes import FakeBackend
 

@@ -25,7 +25,7 @@ from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policies import POLICIES
+from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 from tests import tinygguf
 from tests.fakes import FakeBackend

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import doctest
 
-import engine.policy
+import engine.control.policy
 import engine.round
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.policy import Decision, FixedGamma
+from engine.control.policy import Decision, FixedGamma
 from engine.round import Rounds, run_round
 from engine.sampling import Rng, SamplingParams
 from engine.session import Session
@@ -17,7 +17,7 @@ PROMPT = [3, 14, 15, 9, 26]
 
 
 def test_the_docstring_examples_hold():
-    for module in (engine.round, engine.policy):
+    for module in (engine.round, engine.control.policy):
         assert doctest.testmod(module).failed == 0
 
 

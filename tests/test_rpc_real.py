@@ -15,9 +15,9 @@ from engine.backend import ModelConfig
 from engine.events import DoneEvent, TokenEvent
 from engine.generator import GenerationConfig, generate
 from engine.llama_backend import load
-from loading.pair import load_pair
+from loading.load import load_pair
 from engine.rpc import WorkerError
-from engine.exactness.greedy import check_near_tie
+from engine.tools.exactness.greedy import check_near_tie
 from engine.sampling import SamplingParams, probabilities
 from engine.session import Session
 from models.rpc_server import WorkerBuildError, find_rpc_server

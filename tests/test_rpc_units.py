@@ -14,7 +14,7 @@ from app.worker_cli import worker_command
 from engine.backend import ModelConfig
 from engine.errors import DoesNotFitError, SettingsError
 from loading.options import LoadOptions
-from loading.pair import check_files
+from loading.load import check_files
 from engine.rpc import (CMD_DEVICE_COUNT, CMD_GET_DEVICE_MEMORY, CMD_HELLO, CONN_CAPS_SIZE,
                         WorkerError, WorkerInfo, parse_endpoints, probe)
 from models import budget

@@ -8,13 +8,13 @@ import pytest
 from app.cli import main
 from app.tune_cli import build_record, interleave, table_lines, tune_prompts
 from engine.backend import ModelConfig
-from engine.benchmark.suite import SuitePrompt
+from engine.tools.benchmark.suite import SuitePrompt
 from engine.errors import SettingsError
 from engine.sampling import SamplingParams
-from engine.tuning.candidates import Candidate
-from engine.tuning.measure import CandidateResult, PairRun
-from app.pairing_use import key_for
-from models.pairing import find, save
+from engine.tools.tuning.candidates import Candidate
+from engine.tools.tuning.measure import CandidateResult, PairRun
+from app.runtime.tuned import key_for
+from models.tuned import find, save
 
 
 def _args(**kw) -> argparse.Namespace:

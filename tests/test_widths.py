@@ -6,12 +6,12 @@ from functools import partial
 
 import numpy as np
 
-from engine.controller import AdaptiveController
-from engine.policy import Decision
+from engine.control.controller import AdaptiveController
+from engine.control.policy import Decision
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig, generate
-from engine.policy import FixedGamma
+from engine.control.policy import FixedGamma
 from engine.sampling import Rng, SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats

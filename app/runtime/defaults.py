@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from engine.drafters.base import PLAIN, plain_alias
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
-from engine.policies import POLICIES
+from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 from loading.options import LoadOptions
 
@@ -36,7 +36,7 @@ LOOKUP_NGRAM = 3
 
 # What a load checks and derives when not given (LoadOptions' own defaults).
 LOAD = LoadOptions()
-# The options a pairing record chooses (app/pairing_use.py): any of them given on the command
+# The options a pairing record chooses (app/runtime/tuned.py): any of them given on the command
 # line keeps the record from applying. Their command-line defaults are None, "not given".
 SPECULATION_OPTIONS = ("drafter", "policy", "gamma", "draft_quant", "draft_vocab",
                        "early_exit_layers")

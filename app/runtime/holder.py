@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from app.pairing_use import PairingUse, for_load
+from app.runtime.tuned import PairingUse, for_load
 from app.runtime.queue import GenerationQueue
 from engine.backend import ModelConfig
 from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
-from loading.pair import Loader, load_pair
+from loading.load import Loader, load_pair
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
 
@@ -59,12 +59,12 @@ class PairHolder:
                  queue: GenerationQueue | None = None) -> None:
         self.queue = queue or GenerationQueue()
         self._pair = pair
-        # None: llama.cpp's (loading/pair.py); tests pass fakes.
+        # None: llama.cpp's (loading/load.py); tests pass fakes.
         self._loader = loader
         self._mutex = threading.Lock()
         self._thread: threading.Thread | None = None
         self._names = ("", "")
-        # The pairing record found at the last load (app/pairing_use.py).
+        # The pairing record found at the last load (app/runtime/tuned.py).
         self.pairing = PairingUse()
         self.status = LoadStatus()
         if pair is not None:

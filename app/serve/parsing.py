@@ -18,7 +18,7 @@ from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POL
                                   plain_alias)
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
-from engine.policies import POLICIES
+from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 
 COMMON_FIELDS = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from app.pairing_use import chosen_acceptance, stale_line
+from app.runtime.tuned import chosen_acceptance, stale_line
 from app.ui import controls, metrics
 from app.runtime.defaults import PLAIN
 from app.runtime.holder import PairHolder

@@ -14,8 +14,8 @@ from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POL
                                   POLICIES, SAMPLING)
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
-from engine.policies import make_policy
-from engine.policy import GammaPolicy
+from engine.control.registry import make_policy
+from engine.control.policy import GammaPolicy
 from engine.sampling import SamplingParams
 
 

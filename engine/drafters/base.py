@@ -9,7 +9,7 @@ What may decide whether drafted token x_i is put before the target (docs/EXACTNE
 committed text, x_0..x_{i-1}, and the draft's row q_i *before* x_i is drawn. Never x_i itself,
 nor anything drawn after it: a token kept or dropped on its own value no longer comes from q_i,
 and the p/q rule given q_i is then not exact. So every early stop is a stopping rule checked
-before the next draw, and `keep` (the policy's, engine/policy.py) is called with exactly that
+before the next draw, and `keep` (the policy's, engine/control/policy.py) is called with exactly that
 information: the draft's probabilities of the tokens already drawn and a statistic of the next
 row (its largest probability), before the token is drawn.
 """

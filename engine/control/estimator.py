@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.controller_constants import ControllerConstants
+from engine.control.constants import ControllerConstants
 
 
 class Counts:

@@ -6,14 +6,14 @@ decision, so nothing the policy holds changes between the two calls.
 `FixedGamma` is the plain policy, `HeuristicGamma` the transformers-style one, `NeverDraft` the
 control that keeps every round of the speculative path plain (what that path costs by itself, and
 the noise floor any policy is measured against); the adaptive controller is in
-`engine.controller`, and `engine.policies` makes either by name.
+`engine.control.controller`, and `engine.control.registry` makes either by name.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
-from engine.costs import Calibration
+from engine.control.costs import Calibration
 from engine.errors import SettingsError
 from engine.stats import ControllerReport, RoundStats
 

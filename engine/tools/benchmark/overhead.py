@@ -24,7 +24,7 @@ import numpy as np
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policy import FixedGamma
+from engine.control.policy import FixedGamma
 from engine.drafters.base import PLAIN
 from engine.sampling import SamplingParams
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from engine.benchmark.records import RunRecord, pair_with_median, record_from_stats
-from engine.benchmark.suite import SuitePrompt
+from engine.tools.benchmark.records import RunRecord, pair_with_median, record_from_stats
+from engine.tools.benchmark.suite import SuitePrompt
 from engine.drafters.base import PLAIN, plain_alias
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policies import POLICIES
+from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 
 

@@ -2,13 +2,13 @@
 go over plain decoding at each gamma, for the draft model and for prompt lookup (a copy costs no
 draft decode), what per-token acceptance each gamma needs just to break even, and how cheap a
 draft would have to be to pay at a typical acceptance. `tandem calibrate` and the models wizard
-format it; the numbers are the cost model's (engine/costs.py), with the draft kept in step.
+format it; the numbers are the cost model's (engine/control/costs.py), with the draft kept in step.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.costs import Calibration, CostModel, expected_tokens
+from engine.control.costs import Calibration, CostModel, expected_tokens
 from engine.drafters.base import PLAIN
 from engine.pair import Pair
 

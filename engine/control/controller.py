@@ -1,8 +1,8 @@
 """The adaptive controller: each round, the gamma (0 = plain decoding) that maximises expected
-committed tokens per second. Three parts: the cost model prices a round (engine/costs.py), the
-acceptance estimator predicts how many of its drafted tokens survive (engine/estimator.py), and
+committed tokens per second. Three parts: the cost model prices a round (engine/control/costs.py), the
+acceptance estimator predicts how many of its drafted tokens survive (engine/control/estimator.py), and
 this chooser compares the predicted speed of every gamma, decides, and says why in one line.
-Its constants are gathered in engine/controller_constants.py; docs/design/controller.md is the
+Its constants are gathered in engine/control/constants.py; docs/design/controller.md is the
 reference for the design and the measurements behind it.
 
 Gamma is the most a round may draft: `keep_drafting` stops the draft earlier when the next
@@ -16,11 +16,11 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.controller_constants import DEFAULTS, ControllerConstants
-from engine.costs import Calibration, CostModel, calibrate
+from engine.control.constants import DEFAULTS, ControllerConstants
+from engine.control.costs import Calibration, CostModel, calibrate
 from engine.errors import SettingsError
-from engine.estimator import AcceptanceEstimator
-from engine.policy import Decision, GammaPolicy
+from engine.control.estimator import AcceptanceEstimator
+from engine.control.policy import Decision, GammaPolicy
 from engine.stats import ControllerReport, RoundStats
 
 __all__ = ["AdaptiveController", "Calibration", "calibrate"]

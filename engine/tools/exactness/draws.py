@@ -16,7 +16,7 @@ from engine.drafters.base import Drafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.round import VerifyRule
-from engine.policy import GammaPolicy
+from engine.control.policy import GammaPolicy
 from engine.sampling import SamplingParams
 from engine.session import Session
 

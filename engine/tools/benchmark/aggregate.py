@@ -15,8 +15,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from engine.benchmark.records import RunRecord
-from engine.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
+from engine.tools.benchmark.records import RunRecord
+from engine.tools.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
 
 OVERALL = "overall"
 

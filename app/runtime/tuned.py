@@ -14,12 +14,12 @@ from app.runtime.defaults import (DEFAULT_DRAFTER, LOAD, NEEDS_DRAFT_MODEL, PLAI
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from engine.staleness import StaleDraftEvent
-from engine.tuning.candidates import Candidate
+from engine.tools.tuning.candidates import Candidate
 from loading.derived.early_exit import default_layers
 from loading.derived.files import file_sha256
 from loading.derived.quantized import resolve as resolve_quant
 from loading.options import LoadOptions
-from models.pairing import PairingRecord, PairKey, find, stale_for
+from models.tuned import PairingRecord, PairKey, find, stale_for
 
 
 @dataclass
@@ -112,7 +112,7 @@ def _measured(c) -> str:
 
 
 def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: int) -> str:
-    """The candidate name (engine/tuning/candidates.py) of the configuration about to run."""
+    """The candidate name (engine/tools/tuning/candidates.py) of the configuration about to run."""
     drafter = args.drafter or (DEFAULT_DRAFTER if dcfg is not None else PLAIN)
     vocab = args.draft_vocab or LOAD.draft_vocab
     if drafter in NEEDS_DRAFT_MODEL and dcfg is not None:
