@@ -1,36 +1,31 @@
-"""Loading a target (and optional draft) into the engine's Pair.
+"""Loading a target (and optional draft) into the engine's Pair: a plan, then its execution.
 
-Loading checks the files, the pair's tokenizer compatibility and the memory budget before
-llama.cpp touches memory. A heavy draft on the CPU is loaded as its derived Q4_0 copy unless
+`loading.plan.plan_load` reads each header once and checks the files, the pair's tokenizer
+compatibility and the memory budget before llama.cpp touches memory, and decides what to
+derive: a heavy draft on the CPU is loaded as its derived Q4_0 copy unless
 `LoadOptions.draft_quant` says "off", and with a trimmed output vocabulary when
-`LoadOptions.draft_vocab` says "trim"; the early-exit drafter is derived from the target and
-added when the options ask for it. Every model is loaded by `loader`, llama.cpp's by default
-(tests pass fakes); a backend already loaded is closed again when a later step fails (an
-`ExitStack` holds each until the pair owns it).
+`LoadOptions.draft_vocab` says "trim"; the early-exit drafter is derived from the target when
+the options ask for it. `execute` derives the files and loads the models, each by `loader`,
+llama.cpp's by default (tests pass fakes); a backend already loaded is closed again when a later
+step fails (an `ExitStack` holds each until the pair owns it).
 """
 from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import replace
-from pathlib import Path
 from typing import Callable
 
 from engine import llama_backend
 from engine.backend import Backend, ModelConfig
 from engine.drafters.early_exit import early_exit_drafter
-from engine.errors import SettingsError
-from engine.limits import check_ctx_trained
 from engine.pair import DEFAULT_CHAIN_MIN, Pair
-from loading.adapters import adapter_bytes, adapter_for_layers, check_adapters
-from engine.rpc import probe_all
+from loading.adapters import adapter_for_layers
 from loading.derived.early_exit import default_layers, derive_early_exit
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import Quantizer, derive_quantized
-from loading.derived.quantized import resolve as resolve_quant
 from loading.derived.vocab_trim import derive_trimmed
-from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
-from models.budget import require_fits
-from models.compat import require_compatible
+from loading.options import LoadOptions
+from loading.plan import LoadPlan, plan_load
 from models.gguf_info import read_info
 
 Loader = Callable[[ModelConfig], Backend]
@@ -50,53 +45,29 @@ def _loader(loader: Loader | None, progress: Progress | None = None) -> Loader:
     return load
 
 
-def check_files(target: ModelConfig, draft: ModelConfig | None, options: LoadOptions) -> None:
-    """The checks made before anything is loaded: each file's trained context, the pair's
-    compatibility and, unless the options skip them, the memory budget."""
-    info = read_info(target.path)
-    check_ctx_trained(target.n_ctx, info.n_ctx_train, Path(target.path).name)
-    if draft is not None:
-        dinfo = read_info(draft.path)
-        check_ctx_trained(draft.n_ctx, dinfo.n_ctx_train, Path(draft.path).name)
-        if options.check_compat:
-            require_compatible(target.path, draft.path)
-    if options.draft_vocab not in DRAFT_VOCAB_CHOICES:
-        raise SettingsError(f"unknown draft vocabulary {options.draft_vocab!r}; choose one "
-                            f"of {', '.join(DRAFT_VOCAB_CHOICES)}")
-    check_adapters(target.path, target.lora)
-    if draft is not None:
-        check_adapters(draft.path, draft.lora)
-    if options.check_budget:
-        # A target on RPC workers: each is probed (a one-line error naming one that does not
-        # answer) and its share of the layers checked against the memory it reports.
-        require_fits(target.path, draft.path if draft is not None else None,
-                     workers=probe_all(target.rpc), **budget_settings(target, draft))
-
-
-def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
-    """models.budget's keyword arguments for these configs' hardware settings."""
-    kw = {"n_ctx": target.n_ctx, "gpu_layers": target.n_gpu_layers, "n_ubatch": target.n_batch,
-          "adapter_bytes": (adapter_bytes(target.lora),
-                            adapter_bytes(draft.lora) if draft is not None else 0)}
-    if draft is not None:
-        kw |= {"draft_n_ctx": draft.n_ctx, "draft_gpu_layers": draft.n_gpu_layers}
-    return kw
-
-
 def load_pair(target: ModelConfig, draft: ModelConfig | None,
               options: LoadOptions = LoadOptions(), loader: Loader | None = None,
               p_min: float = 0.0, lookup_ngram: int = 3, quantizer: Quantizer | None = None,
               chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None) -> Pair:
-    """Check, derive and load the pair; `p_min`, `lookup_ngram` and `chain_min` go to Pair,
-    `quantizer` stands in for llama.cpp's when deriving a requantized draft."""
+    """Plan the load (check the files, decide the derivations), then execute it; `p_min`,
+    `lookup_ngram` and `chain_min` go to Pair, `quantizer` stands in for llama.cpp's when
+    deriving a requantized draft."""
+    return execute(plan_load(target, draft, options), loader, p_min=p_min,
+                   lookup_ngram=lookup_ngram, quantizer=quantizer, chain_min=chain_min,
+                   progress=progress)
+
+
+def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
+            lookup_ngram: int = 3, quantizer: Quantizer | None = None,
+            chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None) -> Pair:
+    """Derive the files `plan` asks for, load the models and build the Pair."""
     load = _loader(loader, progress)
-    check_files(target, draft, options)
-    trimmed = None
+    target, draft, trimmed = plan.target, plan.draft, None
     if draft is not None:
-        kind = resolve_quant(options.draft_quant, draft.path, draft.n_gpu_layers)
-        if kind is not None:
-            draft = replace(draft, path=str(derive_quantized(draft.path, kind, quantizer)))
-        if options.draft_vocab == "trim":
+        if plan.draft_quant is not None:
+            draft = replace(draft, path=str(derive_quantized(draft.path, plan.draft_quant,
+                                                             quantizer)))
+        if plan.trim_vocab:
             trimmed = replace(draft, path=str(derive_trimmed(draft.path)))
     with ExitStack() as owned:
         target_backend = load(target)
@@ -111,8 +82,8 @@ def load_pair(target: ModelConfig, draft: ModelConfig | None,
         pair = Pair(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
                     chain_min=chain_min,
                     draft_path=(trimmed or draft).path if draft is not None else None)
-        if options.wants_early_exit:
-            add_early_exit(pair, target, options.early_exit_layers, load)
+        if plan.early_exit_layers is not None:
+            add_early_exit(pair, target, plan.early_exit_layers, load)
         # Loaded whole: the pair owns the backends now, and closes them with itself.
         owned.pop_all()
     return pair

@@ -126,7 +126,8 @@ def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store,
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path, acceptance=0.7))
     use = lookup(t, d)
-    monkeypatch.setattr("app.runtime.tuned.resolve_quant", lambda choice, path, gpu:
+    monkeypatch.setattr("app.runtime.tuned.read_info", lambda path: path)
+    monkeypatch.setattr("app.runtime.tuned.resolve_quant", lambda choice, model, gpu:
                         None if choice == "off" else "q4_0")
     name = running_name(_args("--drafter", "draft", "--draft-quant", "q4_0"), d, 28)
     assert name == "draft-q4_0"

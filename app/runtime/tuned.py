@@ -19,6 +19,7 @@ from loading.derived.early_exit import default_layers
 from loading.derived.files import file_sha256
 from loading.derived.quantized import resolve as resolve_quant
 from loading.options import LoadOptions
+from models.gguf_info import read_info
 from models.tuned import PairingRecord, PairKey, find, stale_for
 
 
@@ -116,7 +117,7 @@ def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: in
     drafter = args.drafter or (DEFAULT_DRAFTER if dcfg is not None else PLAIN)
     vocab = args.draft_vocab or LOAD.draft_vocab
     if drafter in NEEDS_DRAFT_MODEL and dcfg is not None:
-        quant = resolve_quant(args.draft_quant or LOAD.draft_quant, dcfg.path,
+        quant = resolve_quant(args.draft_quant or LOAD.draft_quant, read_info(dcfg.path),
                               dcfg.n_gpu_layers) or "off"
         if drafter == "hybrid":
             # Tuning measures hybrid on the draft as given only.
