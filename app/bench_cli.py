@@ -12,17 +12,17 @@ from tqdm import tqdm
 
 from app.reports import bench_files, bench_markdown
 from app.reports.machine import command_line, machine_line, run_context
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
-from engine.benchmark import overhead
-from engine.benchmark.aggregate import summarize
-from engine.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
-from engine.benchmark.suite import DEFAULT_SUITE, load_suite
-from engine.controller import AdaptiveController
+from engine.tools.benchmark import overhead
+from engine.tools.benchmark.aggregate import summarize
+from engine.tools.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
+from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
-from loading.pair import load_pair
+from loading.load import load_pair
 
 # Short first lines ("Dog\n", "Elephant\n") keep samples cheap; the first animal varies a lot.
 EXACTNESS_PROMPT = "Write a list of five animals, one per line."
@@ -89,9 +89,9 @@ def _model_words(args: argparse.Namespace) -> list[str]:
                         ("--draft-lora-scale", args.draft_lora_scale)):
         if scale != 1.0:
             words += [flag, f"{scale:g}"]
-    if args.draft_quant != "auto":
+    if args.draft_quant is not None:
         words += ["--draft-quant", args.draft_quant]
-    if args.draft_vocab != "full":
+    if args.draft_vocab is not None:
         words += ["--draft-vocab", args.draft_vocab]
     for flag, value in draft_stops(args).items():
         words += [f"--draft-{flag.replace('_', '-')}", str(value)]
@@ -219,7 +219,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_exactness(args: argparse.Namespace) -> int:
     # SciPy's statistics take over 1 s to import: only the command that tests pays for them.
     from app.reports import exactness_report
-    from engine.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
+    from engine.tools.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
 
     pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"], args.drafter)
     draft_words = _draft_words(pair, dcfg)
@@ -229,11 +229,10 @@ def cmd_exactness(args: argparse.Namespace) -> int:
         name = args.drafter or pair.default_drafter
         drafter = pair.drafter(name)
         if drafter is None:
-            raise SettingsError("exactness needs a drafter; drop --drafter none or --draft none")
+            raise SettingsError("exactness needs a drafter; drop --drafter plain or --draft none")
         probe = pair.make_policy(args.policy, name, args.gamma)
         # Positions a fresh policy always decodes plainly cannot show a drafting bias.
-        first = args.first if args.first is not None else (
-            probe.opening_plain if isinstance(probe, AdaptiveController) else 0)
+        first = args.first if args.first is not None else probe.opening_plain
         plan = ExactnessPlan(samples=_pick(args, "samples", EXACT_FULL, EXACT_QUICK),
                              gamma=args.gamma, tokens=first + args.compare, first=first,
                              alpha=args.alpha, seed=args.seed, control_tv=args.control_tv,
@@ -258,7 +257,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
                 bar.update(1)
             with pair.lock:
                 # Batches padded as every speculative generation pads them (engine/widths.py).
-                widths = pair.pad_widths(name, args.gamma)
+                widths = pair.use_widths(name, args.gamma)
             report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts, tick=tick,
                                    policy=policy, widths=widths)
     finally:
@@ -316,7 +315,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--vocab", type=int, default=overhead.QWEN_VOCAB,
                    help="vocabulary size for --overhead (default Qwen2.5's 151,936)")
     b.add_argument("--overhead-paths", help="with --overhead: comma-separated paths to run "
-                   "(none, draft, lookup, hybrid, or a label; default all)")
+                   "(plain, draft, lookup, hybrid, or a label; default all)")
     add_draft_stop_args(b)
     add_model_args(b)
     b.set_defaults(func=cmd_bench)
@@ -327,10 +326,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--prompt", default=EXACTNESS_PROMPT, help="the controlled prompt (chat template)")
     e.add_argument("--drafter", default=None,
                    help="drafter checked (default: the pair's default, as generate and the app use)")
-    e.add_argument("--policy", choices=("fixed", "heuristic", "adaptive"), default="adaptive",
-                   help="gamma policy of the speculative samples (default adaptive, the default)")
-    e.add_argument("--gamma", type=int, default=8,
-                   help="the adaptive controller's maximum, or the fixed gamma (default 8)")
+    e.add_argument("--policy", choices=("fixed", "heuristic", "adaptive"), default=DEFAULT_POLICY,
+                   help=f"gamma policy of the speculative samples (default {DEFAULT_POLICY}, "
+                   "the default)")
+    e.add_argument("--gamma", type=int, default=DEFAULT_GAMMA[DEFAULT_POLICY],
+                   help="the adaptive controller's maximum, or the fixed gamma (default "
+                   f"{DEFAULT_GAMMA[DEFAULT_POLICY]})")
     e.add_argument("--first", type=int, default=None,
                    help="first position compared (default: after the policy's forced plain opening, 0 by default)")
     e.add_argument("--compare", type=int, default=4,

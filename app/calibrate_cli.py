@@ -1,7 +1,7 @@
 """`tandem calibrate`: load the pair, measure its decode costs on this machine (the calibration
 the adaptive controller starts from) and print them with the predicted ceiling of speculation per
 gamma, for the draft model and for prompt lookup; where the draft model cannot pay, say what
-might. The figures are the engine's (engine/ceiling.py); this module only formats them."""
+might. The figures are the engine's (engine/tools/ceiling.py); this module only formats them."""
 from __future__ import annotations
 
 import argparse
@@ -9,10 +9,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
-from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
-from loading.pair import load_pair
+from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
+from loading.load import load_pair
 
 
 def suggestions(c: Ceiling, has_draft: bool) -> list[str]:
@@ -99,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "speculation ceiling on this machine")
     add_model_args(c)
     add_draft_stop_args(c.add_argument_group("draft stops"))
-    c.add_argument("--gamma", type=int, default=8, help="largest gamma to predict (default 8)")
+    c.add_argument("--gamma", type=int, default=DEFAULT_GAMMA[DEFAULT_POLICY],
+                   help=f"largest gamma to predict (default {DEFAULT_GAMMA[DEFAULT_POLICY]})")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_calibrate)

@@ -8,17 +8,19 @@ import sys
 
 from app.bench_cli import register as register_bench
 from app.calibrate_cli import register as register_calibrate
-from app.pairing_use import apply, expected_acceptance, lookup, running_name, stale_line
+from app.runtime.tuned import apply, expected_acceptance, lookup, running_name, stale_line
 from app.serve_cli import register as register_serve
+from app.runtime.defaults import PLAIN
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
-                          drafter_name, generation_config, load_options, model_configs)
+                          drafter_name, generation_config, load_options, model_configs,
+                          policy_name)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
-from loading.pair import load_pair
+from loading.load import load_pair
 from models.cli import register as register_models
 from models.gguf_info import read_info
 
@@ -39,11 +41,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         # Refuse a prompt the context cannot hold before calibrating for it.
         pair.prompt_tokens(args.prompt, raw=args.raw)
-        policy = pair.make_policy(args.policy, drafter, config.gamma) if drafter != "none" else None
+        policy = (pair.make_policy(policy_name(args), drafter, config.gamma)
+                  if drafter != PLAIN else None)
         done = None
         stale = None
         events = pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy)
-        for ev in watch(events, expected if drafter != "none" else None):
+        for ev in watch(events, expected if drafter != PLAIN else None):
             if isinstance(ev, TokenEvent) and not args.json:
                 sys.stdout.write(ev.text)
                 sys.stdout.flush()
@@ -65,7 +68,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
               f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms"
               + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
-                 f", {s.drafter}/{args.policy} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
+                 f", {s.drafter}/{policy_name(args)} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
                  f" ({s.gammas.count(0)} plain rounds); {s.reason}"
                  if s.mode == "speculative" else ""), file=sys.stderr)
     return 0

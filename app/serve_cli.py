@@ -10,15 +10,15 @@ import argparse
 import os
 from pathlib import Path
 
-from app.pairing_use import apply, lookup
+from app.runtime.tuned import apply, lookup
 from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION, KEY_OPTION,
                               ORIGINS_ENV, ORIGINS_OPTION, Access, display_url, parse_hosts,
                               parse_origins)
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs)
 from engine.errors import SettingsError
-from loading.pair import load_pair
+from loading.load import load_pair
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -28,7 +28,7 @@ DEFAULT_MAX_QUEUE = 8
 def cmd_serve(args: argparse.Namespace) -> int:
     # FastAPI and uvicorn, and Gradio under app.ui, take about 2 s to import: only this command
     # pays for them, not `tandem --help` and the others.
-    from app.ui.state import PairHolder
+    from app.runtime.holder import PairHolder
 
     # Options are checked before anything loads.
     access = serve_access(args)

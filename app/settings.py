@@ -8,20 +8,16 @@ from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
-from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
-from engine.policies import POLICIES
+from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
+                                  DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, LOAD, LOOKUP_NGRAM,
+                                  NEEDS_DRAFT_MODEL, PLAIN, POLICIES, SAMPLING,
+                                  plain_alias)
 from engine.rpc import parse_endpoints
 from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from models import embedded, stores
 from models.cli import add_models_dir_arg
-
-DRAFTERS = ("draft", "none", "lookup", "hybrid", "early-exit")
-# Drafters that need the separate draft model loaded.
-NEEDS_DRAFT_MODEL = ("draft", "hybrid")
-# --gamma when not given: the fixed gamma, the heuristic's start, the adaptive maximum.
-DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8, "plain": 1}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -58,14 +54,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-rpc", metavar="HOST:PORT[,...]", default=None,
                    help="RPC workers for the draft (other workers than --rpc's)")
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
-    g.add_argument("--draft-quant", choices=QUANT_CHOICES, default="auto",
+    # Speculation options default to None, "not given" (app/runtime/tuned.py), and resolve to
+    # the defaults of app/runtime/defaults.py where they are used.
+    g.add_argument("--draft-quant", choices=QUANT_CHOICES, default=None,
                    help="load the draft requantized to Q4_0, derived once and kept in the store: "
                    "auto does it for a draft of more than 5.5 bits per weight on the CPU "
-                   "(default auto)")
-    g.add_argument("--draft-vocab", choices=DRAFT_VOCAB_CHOICES, default="full",
+                   f"(default {LOAD.draft_quant})")
+    g.add_argument("--draft-vocab", choices=DRAFT_VOCAB_CHOICES, default=None,
                    help="trim: load the draft with a trimmed output vocabulary (derived once and "
                    "kept in the store), cheaper per token on a CPU at some acceptance "
-                   "(default full)")
+                   f"(default {LOAD.draft_vocab})")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -73,26 +71,26 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gamma", type=int, default=None,
                    help="tokens drafted per round: fixed gamma, heuristic start, adaptive maximum "
                    f"(default {DEFAULT_GAMMA})")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--min-p", type=float, default=0.0)
-    g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--max-tokens", type=int, default=256)
+    g.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 is greedy")
+    g.add_argument("--top-k", type=int, default=SAMPLING.top_k)
+    g.add_argument("--top-p", type=float, default=SAMPLING.top_p)
+    g.add_argument("--min-p", type=float, default=SAMPLING.min_p)
+    g.add_argument("--seed", type=int, default=SAMPLING.seed)
+    g.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
 def add_speculation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculation")
-    g.add_argument("--drafter", choices=DRAFTERS, default=None,
+    g.add_argument("--drafter", choices=DRAFTERS, type=plain_alias, default=None,
                    help="who drafts: the draft model, prompt lookup, hybrid (lookup, else the "
-                   "draft model), early-exit (the target's first layers), or none "
-                   "(default: hybrid, or none with --draft none)")
-    g.add_argument("--policy", choices=POLICIES, default="adaptive",
-                   help="how many tokens to draft each round (default adaptive; 'plain' never "
-                   "drafts: a control for benchmarks)")
+                   f"draft model), early-exit (the target's first layers), or {PLAIN} "
+                   f"(default: {DEFAULT_DRAFTER}, or {PLAIN} with --draft none)")
+    g.add_argument("--policy", choices=POLICIES, default=None,
+                   help=f"how many tokens to draft each round (default {DEFAULT_POLICY}; "
+                   "'plain' never drafts: a control for benchmarks)")
     add_draft_stop_args(g)
-    g.add_argument("--lookup-ngram", type=int, default=3,
+    g.add_argument("--lookup-ngram", type=int, default=LOOKUP_NGRAM,
                    help="longest n-gram prompt lookup matches (down to 1; hybrid down to 2)")
     g.add_argument("--early-exit-layers", type=int, default=None,
                    help="target layers in the early-exit draft (default: three quarters)")
@@ -119,14 +117,20 @@ def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_e
     return LoadOptions(check_budget=not args.no_budget_check,
                        early_exit=early_exit or "early-exit" in drafters,
                        early_exit_layers=early_exit_layers,
-                       draft_quant=args.draft_quant, draft_vocab=args.draft_vocab)
+                       draft_quant=args.draft_quant or LOAD.draft_quant,
+                       draft_vocab=args.draft_vocab or LOAD.draft_vocab)
+
+
+def policy_name(args: argparse.Namespace) -> str:
+    """`tandem generate`'s gamma policy: --policy, else the default."""
+    return args.policy or DEFAULT_POLICY
 
 
 def drafter_name(args: argparse.Namespace) -> str:
     """`tandem generate`'s drafter: --drafter, else the default for the models given."""
     if args.drafter is not None:
         return args.drafter
-    return "none" if args.draft == "none" else DEFAULT_DRAFTER
+    return PLAIN if args.draft == "none" else DEFAULT_DRAFTER
 
 
 def model_configs(args: argparse.Namespace,
@@ -179,6 +183,6 @@ def rpc_workers(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, .
 def generation_config(args: argparse.Namespace) -> GenerationConfig:
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             min_p=args.min_p, seed=args.seed)
-    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[args.policy]
+    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[policy_name(args)]
     return GenerationConfig(params=params, gamma=gamma, max_tokens=args.max_tokens,
                             stop=tuple(args.stop))

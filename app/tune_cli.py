@@ -1,6 +1,6 @@
 """`tandem tune` and `tandem pairs`: measure the candidate drafters on the user's prompts and
 machine, print the table, and keep the decision as a pairing record in the model store
-(models/pairing.py); list the records."""
+(models/tuned.py); list the records."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
+from app.runtime.defaults import PLAIN
+from engine.tools.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
 from engine.errors import SettingsError
 
 # Tokens per tuning run: long enough for the adaptive controller to settle, short enough for a
@@ -63,7 +64,7 @@ def tune_prompts(args: argparse.Namespace) -> list[SuitePrompt]:
 
 
 def _choice(row):
-    from models.pairing import Choice
+    from models.tuned import Choice
     c = row.candidate
     return Choice(drafter=c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
                   early_exit_layers=c.early_exit_layers, policy=c.policy, gamma=c.gamma,
@@ -72,12 +73,12 @@ def _choice(row):
 
 
 def _plain(n: int):
-    from models.pairing import Choice
-    return Choice("none", policy="plain", gamma=0, n_prompts=n)
+    from models.tuned import Choice
+    return Choice(PLAIN, policy="plain", gamma=0, n_prompts=n)
 
 
 def table_lines(results, cats: list[str]) -> list[str]:
-    from engine.tuning.decide import OVERALL, choose, table
+    from engine.tools.tuning.decide import OVERALL, choose, table
     lines = [f"{'candidate':<22}{'prompts':>8}{'accept':>8}{'draft cost':>11}"
              f"{'speedup':>9}{'p10':>7}  note"]
     for r in table(results):
@@ -89,18 +90,18 @@ def table_lines(results, cats: list[str]) -> list[str]:
                          f"{r.speedup.median:>8.2f}x{r.speedup.p10:>7.2f}  {r.note}")
         else:
             lines.append(f"{r.candidate.name:<22}{0:>8}{'':>8}{'':>11}{'':>9}{'':>7}  {r.note}")
-    lines.append(f"{'none (plain)':<22}{'':>8}{'':>8}{'':>11}{1.0:>8.2f}x{1.0:>7.2f}  reference")
+    lines.append(f"{'plain':<22}{'':>8}{'':>8}{'':>11}{1.0:>8.2f}x{1.0:>7.2f}  reference")
     for cat in [OVERALL, *cats]:
         best = choose(results, cat)
         lines.append(f"best for {cat}: " + (f"{best.candidate.name} {best.speedup.median:.2f}x"
-                                            if best else "none (nothing beat plain decoding)"))
+                                            if best else "plain (nothing beat plain decoding)"))
     return lines
 
 
 def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
     from engine.llama_backend import default_threads
-    from engine.tuning.decide import OVERALL, choose, row
-    from models.pairing import PairingRecord
+    from engine.tools.tuning.decide import OVERALL, choose, row
+    from models.tuned import PairingRecord
     from app.reports.machine import _cpu_model
     total = sum(len(r.runs) for r in results)
 
@@ -135,15 +136,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.settings import draft_stops, generation_config, model_configs
-    from engine.tuning.candidates import default_candidates
-    from engine.tuning.decide import categories
+    from engine.tools.tuning.candidates import default_candidates
+    from engine.tools.tuning.decide import categories
     from loading.options import LoadOptions
-    from loading.pair import load_pair
+    from loading.load import load_pair
     from loading.tuning_host import PairHost
-    from engine.tuning.measure import measure
+    from engine.tools.tuning.measure import measure
     from models.gguf_info import read_info
-    from app.pairing_use import key_for
-    from models.pairing import save
+    from app.runtime.tuned import key_for
+    from models.tuned import save
 
     if args.budget_minutes <= 0:
         raise SettingsError(f"--budget-minutes must be positive, got {args.budget_minutes}")
@@ -191,7 +192,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_pairs(args: argparse.Namespace) -> int:
-    from models.pairing import all_records
+    from models.tuned import all_records
     records = all_records()
     if not records:
         print("no pairing records; run `tandem tune`")
@@ -201,17 +202,18 @@ def cmd_pairs(args: argparse.Namespace) -> int:
         draft = Path(r.draft).name if r.draft else "(no draft)"
         print(f"{r.key.id}  {r.date}  {Path(r.target).name}{adapter} / {draft}")
         c = r.chosen
-        result = ("no candidate beat it" if c.drafter == "none" else
+        result = ("no candidate beat it" if c.drafter == PLAIN else
                   f"{c.speedup_median:.2f}x (p10 {c.speedup_p10:.2f}), acceptance {c.acceptance:.2f}")
         print(f"    chosen {c.label}: {result}; {r.machine.get('device', '?')} "
               f"{r.machine.get('threads', '?')} threads, Tandem {r.tandem_version}")
         for cat, c in r.by_category.items():
-            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != "none"
+            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != PLAIN
                                                else ""))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from app.runtime.defaults import DEFAULT_POLICY, LOOKUP_NGRAM
     from app.settings import add_draft_stop_args, add_model_args, add_sampling_args
 
     t = sub.add_parser("tune", help="measure drafters on your prompts and remember the fastest")
@@ -220,12 +222,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="suite categories to tune for (repeatable or comma separated)")
     t.add_argument("--budget-minutes", type=float, default=10.0,
                    help="time for all measurements (default 10)")
-    t.add_argument("--policy", choices=("adaptive", "fixed", "heuristic"), default="adaptive",
-                   help="gamma policy of every candidate (default adaptive)")
+    t.add_argument("--policy", choices=("adaptive", "fixed", "heuristic"), default=DEFAULT_POLICY,
+                   help=f"gamma policy of every candidate (default {DEFAULT_POLICY})")
     t.add_argument("--candidates", help="comma-separated candidate names to measure "
                    "(default all: draft, hybrid, draft-q8_0, draft-q4_k, draft-q4_0, "
                    "draft-vocab-trim, lookup, early-exit-K)")
-    t.add_argument("--lookup-ngram", type=int, default=3)
+    t.add_argument("--lookup-ngram", type=int, default=LOOKUP_NGRAM)
     add_draft_stop_args(t)
     add_model_args(t)
     add_sampling_args(t)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from app.serve.access import KEY_FILE_OPTION, KEY_OPTION, Access
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve_cli import (access_from_args, add_api_args, add_network_args, api_key,
                            checked_max_queue)
 from app.settings import add_model_args, load_options, model_configs
@@ -25,7 +25,7 @@ KEYED_PATHS = ("/v1",)
 def cmd_ui(args: argparse.Namespace) -> int:
     # Gradio (and FastAPI) take about 2 s to import: only this command pays for them, not
     # `tandem --help` and the others.
-    from app.ui.state import PairHolder
+    from app.runtime.holder import PairHolder
 
     access = ui_access(args)
     # The page's Models tab searches the --models-dir folders too.

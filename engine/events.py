@@ -2,7 +2,7 @@
 
 Origins of a committed token: "draft" (a drafted token the target accepted), "correction"
 (sampled by the target after a rejection), "bonus" (sampled by the target after every drafted
-token was accepted) and "target" (a plain decoding step: the baseline, or a round in which
+token was accepted) and "plain" (a plain decoding step: plain decoding, or a round in which
 the gamma policy drafted nothing).
 """
 from __future__ import annotations

@@ -4,6 +4,12 @@ Logits are requested per row of a batch (llama_batch.logits flags) and copied on
 rows; `logits_all` stays off, since a 151,936-token vocabulary times n_ctx floats would cost
 gigabytes. KV-cache truncation uses llama.cpp's memory API on sequence 0.
 
+Each llama.cpp resource has one small owner (`Owned`: `close()` frees it once, `with` closes
+it): the loaded model with its context (`LoadedModel`), a batch (`Batch`), a LoRA adapter
+(`Adapter`). A backend enters the ones it holds on an `ExitStack`, so closing it, or a failure
+half-way through building it, frees them in the reverse order of their making: adapters before
+the model they belong to.
+
 llama.cpp is kept quiet through its log callback, never by touching the process's streams
 (see `quiet_llama_cpp`).
 """
@@ -11,8 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import llama_cpp
 import numpy as np
@@ -64,6 +71,75 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+class Owned:
+    """One llama.cpp resource and its one owner: `close()` frees it, and is safe to call twice;
+    `with` closes it on the way out."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LoadedModel(Owned):
+    """A GGUF file loaded by llama-cpp-python (`Llama`, quiet): the model, its vocabulary and,
+    unless `vocab_only`, a context. The backend decodes through the raw pointers."""
+
+    def __init__(self, path: Path, what: str = "load", **params: Any) -> None:
+        try:
+            self.llm: llama_cpp.Llama | None = llama_cpp.Llama(model_path=str(path),
+                                                               verbose=False, **params)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelFileError(f"llama.cpp could not {what} {path.name}: {exc}") from None
+        self.model = self.llm._model.model
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab: int = self.llm.n_vocab()
+
+    @property
+    def loaded(self) -> llama_cpp.Llama:
+        if self.llm is None:
+            raise ModelFileError("the model was closed")
+        return self.llm
+
+    def close(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
+            self.llm = None
+
+
+class Batch(Owned):
+    """A llama_batch of up to `n_tokens` inputs: token ids, or embeddings of `n_embd` floats."""
+
+    def __init__(self, n_tokens: int, n_embd: int = 0) -> None:
+        self.batch: Any = llama_cpp.llama_batch_init(n_tokens, n_embd, 1)
+
+    def close(self) -> None:
+        if self.batch is not None:
+            llama_cpp.llama_batch_free(self.batch)
+            self.batch = None
+
+
+class Adapter(Owned):
+    """A GGUF LoRA adapter loaded into `model` (it belongs to the model: freed before it)."""
+
+    def __init__(self, model: LoadedModel, path: str | Path, owner: str) -> None:
+        # A failure is reported by the None returned.
+        self.adapter = llama_cpp.llama_adapter_lora_init(model.model, str(path).encode())
+        if self.adapter is None:
+            raise ModelFileError(f"llama.cpp could not apply the LoRA adapter "
+                                 f"{Path(path).name} to {owner} (is it a LoRA "
+                                 "adapter GGUF made for this model?)")
+
+    def close(self) -> None:
+        if self.adapter is not None:
+            llama_cpp.llama_adapter_lora_free(self.adapter)
+            self.adapter = None
+
+
 class LlamaBackend:
     def __init__(self, config: ModelConfig) -> None:
         path = Path(config.path)
@@ -75,56 +151,51 @@ class LlamaBackend:
             add_rpc_workers(config.rpc)
             # Every layer on the workers unless told otherwise (llama.cpp's -ngl).
             gpu_layers = gpu_layers or -1
-        try:
-            self.llm = llama_cpp.Llama(
-                model_path=str(path), n_ctx=config.n_ctx, n_batch=config.n_batch,
-                n_ubatch=config.n_batch, n_threads=threads, n_threads_batch=threads,
-                n_gpu_layers=gpu_layers, logits_all=False, verbose=False)
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise ModelFileError(f"llama.cpp could not load {path.name}: {exc}") from None
         self.name = config.name or path.name
         self.config = config
-        self.n_vocab: int = self.llm.n_vocab()
-        # llama.cpp pads a small context up (16 became 256); the context asked for is the limit
-        # the user set, so it is the one the engine keeps to.
-        self.n_ctx: int = min(config.n_ctx, self.llm.n_ctx())
-        self._ctx = self.llm._ctx.ctx
-        self._vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
-        self._mem = llama_cpp.llama_get_memory(self._ctx)
-        # llama.cpp clamps the batch to the context (llama-cpp-python to min(n_ctx, n_batch)):
-        # chunks sized from the config overran it and aborted the process in GGML_ASSERT.
-        self.n_batch: int = int(llama_cpp.llama_n_batch(self._ctx))
-        self._n_batch = self.n_batch
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self.n_embd: int = llama_cpp.llama_model_n_embd(self.llm._model.model)
-        # Allocated on first use: only a draft with a trimmed vocabulary decodes embeddings.
-        self._embd_batch = None
-        self._piece_cache: dict[int, bytes] = {}
-        self._adapters: list = []
-        if config.lora:
-            self._apply_adapters(config.lora)
+        # What this backend owns, freed in reverse order by `close` (or by a failed __init__).
+        self._owned = ExitStack()
+        with self._owned:
+            self._model = self._owned.enter_context(LoadedModel(
+                path, n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
+                n_threads=threads, n_threads_batch=threads, n_gpu_layers=gpu_layers,
+                logits_all=False))
+            llm = self._model.loaded
+            self.n_vocab: int = self._model.n_vocab
+            # llama.cpp pads a small context up (16 became 256); the context asked for is the
+            # limit the user set, so it is the one the engine keeps to.
+            self.n_ctx: int = min(config.n_ctx, llm.n_ctx())
+            self._ctx = llm._ctx.ctx
+            self._vocab = self._model.vocab
+            self._mem = llama_cpp.llama_get_memory(self._ctx)
+            # llama.cpp clamps the batch to the context (llama-cpp-python to
+            # min(n_ctx, n_batch)): chunks sized from the config overran it and aborted the
+            # process in GGML_ASSERT.
+            self.n_batch: int = int(llama_cpp.llama_n_batch(self._ctx))
+            self._n_batch = self.n_batch
+            self._batch = self._owned.enter_context(Batch(self._n_batch))
+            self.n_embd: int = llama_cpp.llama_model_n_embd(self._model.model)
+            # Allocated on first use: only a draft with a trimmed vocabulary decodes embeddings.
+            self._embd_batch: Batch | None = None
+            self._piece_cache: dict[int, bytes] = {}
+            if config.lora:
+                self._apply_adapters(config.lora)
+            # Built whole: from here on the resources are the backend's, freed by `close`.
+            self._owned = self._owned.pop_all()
 
     def _apply_adapters(self, lora: Sequence[tuple[str, float]]) -> None:
         """Load GGUF LoRA adapters into the model and set them on the context at their scales
         (llama.cpp adds scale * alpha / rank * B A to each adapted matrix at every decode)."""
-        for adapter_path, _ in lora:
-            # A failure is reported by the None returned.
-            adapter = llama_cpp.llama_adapter_lora_init(self.llm._model.model,
-                                                        str(adapter_path).encode())
-            if adapter is None:
-                self.close()
-                raise ModelFileError(f"llama.cpp could not apply the LoRA adapter "
-                                     f"{Path(adapter_path).name} to {self.name} (is it a LoRA "
-                                     "adapter GGUF made for this model?)")
-            self._adapters.append(adapter)
-        adapters = (llama_cpp.llama_adapter_lora_p_ctypes * len(lora))(*self._adapters)
+        owned = [self._owned.enter_context(Adapter(self._model, p, self.name)).adapter
+                 for p, _ in lora]
+        adapters = (llama_cpp.llama_adapter_lora_p_ctypes * len(lora))(*owned)
         scales = (ctypes.c_float * len(lora))(*[float(s) for _, s in lora])
-        if llama_cpp.llama_set_adapters_lora(self.llm._ctx.ctx, adapters, len(lora), scales):
-            self.close()
+        if llama_cpp.llama_set_adapters_lora(self._ctx, adapters, len(lora), scales):
             raise ModelFileError(f"llama.cpp could not set the LoRA adapters on {self.name}")
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_special, special=parse_special)
+        return self._model.loaded.tokenize(text.encode("utf-8"), add_bos=add_special,
+                                           special=parse_special)
 
     def token_bytes(self, token: int) -> bytes:
         piece = self._piece_cache.get(token)
@@ -142,27 +213,29 @@ class LlamaBackend:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def metadata(self) -> dict[str, str]:
-        return dict(self.llm.metadata)
+        return dict(self._model.loaded.metadata)
 
     def chat_prompt(self, messages: Sequence[dict]) -> str:
-        template = self.llm.metadata.get("tokenizer.chat_template")
+        llm = self._model.loaded
+        template = llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ModelFileError(f"{self.name} has no chat template; use raw mode (--raw)")
-        model = self.llm._model
+        model = llm._model
 
         def text_of(tok: int) -> str:
             return model.token_get_text(tok) if tok >= 0 else ""
 
         fmt = Jinja2ChatFormatter(template=template, eos_token=text_of(model.token_eos()),
                                   bos_token=text_of(model.token_bos()))
-        return fmt(messages=list(messages)).prompt
+        # Plain dicts, which llama-cpp-python types as its message TypedDicts.
+        return fmt(messages=cast("list[Any]", list(messages))).prompt
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
         bad = [int(t) for t in tokens if not 0 <= int(t) < self.n_vocab]
         if bad:
             raise SettingsError(f"token id {bad[0]} is outside the vocabulary of {self.name} "
                                 f"({self.n_vocab} tokens)")
-        b = self._batch
+        b = self._batch.batch
 
         def fill(start: int, n: int) -> None:
             for j in range(n):
@@ -172,13 +245,13 @@ class LlamaBackend:
 
     def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32:
         """As `decode`, with input embeddings `[n, n_embd]` in place of token ids (a draft whose
-        vocabulary was trimmed embeds tokens it no longer has; engine/drafters/trimmed.py)."""
+        vocabulary was trimmed embeds tokens it no longer has; engine/trimmed_backend.py)."""
         embd = np.ascontiguousarray(embd, dtype=np.float32)
         if embd.ndim != 2 or embd.shape[1] != self.n_embd:
             raise SettingsError(f"embeddings must be [n, {self.n_embd}], got {embd.shape}")
         if self._embd_batch is None:
-            self._embd_batch = llama_cpp.llama_batch_init(self._n_batch, self.n_embd, 1)
-        b = self._embd_batch
+            self._embd_batch = self._owned.enter_context(Batch(self._n_batch, self.n_embd))
+        b = self._embd_batch.batch
         base = ctypes.addressof(b.embd.contents)
 
         def fill(start: int, n: int) -> None:
@@ -225,40 +298,31 @@ class LlamaBackend:
         llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
 
     def close(self) -> None:
-        # Safe to call twice: each freed resource is set to None.
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self._embd_batch is not None:
-            llama_cpp.llama_batch_free(self._embd_batch)
-            self._embd_batch = None
-        # Adapters belong to the model: freed before it, as llama-cpp-python frees its own.
-        for adapter in self._adapters:
-            llama_cpp.llama_adapter_lora_free(adapter)
-        self._adapters = []
-        if self.llm is not None:
-            self.llm.close()
-            self.llm = None
+        # Safe to call twice: the stack is empty once it has run. Adapters, then batches, then
+        # the model, the reverse of their making.
+        self._owned.close()
+
+    def __enter__(self) -> LlamaBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-class Vocabulary:
+class Vocabulary(Owned):
     """A model file's tokenizer alone (llama.cpp's vocab-only load: no weights, no context)."""
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
         if not path.is_file():
             raise ModelFileError(f"model file not found: {path}")
-        try:
-            self.llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise ModelFileError(f"llama.cpp could not read the vocabulary of {path.name}: "
-                                 f"{exc}") from None
-        self._vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
-        self.n_vocab: int = self.llm.n_vocab()
+        self._model = LoadedModel(path, what="read the vocabulary of", vocab_only=True)
+        self._vocab = self._model.vocab
+        self.n_vocab: int = self._model.n_vocab
 
     def tokenize(self, data: bytes) -> list[int]:
         """Plain text to ids: no BOS, special-token text left as text."""
-        return self.llm.tokenize(data, add_bos=False, special=False)
+        return self._model.loaded.tokenize(data, add_bos=False, special=False)
 
     def piece(self, token: int) -> bytes:
         buf = ctypes.create_string_buffer(64)
@@ -275,9 +339,7 @@ class Vocabulary:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
-        if self.llm is not None:
-            self.llm.close()
-            self.llm = None
+        self._model.close()
 
 
 # llama.cpp's file types for the quantizations Tandem derives.

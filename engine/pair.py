@@ -1,12 +1,12 @@
 """A loaded target (and optional draft) with the generation entry point used by CLI and UI.
 
-The pair is built from backends already loaded (loading/pair.py checks the files and loads
+The pair is built from backends already loaded (loading/load.py checks the files and loads
 them; tests pass fakes). llama.cpp contexts are not thread-safe, so a lock serialises
 generations: a second caller waits its turn instead of corrupting the KV caches.
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
 when a draft is loaded, "lookup" always, "early-exit" once the loading step added the target's
-first k layers (loading.pair.add_early_exit). The default is hybrid when a draft is loaded
+first k layers (loading.load.add_early_exit). The default is hybrid when a draft is loaded
 (plain decoding otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
 slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
 (docs/BENCHMARKS.md). Without an explicit policy a generation uses the adaptive controller,
@@ -20,9 +20,8 @@ from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
-from engine.controller import AdaptiveController
-from engine.costs import Calibration, calibrate
-from engine.drafters.base import Drafter
+from engine.control.costs import Calibration, calibrate
+from engine.drafters.base import PLAIN, Drafter, plain_alias
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
@@ -30,8 +29,8 @@ from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
 from engine.limits import check_prompt_fits
-from engine.policies import make_policy
-from engine.policy import GammaPolicy
+from engine.control.registry import make_policy
+from engine.control.policy import GammaPolicy
 from engine.session import Session
 from engine.widths import padded_width
 
@@ -54,7 +53,7 @@ DEFAULT_DRAFTER = "hybrid"
 def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[list[int], int]:
     """The calibration's context and widest batch for a context of `n_ctx`: all of both when
     they fit, else half the context (at least one token) and the widths the rest holds. The
-    controller extrapolates costs past the widths measured (engine/controller.py)."""
+    controller extrapolates costs past the widths measured (engine/control/controller.py)."""
     context = [int(t) for t in context]
     if len(context) + widths <= n_ctx:
         return context, widths
@@ -96,14 +95,14 @@ class Pair:
 
     @property
     def drafters(self) -> list[str]:
-        return ["none", *self._drafters]
+        return [PLAIN, *self._drafters]
 
     @property
     def default_drafter(self) -> str:
         # A drafter chosen for this pair (a pairing record, `tandem tune`) comes first.
         if self.preferred_drafter in self.drafters:
             return self.preferred_drafter
-        return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else "none"
+        return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else PLAIN
 
     def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
         """Offer `drafter` as `name`, replacing any drafter of that name. `backend` is a model
@@ -127,11 +126,19 @@ class Pair:
             self._calibrations.pop(name, None)
 
     def drafter(self, name: str) -> Drafter | None:
-        if name == "none":
+        name = plain_alias(name)
+        if name == PLAIN:
             return None
         if name not in self._drafters:
             raise SettingsError(f"unknown drafter {name!r}; available: {', '.join(self.drafters)}")
         return self._drafters[name]
+
+    def _speculating(self, name: str) -> Drafter:
+        """Drafter `name`, refused for plain decoding (which has no costs to measure)."""
+        chosen = self.drafter(name)
+        if chosen is None:
+            raise SettingsError("plain decoding drafts nothing to calibrate")
+        return chosen
 
     def tokens_for(self, prompt: Prompt, raw: bool = False) -> list[int]:
         backend = self.target.backend
@@ -170,9 +177,8 @@ class Pair:
         cached = self._calibrations.get(drafter)
         if cached is not None and len(cached.verify_ms) >= max_gamma + 1:
             return cached
-        chosen = self.drafter(drafter)
-        model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
-        session = model.session
+        chosen = self._speculating(drafter)
+        session = chosen.session
         context, widths = calibration_plan(self.tokens_for(CALIBRATION_TEXT, raw=True),
                                            max_gamma + 1, self.n_ctx)
         if cached is not None and len(cached.verify_ms) >= widths:
@@ -182,11 +188,9 @@ class Pair:
             # over (the next generation re-decodes its prompt, nothing else changes).
             if s is not None and s.n_past + widths + (0 if s.n_past else len(context)) > s.backend.n_ctx:
                 s.rollback(0)
-        copy = (chosen.lookup.name if isinstance(chosen, HybridDrafter)
-                else chosen.name if isinstance(chosen, PromptLookupDrafter) else None)
         result = calibrate(self.target, session, widths - 1, context,
-                           model_source=model.name, clock=self.clock,
-                           copy_source=copy)
+                           model_name=chosen.model_name, clock=self.clock,
+                           copy_name=chosen.copy_name)
         self._calibrations[drafter] = result
         return result
 
@@ -195,10 +199,16 @@ class Pair:
         """A fresh policy by name; the adaptive one gets this pair's calibration for `drafter`,
         and `opening` plain opening tokens when given."""
         policy = make_policy(name, gamma, opening=opening)
-        if isinstance(policy, AdaptiveController) and drafter != "none":
+        if plain_alias(drafter) != PLAIN:
             with self.lock:
-                policy.use_calibration(self.calibration(drafter, gamma))
+                self._calibrate(policy, drafter)
         return policy
+
+    def _calibrate(self, policy: GammaPolicy, drafter: str) -> None:
+        """Hand `policy` the calibration it asks for, if any. Call with the lock held."""
+        need = policy.calibration_need()
+        if need is not None:
+            policy.use_calibration(self.calibration(drafter, need))
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str | None = None,
                  raw: bool = False, policy: GammaPolicy | None = None) -> Iterator[Event]:
@@ -215,20 +225,17 @@ class Pair:
             if chosen is not None and config.gamma > 0:
                 if policy is None:
                     policy = make_policy("adaptive", config.gamma)
-                if isinstance(policy, AdaptiveController) and not policy.calibrated:
-                    policy.use_calibration(self.calibration(drafter, policy.max_gamma))
-                widths = self.pad_widths(drafter, config.gamma)
+                self._calibrate(policy, drafter)
+                widths = self.use_widths(drafter, config.gamma)
             yield from generate(self.target, chosen, tokens, config, policy, widths=widths,
                                 clock=self.clock)
 
-    def pad_widths(self, name: str, gamma: int) -> Callable[[int], int]:
-        """The verify batch widths for drafter `name` (the draft model's catch-up widths are set
-        on it too), from its calibration. Call with the lock held."""
+    def use_widths(self, name: str, gamma: int) -> Callable[[int], int]:
+        """Pad drafter `name`'s catch-up batches to the cheaper widths of its calibration, and
+        return the verify batch widths to pad to likewise (engine/widths.py). Call with the
+        lock held."""
         cal = self.calibration(name, gamma)
-        chosen = self.drafter(name)
-        model = chosen.model if isinstance(chosen, HybridDrafter) else chosen
-        if isinstance(model, DraftModelDrafter):
-            model.widths = partial(padded_width, cal.draft_ms)
+        self._speculating(name).pad_catch_up(partial(padded_width, cal.draft_ms))
         return partial(padded_width, cal.verify_ms)
 
     def close(self) -> None:

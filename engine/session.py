@@ -67,6 +67,8 @@ class Session:
                 out = np.empty((len(rows), self.backend.n_vocab), dtype=np.float32)
             for k, i in enumerate(mine):
                 out[i] = got[k]
+        # The batch is not empty, so the loop ran at least once.
+        assert out is not None
         return out
 
     def rollback(self, n: int) -> None:

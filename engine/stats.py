@@ -21,7 +21,9 @@ class RoundStats:
     committed: int
     draft_ms: float
     verify_ms: float
+    # Who drafted the round, by name (reports), and whether it copied from the context.
     source: str = ""
+    copied: bool = False
     # What the gamma policy expected of this round (None when it makes no prediction), and why
     # it chose this gamma, in one line.
     predicted_tps: float | None = None

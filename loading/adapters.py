@@ -21,7 +21,7 @@ from typing import Sequence
 import gguf
 
 from engine.errors import IncompatiblePairError, ModelFileError, SettingsError
-from loading.derived.early_exit import block_count
+from models.gguf_info import GGUFInfo
 from loading.derived.files import derive
 from loading.derived.gguf_copy import open_gguf, write_copy
 
@@ -77,15 +77,16 @@ def read_adapter(path: str | Path) -> AdapterInfo:
                        sum(int(t.n_bytes) for t in reader.tensors))
 
 
-def check_adapters(model_path: str | Path, lora: Sequence[tuple[str, float]]) -> None:
-    """Refuse, in one line, adapters llama.cpp would reject for this model: another
-    architecture, or a tensor the model does not have. Shapes are left to llama.cpp."""
+def check_adapters(model: GGUFInfo, lora: Sequence[tuple[str, float]]) -> None:
+    """Refuse, in one line, adapters llama.cpp would reject for `model` (its header, read once
+    by the loading step): another architecture, or a tensor the model does not have. Shapes are
+    left to llama.cpp."""
     if not lora:
         return
-    model = open_gguf(model_path)
-    arch = _field(model, gguf.Keys.General.ARCHITECTURE)
+    model_path = model.path
+    arch = model.architecture
     tensors = {t.name for t in model.tensors}
-    n_layer = block_count(Path(model_path))
+    n_layer = model.n_layer
     for adapter_path, scale in lora:
         if not (-MAX_SCALE <= float(scale) <= MAX_SCALE):
             raise SettingsError(f"LoRA scale must be between -{MAX_SCALE:g} and {MAX_SCALE:g}, "

@@ -7,20 +7,21 @@ from dataclasses import replace
 
 from engine import llama_backend
 from engine.backend import ModelConfig
-from engine.benchmark.runner import cold_start
-from engine.benchmark.suite import SuitePrompt
+from engine.tools.benchmark.runner import cold_start
+from engine.tools.benchmark.suite import SuitePrompt
+from engine.drafters.base import PLAIN
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from engine.tuning.candidates import Candidate
-from engine.tuning.measure import TuneHost
+from engine.tools.tuning.candidates import Candidate
+from engine.tools.tuning.measure import TuneHost
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import derive_quantized
 from loading.derived.vocab_trim import derive_trimmed
-from loading.pair import Loader, add_early_exit
+from loading.load import Loader, add_early_exit
 
 # A short unmeasured generation per candidate first: page faults and first-call costs.
 WARMUP_TEXT = "Say hello."
@@ -81,7 +82,7 @@ class PairHost(TuneHost):
 
     def _generate(self, c: Candidate | None, prompt: SuitePrompt, params: SamplingParams,
                   max_tokens: int) -> GenerationStats:
-        name = self._names[c] if c is not None else "none"
+        name = self._names[c] if c is not None else PLAIN
         policy = None
         if c is not None:
             # Calibration (cached per drafter) touches the caches: before the cold start.

@@ -429,7 +429,7 @@ def require_fits(target: ModelLike, draft: ModelLike | None = None,
                  workers: Sequence[WorkerMemory] = (), **kw) -> BudgetReport:
     """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair
     does not fit. The loading step passes a load's hardware settings in `kw`
-    (loading/pair.py `budget_settings`), and the probed RPC workers of a target spread over
+    (loading/plan.py `budget_settings`), and the probed RPC workers of a target spread over
     them in `workers` (estimate_rpc)."""
     if workers:
         kw.pop("draft_gpu_layers", None)

@@ -166,7 +166,12 @@ def check_pair(target_path: str | Path, draft_path: str | Path) -> CompatReport:
 
 def require_compatible(target_path: str | Path, draft_path: str | Path) -> CompatReport:
     """check_pair, raising IncompatiblePairError with the one-sentence summary when incompatible."""
-    report = check_pair(target_path, draft_path)
+    return require(check_pair(target_path, draft_path))
+
+
+def require(report: CompatReport) -> CompatReport:
+    """`report`, or IncompatiblePairError with its one-sentence summary when incompatible (the
+    loading step compares headers it has already read: `require(compare(target, draft))`)."""
     if report.verdict == INCOMPATIBLE:
         raise IncompatiblePairError(report.summary)
     return report

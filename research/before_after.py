@@ -32,7 +32,7 @@ def worker() -> None:
     # with Pair.load.
     try:
         from loading.options import LoadOptions
-        from loading.pair import load_pair
+        from loading.load import load_pair
     except ImportError:
         from engine.pair import LoadOptions, Pair
         load_pair = Pair.load
@@ -48,7 +48,7 @@ def worker() -> None:
                                                         seed=job["seed"]),
                                   gamma=job["gamma"], max_tokens=job["max_tokens"])
         policy = (pair.make_policy(job["policy"], job["drafter"], job["gamma"])
-                  if job["drafter"] != "none" else None)
+                  if job["drafter"] != "plain" else None)
         done = [ev for ev in pair.generate(job["prompt"], config, drafter=job["drafter"],
                                            policy=policy) if isinstance(ev, DoneEvent)][0]
         s = done.stats
@@ -91,7 +91,7 @@ def main(old: str, new: str, out: str, per_category: int, max_tokens: int, spec:
             seen[p["category"]] = seen.get(p["category"], 0) + 1
             prompts.append(p)
     workers = {"new": start(new), "old": start(old)}
-    arms = [("plain", "new", "none"), ("before", "old", drafter), ("after", "new", drafter)]
+    arms = [("plain", "new", "plain"), ("before", "old", drafter), ("after", "new", drafter)]
     records = []
     for i, p in enumerate(prompts):
         row = {"id": p["id"], "category": p["category"]}

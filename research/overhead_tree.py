@@ -1,4 +1,4 @@
-"""The engine-overhead benchmark (engine/benchmark/overhead.py, `tandem bench --overhead`) run
+"""The engine-overhead benchmark (engine/tools/benchmark/overhead.py, `tandem bench --overhead`) run
 against another tree's engine, for a before/after table:
 
   PYTHONPATH=OLD_TREE .venv/bin/python research/overhead_tree.py [MAX_TOKENS] [REPEATS]
@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parents[1] / "engine" / "benchmark" / "overhead.py"
+HARNESS = Path(__file__).resolve().parents[1] / "engine" / "tools" / "benchmark" / "overhead.py"
 MACHINE = Path(__file__).resolve().parents[1] / "app" / "reports" / "machine.py"
 
 

@@ -38,11 +38,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backend import ModelConfig  # noqa: E402
-from engine.controller import AdaptiveController  # noqa: E402
+from engine.control.controller import AdaptiveController  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
-from engine.policy import FixedGamma, GammaPolicy  # noqa: E402
+from engine.control.policy import FixedGamma, GammaPolicy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.widths import padded_width  # noqa: E402
 
@@ -97,7 +97,7 @@ def _draft_columns(recs: list[dict], vocab: str) -> dict:
 
 
 def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -> None:
-    from engine.benchmark.suite import load_suite
+    from engine.tools.benchmark.suite import load_suite
     from engine.llama_backend import LlamaBackend
     from engine.pair import Pair
     from engine.sampling import top_probability
@@ -260,7 +260,7 @@ def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: 
                                            policy=policy) if isinstance(ev, DoneEvent)][0]
         return done.stats.total_time_ms, done.stats.prefill_ms, done.tokens
 
-    plain, prefill, want = run("none", None)
+    plain, prefill, want = run("plain", None)
     spent, _, got = run(drafter, make_policy())
     assert got == want, "a replayed policy changed the greedy answer"
     return (plain - prefill) / (spent - prefill)

@@ -29,10 +29,10 @@ from engine.backend import ModelConfig  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
-from engine.policies import make_policy  # noqa: E402
+from engine.control.registry import make_policy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from loading.options import LoadOptions  # noqa: E402
-from loading.pair import load_pair  # noqa: E402
+from loading.load import load_pair  # noqa: E402
 from models import embedded  # noqa: E402
 from tests.rpc_lab import Lab, namespaces_allowed  # noqa: E402
 
@@ -41,9 +41,9 @@ GAMMA = 4
 
 
 def run(pair: Pair, drafter: str, tokens: int) -> dict:
-    config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=GAMMA if drafter != "none" else 0,
+    config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=GAMMA if drafter != "plain" else 0,
                               max_tokens=tokens)
-    policy = make_policy("fixed", GAMMA) if drafter != "none" else None
+    policy = make_policy("fixed", GAMMA) if drafter != "plain" else None
     done = None
     for ev in pair.generate(PROMPT, config, drafter=drafter, policy=policy):
         if isinstance(ev, DoneEvent):
@@ -51,7 +51,7 @@ def run(pair: Pair, drafter: str, tokens: int) -> dict:
     s = done.stats
     return {"tokens": s.output_tokens, "decode_ms": s.decode_time_ms, "tps": s.tokens_per_s,
             "target_calls": s.target_calls, "calls_per_token": s.target_calls_per_token,
-            "acceptance": s.acceptance_rate if drafter != "none" else None, "text": done.text}
+            "acceptance": s.acceptance_rate if drafter != "plain" else None, "text": done.text}
 
 
 def main() -> int:
@@ -82,11 +82,11 @@ def main() -> int:
                              LoadOptions())
             load_s = time.perf_counter() - t0
             try:
-                run(pair, "none", 8)  # warm-up
+                run(pair, "plain", 8)  # warm-up
                 for rep in range(args.reps):
                     for rtt in (rtts if route == "proxy" else [0.0]):
                         lab.set_rtt_ms(rtt)
-                        for drafter in ("none", "draft"):
+                        for drafter in ("plain", "draft"):
                             r = run(pair, drafter, args.tokens)
                             r.update(route=route, rtt_ms=rtt, drafter=drafter, rep=rep,
                                      load_s=load_s, load=os.getloadavg()[0])
@@ -110,11 +110,11 @@ def write(out: Path, runs: list[dict], rtts: list[float]) -> None:
         return statistics.median(r[key] for r in runs
                                  if r["route"] == route and r["rtt_ms"] == rtt and r["drafter"] == drafter)
 
-    plain0, spec0 = (1000.0 / med("direct", 0.0, d, "tps") for d in ("none", "draft"))
+    plain0, spec0 = (1000.0 / med("direct", 0.0, d, "tps") for d in ("plain", "draft"))
     cpt = med("direct", 0.0, "draft", "calls_per_token")
     rows = []
     for route, rtt in [("direct", 0.0)] + [("proxy", r) for r in rtts]:
-        plain, spec = med(route, rtt, "none", "tps"), med(route, rtt, "draft", "tps")
+        plain, spec = med(route, rtt, "plain", "tps"), med(route, rtt, "draft", "tps")
         net = 1000.0 / plain - plain0
         model = 1000.0 / (spec0 + cpt * net)
         rows.append({"route": route, "rtt_ms": rtt, "net_ms_per_call": net, "plain_tps": plain,

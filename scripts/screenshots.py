@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from app.serve.access import Access  # noqa: E402
 from app.serve.server import launch  # noqa: E402
 from app.ui import build_app  # noqa: E402
-from app.ui.state import PairHolder  # noqa: E402
+from app.runtime.holder import PairHolder  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     # The first decode pages the weights in from disk; warm both models so the shots show steady state.
-    for drafter in ("none", "draft"):
+    for drafter in ("plain", "draft"):
         for _ in holder.pair.generate("hi", GenerationConfig(max_tokens=4), drafter=drafter):
             pass
     args.out.mkdir(parents=True, exist_ok=True)

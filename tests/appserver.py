@@ -9,7 +9,7 @@ from typing import Iterator
 from app.serve.access import Access
 from app.serve.server import launch
 from app.ui import build_app
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from engine.backend import ModelConfig
 
 # The embedded draft serves as both target and draft: same tokenizer, and fast enough on 2 cores.

@@ -8,7 +8,7 @@ import tempfile
 import pytest
 
 # Pairing records `tandem tune` wrote on this machine must not change what the tests' generations
-# run (models/pairing.py); subprocesses inherit this.
+# run (models/tuned.py); subprocesses inherit this.
 os.environ["TANDEM_PAIRS"] = tempfile.mkdtemp(prefix="tandem-test-pairs-")
 
 LONG_SKIP = "long real-model test: run it with scripts/test --all (or TANDEM_TEST_ALL=1)"

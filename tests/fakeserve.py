@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 
 from app.cli import build_parser
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve_cli import checked_max_queue, serve, serve_access
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from app.ui_cli import serve_app, ui_access
 from engine.errors import TandemError
 from tests.serve_fakes import fake_pair

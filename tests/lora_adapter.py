@@ -74,9 +74,9 @@ def acceptance(target: str, draft: str | None, lora: Sequence[tuple[str, float]]
     from engine.backend import ModelConfig
     from engine.events import DoneEvent
     from engine.generator import GenerationConfig
-    from engine.policies import make_policy
+    from engine.control.registry import make_policy
     from loading.options import LoadOptions
-    from loading.pair import load_pair
+    from loading.load import load_pair
     # One thread: acceptance does not depend on it, and a shared CPU runs it faster.
     tcfg = ModelConfig(str(target), n_ctx=512, n_threads=1, lora=tuple(lora))
     dcfg = ModelConfig(str(draft), n_ctx=512, n_threads=1) if draft else None

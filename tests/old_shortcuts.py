@@ -25,6 +25,9 @@ class OldTrim(Drafter):
     def prefill(self, context: Sequence[int]) -> None:
         self.inner.prefill(context)
 
+    def samples(self, context, params) -> bool:
+        return self.inner.samples(context, params)
+
     def propose(self, context, gamma, params, rng, keep: Keep | None = None) -> Proposal:
         p = self.inner.propose(context, gamma, params, rng)
         if p.q is None or not len(p):

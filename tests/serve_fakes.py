@@ -4,9 +4,9 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from app.serve.access import Access
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.server import create_app
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from engine.pair import Pair
 from tests.fakes import FakeBackend
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 from gradio_client import Client
 
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from tests import appserver, tinygguf
 
 pytestmark = pytest.mark.real
@@ -56,15 +56,15 @@ def test_chat_streams_text_and_returns_stats(client):
 
 
 def test_plain_decoding_from_the_chat(client):
-    history, _, panel, stats, _ = client.predict("Say hi.", [], "none", *GREEDY[1:], api_name="/chat")
-    assert stats["mode"] == "baseline" and stats["drafted_tokens"] == 0 and stats["output_tokens"] > 0
+    history, _, panel, stats, _ = client.predict("Say hi.", [], "plain", *GREEDY[1:], api_name="/chat")
+    assert stats["mode"] == "plain" and stats["drafted_tokens"] == 0 and stats["output_tokens"] > 0
     assert "n/a" in panel
 
 
 def test_side_by_side_returns_both_runs(client):
     left, right, summary, results = client.predict("def add(a, b):", 1, *GREEDY, api_name="/compare")
-    (base,), (spec,) = results["baseline"], results["speculative"]
-    assert base["mode"] == "baseline" and spec["mode"] == "speculative"
+    (base,), (spec,) = results["plain"], results["speculative"]
+    assert base["mode"] == "plain" and spec["mode"] == "speculative"
     assert base["output_tokens"] > 0 and spec["output_tokens"] > 0
     assert results["greedy"] is True and results["identical"] in (True, False)
     if results["identical"]:

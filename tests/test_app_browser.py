@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from tests import appserver
 
 pytestmark = [pytest.mark.browser, pytest.mark.real]

@@ -9,7 +9,8 @@ import pytest
 
 from app.ui import chat, compare, controls, metrics, status_banner
 from app.ui.chat import plain_text, respond, to_messages
-from app.ui.state import ERROR, READY, NotReadyError, PairHolder, StopFlags
+from app.runtime.holder import ERROR, READY, NotReadyError, PairHolder
+from app.ui.state import StopFlags
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.pair import Pair
@@ -49,12 +50,12 @@ def test_spread_median_and_range():
 
 def test_token_view_colours_each_origin_and_escapes_text():
     pieces = [metrics.Piece("def", "draft"), metrics.Piece(" <f>", "correction"), metrics.Piece("(", "bonus"),
-              metrics.Piece("x", "target")]
+              metrics.Piece("x", "plain")]
     out = metrics.token_view(pieces)
     for origin, color in metrics.ORIGIN_COLORS.items():
         assert f'class="tok-{origin}"' in out and color in out
     assert "&lt;f&gt;" in out and "<f>" not in out
-    assert "1 draft · 1 correction · 1 bonus · 1 target" in out
+    assert "1 draft · 1 correction · 1 bonus · 1 plain" in out
     assert all(html.escape(label) in out for label in metrics.ORIGIN_LABELS.values())
 
 
@@ -66,7 +67,7 @@ def test_live_panel_and_chart():
     assert 'data-state="running"' in out and 'data-tokens="9"' in out
     assert "75%" in out and "3.00" in out and "45.00" in out  # 9 tokens over 200 ms of rounds
     assert out.count("% of 2") == 4 and "50% of 2" in out
-    base = metrics.live_panel(GenerationStats(mode="baseline", output_tokens=3, rounds=3, target_calls=3,
+    base = metrics.live_panel(GenerationStats(mode="plain", output_tokens=3, rounds=3, target_calls=3,
                                               verify_time_ms=300.0), done=True)
     assert "n/a" in base and "acceptance by draft position" not in base and 'data-state="done"' in base
     assert 'data-state="idle"' in metrics.live_panel(None)
@@ -82,7 +83,7 @@ def test_settings_conversion_and_errors():
         settings(top_p=0.0).config()
     with pytest.raises(SettingsError, match="gamma"):
         settings(gamma=99).config()
-    assert s.policy_for("none") is None and s.policy_for("draft").next_gamma() == 4
+    assert s.policy_for("plain") is None and s.policy_for("draft").next_gamma().gamma == 4
     assert set(controls.policy_names()) >= {"fixed", "heuristic", "adaptive"}
     assert settings(policy="heuristic").policy_for("draft").name
     with pytest.raises(SettingsError, match="unknown policy 'nope'"):
@@ -177,13 +178,13 @@ def test_compare_greedy_fake_pair_is_identical_and_summarised():
     holder, flags = fake_holder(noise=1.0), StopFlags()
     outs = list(compare.compare(holder, flags, "s", "hello", settings(max_tokens=20), repeats=2))
     left, right, summary, results = outs[-1]
-    assert len(results["baseline"]) == 2 and len(results["speculative"]) == 2
+    assert len(results["plain"]) == 2 and len(results["speculative"]) == 2
     assert results["identical"] is True and results["first_difference"] is None
-    assert {r["mode"] for r in results["baseline"]} == {"baseline"}
+    assert {r["mode"] for r in results["plain"]} == {"plain"}
     assert {r["mode"] for r in results["speculative"]} == {"speculative"}
-    assert results["baseline"][0]["text"] == results["speculative"][0]["text"]
+    assert results["plain"][0]["text"] == results["speculative"][0]["text"]
     assert "speedup" in summary and "over 2 repeat(s)" in summary and "identical" in summary
-    assert "tok-draft" in right and "tok-target" in left
+    assert "tok-draft" in right and "tok-plain" in left
 
 
 def test_compare_sampling_says_outputs_are_not_expected_to_match():

@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from engine.benchmark.aggregate import (amdahl_rows, gamma_sweep, leviathan_rows, position_curves,
+from engine.tools.benchmark.aggregate import (amdahl_rows, gamma_sweep, leviathan_rows, position_curves,
                                         quantiles, sampling_label, speedup_rows, summarize)
-from engine.benchmark.records import RunRecord, pair_with
-from engine.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
+from engine.tools.benchmark.records import RunRecord, pair_with
+from engine.tools.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
 
 DEFAULTS = dict(order=0, prompt_id="p", category="math", role="baseline", config="baseline",
-                drafter="none", policy="none", gamma=0, temperature=0.0, top_k=0, top_p=1.0,
+                drafter="plain", policy="plain", gamma=0, temperature=0.0, top_k=0, top_p=1.0,
                 min_p=0.0, seed=None, batch_size=1, prompt_tokens=20, output_tokens=40,
                 drafted_tokens=0, accepted_tokens=0, rejected_rounds=0, rounds=40, target_calls=40,
                 acceptance_rate=0.0, accepted_per_target_call=0.0, tokens_per_target_call=1.0,

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from app.reports import bench_files, bench_markdown, bench_plots
-from engine.benchmark.aggregate import summarize
-from engine.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
-from engine.benchmark.suite import load_suite
+from engine.tools.benchmark.aggregate import summarize
+from engine.tools.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
+from engine.tools.benchmark.suite import load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
@@ -49,7 +49,7 @@ def test_every_speculative_run_is_paired_with_its_own_baseline_and_order_alterna
             assert r.drafted_tokens > 0 and r.target_calls < r.output_tokens + 1
             assert len(r.origins) == r.output_tokens
         else:
-            assert r.speedup is None and r.drafter == "none" and r.target_calls == r.output_tokens
+            assert r.speedup is None and r.drafter == "plain" and r.target_calls == r.output_tokens
         assert r.prefill_ms > 0 and r.ttft_ms >= r.prefill_ms and r.total_ms >= r.ttft_ms
 
 

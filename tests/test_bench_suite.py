@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine.benchmark.suite import DEFAULT_SUITE, load_suite
+from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
 
 REQUIRED = {"code-generation", "code-editing", "chat", "math", "summarization", "translation"}

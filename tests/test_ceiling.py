@@ -1,4 +1,4 @@
-"""The predicted ceiling (engine/ceiling.py) and `tandem calibrate`'s advice from it, and the
+"""The predicted ceiling (engine/tools/ceiling.py) and `tandem calibrate`'s advice from it, and the
 controller block a generation's stats carry (`--json`)."""
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import json
 import pytest
 
 from app.calibrate_cli import suggestions
-from engine.ceiling import ceiling
-from engine.costs import Calibration
+from engine.tools.ceiling import ceiling
+from engine.control.costs import Calibration
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.sampling import SamplingParams
 from tests.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
 
 SLOW_CAL = Calibration(draft_ms=list(SLOW_DRAFT.draft), verify_ms=list(SLOW_DRAFT.verify),
-                       model_source="draft-model", copy_source="prompt-lookup")
+                       model_name="draft-model", copy_name="prompt-lookup")
 GPU_CAL = Calibration(draft_ms=list(GPU.draft), verify_ms=list(GPU.verify),
-                      model_source="draft-model", copy_source="prompt-lookup")
+                      model_name="draft-model", copy_name="prompt-lookup")
 
 
 def test_the_ceiling_follows_the_cost_model():

@@ -8,13 +8,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.controller import AdaptiveController, Calibration, calibrate
+from engine.control.controller import AdaptiveController, Calibration, calibrate
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.policies import make_policy
-from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma
+from engine.control.registry import make_policy
+from engine.control.policy import Decision, FixedGamma, GammaPolicy, HeuristicGamma
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
@@ -31,7 +31,7 @@ def draft_table(per_token: float) -> list[float]:
 
 def controller(per_token: float = 10.0, **kw) -> AdaptiveController:
     return AdaptiveController(max_gamma=8, draft_ms=draft_table(per_token), verify_ms=VERIFY,
-                              model_source="draft-model", **kw)
+                              model_name="draft-model", **kw)
 
 
 def play(c: AdaptiveController, rounds: int, accept_all: bool, source: str = "draft-model",
@@ -39,12 +39,13 @@ def play(c: AdaptiveController, rounds: int, accept_all: bool, source: str = "dr
     """Feed the controller rounds whose outcome is scripted; return the gammas it chose."""
     chosen = []
     for i in range(rounds):
-        g = c.next_gamma()
+        d = c.next_gamma()
+        g = d.gamma
         chosen.append(g)
         accepted = g if accept_all else 0
-        c.update(RoundStats(index=i, gamma=g, drafted=g, accepted=accepted, kind="x",
+        c.update(d, RoundStats(index=i, gamma=g, drafted=g, accepted=accepted, kind="x",
                             committed=accepted + 1, draft_ms=draft_per_token * g,
-                            verify_ms=VERIFY[g] * verify_scale, source=source if g else "none"))
+                            verify_ms=VERIFY[g] * verify_scale, source=source if g else "plain"))
     return chosen
 
 
@@ -100,9 +101,10 @@ def plain(c: AdaptiveController, rounds: int, confidence: float) -> list[int]:
     """Plain rounds (gamma 0, no probing allowed to draft) that report the target's confidence."""
     chosen = []
     for i in range(rounds):
-        chosen.append(c.next_gamma())
-        c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                            draft_ms=0.0, verify_ms=VERIFY[0], source="none",
+        d = c.next_gamma()
+        chosen.append(d.gamma)
+        c.update(d, RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                            draft_ms=0.0, verify_ms=VERIFY[0], source="plain",
                             confidence=(confidence,)))
     return chosen
 
@@ -117,7 +119,7 @@ def test_a_confident_target_brings_speculation_back_without_a_probe():
     gammas = plain(c, 20, confidence=0.99)
     # Each plain round is a fraction of an observation: a few rounds, not the first one.
     resumed = gammas.index(next(g for g in gammas if g > 0))
-    assert 1 <= resumed <= 10 and not c.probing
+    assert 1 <= resumed <= 10 and not c.next_gamma().probing
 
 
 def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
@@ -125,7 +127,7 @@ def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
     assert c.estimator.scale == pytest.approx(1.0)
     for i in range(10):
         # The draft is right every time although the target is only half sure: scale rises.
-        c.update(RoundStats(index=i, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
+        c.update(Decision(2), RoundStats(index=i, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                             draft_ms=20.0, verify_ms=VERIFY[2], source="draft-model",
                             confidence=(0.5, 0.5, 0.5)))
     assert c.estimator.scale > 1.4
@@ -133,7 +135,7 @@ def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
     for i in range(10):
         # Rejected at the first position although the target was sure: scale falls. The row
         # after a rejection was not tested and does not count.
-        c.update(RoundStats(index=i, gamma=2, drafted=2, accepted=0, kind="correction",
+        c.update(Decision(2), RoundStats(index=i, gamma=2, drafted=2, accepted=0, kind="correction",
                             committed=1, draft_ms=20.0, verify_ms=VERIFY[2], source="draft-model",
                             confidence=(0.95, 0.0, 0.0)))
     assert c.estimator.scale < min(high, 1.0)
@@ -145,7 +147,7 @@ def test_only_policies_that_ask_get_the_targets_confidence():
             super().__init__(gamma)
             self.wants_confidence, self.rounds = asks, []
 
-        def update(self, r):
+        def update(self, decision, r):
             self.rounds.append(r)
 
     seen = {}
@@ -168,7 +170,7 @@ def test_online_refinement_moves_the_cost_estimates():
     c = controller()
     before_v1, before_v5, before_d = c.costs.verify[0], c.costs.verify[4], c.costs.draft_token
     for i in range(20):
-        c.update(RoundStats(index=i + 1, gamma=4, drafted=4, accepted=4, kind="bonus",
+        c.update(Decision(4), RoundStats(index=i + 1, gamma=4, drafted=4, accepted=4, kind="bonus",
                             committed=5, draft_ms=4 * 30.0, verify_ms=2 * VERIFY[4],
                             source="draft-model"))
     assert c.costs.verify[4] == pytest.approx(2 * before_v5, rel=0.05)
@@ -182,15 +184,15 @@ def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
         play(c, 6, accept_all=True)
         n = c.rounds
         for i in range(12):
-            c.update(RoundStats(index=n + i, gamma=0, drafted=0, accepted=0, kind="target",
+            c.update(Decision(0), RoundStats(index=n + i, gamma=0, drafted=0, accepted=0, kind="target",
                                 committed=1, draft_ms=0.0, verify_ms=VERIFY[0] * scale,
-                                source="none"))
+                                source="plain"))
         return c
 
     same, slow = run(1.0), run(1.15)
     assert slow.costs.verify[0] == pytest.approx(1.15 * same.costs.verify[0], rel=0.02)
     # Every cost moved by the same factor: the predicted gain of each gamma is unchanged.
-    gain = lambda c: c.speeds / c.speeds[0]  # noqa: E731
+    gain = lambda c: np.array(c.next_gamma().speeds) / c.next_gamma().speeds[0]  # noqa: E731
     assert np.allclose(gain(slow), gain(same), rtol=0.02)
     assert slow.best_gamma() == same.best_gamma() > 0
 
@@ -198,11 +200,11 @@ def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
 def test_the_first_round_after_the_prefill_does_not_teach_costs():
     c = controller()
     before = list(c.costs.verify)
-    c.update(RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
+    c.update(Decision(0), RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
     assert c.costs.verify == before
-    c.update(RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="none"))
+    c.update(Decision(0), RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                        draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
     assert c.costs.verify[0] > before[0]
 
 
@@ -227,7 +229,7 @@ def test_acceptance_follows_the_text_with_decay():
 
 def test_acceptance_positions_after_a_rejection_are_not_counted():
     c = controller()
-    c.update(RoundStats(index=0, gamma=4, drafted=4, accepted=1, kind="correction", committed=2,
+    c.update(Decision(4), RoundStats(index=0, gamma=4, drafted=4, accepted=1, kind="correction", committed=2,
                         draft_ms=40.0, verify_ms=135.0, source="draft-model"))
     assert c.estimator.model.tries.tolist()[:4] == [1.0, 1.0, 0.0, 0.0]
     assert c.estimator.model.hits.tolist()[:4] == [1.0, 0.0, 0.0, 0.0]
@@ -235,18 +237,16 @@ def test_acceptance_positions_after_a_rejection_are_not_counted():
 
 def test_the_drafts_lag_is_costed_as_the_drafter_reports_it():
     c = controller()
-    c.next_gamma("draft-model", 1)
-    cost = c.cost_ms(3)
+    cost = c.cost_ms(3, behind=1)
     # Six tokens to feed before drafting (five plain rounds): resuming pays the catch-up once,
     # then speculates on, so early in an answer it is spread over `horizon` rounds.
-    c.next_gamma("draft-model", 6)
-    assert c.lag == 6
-    assert c.cost_ms(3) == pytest.approx(
-        cost + (c.costs.draft_batch[5] - c.costs.draft_batch[0]) / c.k.horizon)
+    assert c.next_gamma(False, 6).behind == 6
+    assert c.cost_ms(3, behind=6) == pytest.approx(
+        cost + (c.costs.draft_batch[5] - c.costs.draft_batch[0]) / c.constants.horizon)
     # A copy pays none of it.
-    c.copy_source = "prompt-lookup"
-    c.next_gamma("prompt-lookup", 6)
-    assert c.cost_ms(3) == c.costs.verify_cost(4)
+    assert c.cost_ms(3, copying=True, behind=6) == c.costs.verify_cost(4)
+    # Asking is not deciding: the answers do not depend on what was asked before.
+    assert c.cost_ms(3, behind=1) == cost
 
 
 def test_the_drafter_says_how_far_behind_it_is():
@@ -268,21 +268,19 @@ def test_the_drafter_says_how_far_behind_it_is():
 def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_fill():
     c = controller()
     for i in range(80):
-        c.update(RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                            draft_ms=0.0, verify_ms=100.0, source="none"))
-    c.next_gamma("draft-model", 81)
-    assert c.elapsed == 80 and c.lag == 81
+        c.update(Decision(0), RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                            draft_ms=0.0, verify_ms=100.0, source="plain"))
+    assert c.elapsed == 80 and c.next_gamma(False, 81).behind == 81
     rounds = 80 / c.predict()[0][3]
-    assert rounds > c.k.horizon
+    assert rounds > c.constants.horizon
     catch_up = c.costs.catch_up_ms(81)
-    assert c.cost_ms(3) == pytest.approx(c.costs.verify_cost(4) + 3 * c.costs.draft_token
-                                         + catch_up / rounds)
+    assert c.cost_ms(3, behind=81) == pytest.approx(
+        c.costs.verify_cost(4) + 3 * c.costs.draft_token + catch_up / rounds)
     # Without the length rule, the fixed horizon prices it dearer per round.
     fixed = controller(horizon_cap=0.0)
-    fixed.next_gamma("draft-model", 81)
     fixed.elapsed, fixed.costs = c.elapsed, c.costs
-    assert fixed.cost_ms(3) == pytest.approx(c.costs.verify_cost(4) + 3 * c.costs.draft_token
-                                             + catch_up / c.k.horizon)
+    assert fixed.cost_ms(3, behind=81) == pytest.approx(
+        c.costs.verify_cost(4) + 3 * c.costs.draft_token + catch_up / c.constants.horizon)
 
 
 def test_keep_drafting_draws_the_next_token_only_when_a_longer_round_is_worth_it():
@@ -320,17 +318,15 @@ def test_rounds_teach_the_draft_cost_per_drafted_token_less_the_catch_up():
     c = controller(per_token=10.0)
     c.costs.draft_token = 10.0
     # Two tokens drafted at 20 ms each, one accepted.
-    c.next_gamma("draft-model", 1)
-    c.update(RoundStats(index=0, gamma=3, drafted=2, accepted=1, kind="correction",
+    c.update(c.next_gamma(False, 1), RoundStats(index=0, gamma=3, drafted=2, accepted=1, kind="correction",
                         committed=2, draft_ms=40.0, verify_ms=130.0, source="draft-model"))
-    assert c.costs.draft_token == pytest.approx(10.0 + c.k.rate * (20.0 - 10.0))
+    assert c.costs.draft_token == pytest.approx(10.0 + c.constants.rate * (20.0 - 10.0))
     # After a catch-up of 6 tokens the round's time less the catch-up is what drafting cost.
     c.costs.draft_token = 10.0
-    c.next_gamma("draft-model", 6)
-    c.update(RoundStats(index=1, gamma=3, drafted=2, accepted=1, kind="correction",
+    c.update(Decision(3, behind=6), RoundStats(index=1, gamma=3, drafted=2, accepted=1, kind="correction",
                         committed=2, draft_ms=40.0 + c.costs.catch_up_ms(6), verify_ms=130.0,
                         source="draft-model"))
-    assert c.costs.draft_token == pytest.approx(10.0 + c.k.rate * (20.0 - 10.0))
+    assert c.costs.draft_token == pytest.approx(10.0 + c.constants.rate * (20.0 - 10.0))
 
 
 class Cutting(FixedGamma):
@@ -374,11 +370,11 @@ def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
             self.gammas = list(gammas)
             self.i = 0
 
-        def next_gamma(self, source="", behind=0):
+        def next_gamma(self, copying=False, behind=0):
             self.i += 1
-            return self.gammas[(self.i - 1) % len(self.gammas)]
+            return Decision(self.gammas[(self.i - 1) % len(self.gammas)])
 
-        def update(self, r):
+        def update(self, decision, r):
             pass
 
     draft = FakeBackend(noise=0.3)
@@ -398,7 +394,7 @@ def test_calibration_times_every_width_and_leaves_the_caches_as_they_were():
     draft = Session(FakeBackend(noise=0.3))
     target.extend([1, 2, 3])
     cal = calibrate(target, draft, max_gamma=5, context=[7, 8, 9], reps=1,
-                    model_source="draft-model")
+                    model_name="draft-model")
     assert len(cal.verify_ms) == len(cal.draft_ms) == 6
     assert min(cal.verify_ms) > 0 and min(cal.draft_ms) > 0
     assert target.tokens == [1, 2, 3] == target.backend.cache
@@ -406,13 +402,13 @@ def test_calibration_times_every_width_and_leaves_the_caches_as_they_were():
     # Verification widths were decoded with every row, as a real round does.
     assert (3, 6) in target.backend.calls
     lookup = calibrate(target, None, 2, [7, 8])
-    assert lookup.draft_ms == [0.0, 0.0, 0.0] and lookup.model_source is None
+    assert lookup.draft_ms == [0.0, 0.0, 0.0] and lookup.model_name is None
 
 
 def test_generator_records_the_prediction_and_the_measured_speed_per_round():
     target = Session(FakeBackend())
     drafter = DraftModelDrafter(FakeBackend(noise=0.5))
-    cal = calibrate(target, drafter.session, 4, PROMPT, reps=1, model_source=drafter.name)
+    cal = calibrate(target, drafter.session, 4, PROMPT, reps=1, model_name=drafter.name)
     policy = make_policy("adaptive", 4, **cal.as_kwargs())
     config = GenerationConfig(params=SamplingParams(), gamma=4, max_tokens=24)
     done = list(generate(target, drafter, PROMPT, config, policy))[-1]
@@ -436,26 +432,27 @@ def test_heuristic_policy_adds_two_on_full_acceptance_and_drops_one_otherwise():
     h = HeuristicGamma(4)
     seen = []
     for accepted_all in [True, True, False, False, False, False, False, False, True]:
-        g = h.next_gamma()
+        g = h.next_gamma().gamma
         seen.append(g)
-        h.update(RoundStats(index=0, gamma=g, drafted=g, accepted=g if accepted_all else 0,
+        h.update(h.next_gamma(), RoundStats(index=0, gamma=g, drafted=g, accepted=g if accepted_all else 0,
                             kind="x", committed=1, draft_ms=1.0, verify_ms=1.0))
     assert seen == [4, 6, 8, 7, 6, 5, 4, 3, 2]
-    assert h.next_gamma() == 4
+    assert h.next_gamma().gamma == 4
     for _ in range(10):
-        h.update(RoundStats(index=0, gamma=1, drafted=1, accepted=0, kind="x", committed=1,
+        h.update(h.next_gamma(), RoundStats(index=0, gamma=1, drafted=1, accepted=0, kind="x", committed=1,
                             draft_ms=1.0, verify_ms=1.0))
-    assert h.next_gamma() == 1
-    h.update(RoundStats(index=0, gamma=1, drafted=0, accepted=0, kind="x", committed=1,
+    assert h.next_gamma().gamma == 1
+    h.update(h.next_gamma(), RoundStats(index=0, gamma=1, drafted=0, accepted=0, kind="x", committed=1,
                         draft_ms=0.0, verify_ms=1.0))
-    assert h.next_gamma() == 1
+    assert h.next_gamma().gamma == 1
 
 
 def test_policies_by_name():
-    assert isinstance(make_policy("fixed", 3), FixedGamma)
-    assert isinstance(make_policy("heuristic", 3), HeuristicGamma)
+    assert make_policy("fixed", 3).name == "fixed-3"
+    assert make_policy("heuristic", 3).name == "heuristic"
     adaptive = make_policy("adaptive", 6)
-    assert isinstance(adaptive, AdaptiveController) and not adaptive.calibrated
+    # Uncalibrated: it asks the pair to measure gammas up to its maximum.
+    assert adaptive.name == "adaptive" and adaptive.calibration_need() == 6
     with pytest.raises(SettingsError, match="unknown policy"):
         make_policy("greedy", 3)
 
@@ -467,9 +464,9 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_cli_speculation_options():
-    from app.settings import drafter_name, generation_config, model_configs
+    from app.settings import drafter_name, generation_config, model_configs, policy_name
     args = parse()
-    assert (drafter_name(args), args.policy, generation_config(args).gamma) == ("hybrid", "adaptive", 8)
+    assert (drafter_name(args), policy_name(args), generation_config(args).gamma) == ("hybrid", "adaptive", 8)
     assert model_configs(args, args.drafter)[1] is not None
     args = parse("--drafter", "lookup", "--policy", "fixed", "--lookup-ngram", "4")
     assert generation_config(args).gamma == 4 and args.lookup_ngram == 4
@@ -480,14 +477,16 @@ def test_cli_speculation_options():
     assert draft_stops(args) == {"p_min": 0.2, "chain_min": 0.5}
     assert draft_stops(parse("--draft-chain-min", "0"))["chain_min"] == 0.0
     assert model_configs(args, args.drafter)[1] is None
-    assert drafter_name(parse("--draft", "none")) == "none"
+    assert drafter_name(parse("--draft", "none")) == "plain"
+    # Plain decoding's old name still chooses it.
+    assert drafter_name(parse("--drafter", "none")) == "plain"
     with pytest.raises(SettingsError, match="needs a draft model"):
         model_configs(parse("--draft", "none", "--drafter", "hybrid"), "hybrid")
 
 
 def test_the_plain_opening_is_a_setting():
     c = make_policy("adaptive", 8, opening=6, draft_ms=draft_table(10.0), verify_ms=VERIFY,
-                    model_source="draft-model")
+                    model_name="draft-model")
     gammas = play(c, 10, accept_all=True)
     assert gammas[:6] == [0] * 6 and gammas[6] > 0
     assert make_policy("adaptive", 8).opening_plain == 0
@@ -497,23 +496,26 @@ def test_the_plain_opening_is_a_setting():
 
 def test_every_choice_comes_with_a_one_line_reason():
     c = controller(opening_plain=1)
-    assert c.next_gamma() == 0 and c.last_reason.startswith("plain: opening round 1 of 1")
-    c.update(RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
-                        draft_ms=0.0, verify_ms=100.0, source="none"))
-    g = c.next_gamma()
-    speeds = c.speeds
+    d = c.next_gamma()
+    assert d.gamma == 0 and d.reason.startswith("plain: opening round 1 of 1")
+    c.update(d, RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+                        draft_ms=0.0, verify_ms=100.0, source="plain"))
+    d = c.next_gamma()
+    g, speeds = d.gamma, d.speeds
+    assert d.prediction == speeds[g]
     if g:
-        assert c.last_reason.startswith(f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x") \
-            or c.last_reason.startswith(f"probe: gamma {g}")
+        assert d.reason.startswith(f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x") \
+            or d.reason.startswith(f"probe: gamma {g}")
     # A draft as dear as the target: plain, and the line says what it costs and what the best
     # gamma would have given.
     dear = controller(per_token=100.0, opening=(), probe_every=10**6)
     dear.estimator.model.tries[:] = 1.0
-    assert dear.next_gamma() == 0
-    assert dear.last_reason.startswith("plain: the draft costs 1.00 of a target token; best "
-                                       "predicted 0.")
-    assert FixedGamma(3).last_reason == "fixed: gamma 3 every round"
-    assert make_policy("plain", 1).last_reason.startswith("plain")
+    d = dear.next_gamma()
+    assert d.gamma == 0
+    assert d.reason.startswith("plain: the draft costs 1.00 of a target token; best "
+                               "predicted 0.")
+    assert FixedGamma(3).next_gamma().reason == "fixed: gamma 3 every round"
+    assert make_policy("plain", 1).next_gamma().reason.startswith("plain")
 
 
 def test_the_reason_reaches_the_generation_stats():
@@ -528,28 +530,28 @@ def test_a_copy_from_the_context_is_priced_by_its_verify_alone():
     """Hybrid drafting (issue 17's first item): prompt lookup costs no draft decode and no
     catch-up, so it may speculate where the draft model, as dear as the target, may not."""
     c = AdaptiveController(max_gamma=8, draft_ms=draft_table(100.0), verify_ms=VERIFY,
-                           model_source="draft-model", copy_source="prompt-lookup",
+                           model_name="draft-model", copy_name="prompt-lookup",
                            opening=(), probe_every=10**6)
     c.estimator.model.tries[:] = 1.0
     c.estimator.model.hits[:] = 0.7
-    assert c.next_gamma("draft-model") == 0
-    g = c.next_gamma("prompt-lookup")
-    assert g > 0 and c.copying
-    assert c.cost_ms(g) == c.costs.verify_cost(g + 1)
-    assert "copying from the context" in c.last_reason
+    assert c.next_gamma(False).gamma == 0
+    d = c.next_gamma(True)
+    g = d.gamma
+    assert g > 0 and d.copying
+    assert c.cost_ms(g, copying=True) == c.costs.verify_cost(g + 1)
+    assert "copying from the context" in d.reason
     # A copy round teaches the copy's acceptance, not the model's, and no draft cost.
     before = (c.costs.draft_token, c.estimator.model.tries.copy())
-    c.update(RoundStats(index=1, gamma=g, drafted=g, accepted=0, kind="correction",
+    c.update(d, RoundStats(index=1, gamma=g, drafted=g, accepted=0, kind="correction",
                         committed=1, draft_ms=0.1, verify_ms=130.0, source="prompt-lookup"))
     assert c.costs.draft_token == before[0] and np.array_equal(c.estimator.model.tries, before[1])
     assert c.estimator.copy.tries[0] > 0 and c.estimator.copy.hits[0] == 0
     # A plain round where only a copy was on offer ages the copy's evidence, so it is tried
     # again before long.
     tries = c.estimator.copy.tries.copy()
-    c.next_gamma("prompt-lookup")
-    c.update(RoundStats(index=2, gamma=0, drafted=0, accepted=0, kind="target",
-                        committed=1, draft_ms=0.0, verify_ms=100.0, source="none"))
-    assert np.allclose(c.estimator.copy.tries, tries * c.k.decay)
+    c.update(Decision(0, copying=True), RoundStats(index=2, gamma=0, drafted=0, accepted=0, kind="target",
+                        committed=1, draft_ms=0.0, verify_ms=100.0, source="plain"))
+    assert np.allclose(c.estimator.copy.tries, tries * c.constants.decay)
 
 
 def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():
@@ -562,6 +564,5 @@ def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():
     config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=8, max_tokens=40)
     rounds = [ev.round for ev in pair.generate("abcdefg" * 6, config, raw=True)
               if type(ev).__name__ == "RoundEvent"]
-    sources = {r.source for r in rounds if r.drafted}
-    assert sources == {"prompt-lookup"}
+    assert all(r.copied for r in rounds if r.drafted)
     assert sum(r.drafted for r in rounds) > 0

@@ -19,7 +19,7 @@ import pytest
 
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.policy import FixedGamma, GammaPolicy
+from engine.control.policy import FixedGamma, GammaPolicy
 from engine.sampling import SamplingParams
 from tests.costed import CPU, GPU, PATTERNS, SLOW_DRAFT, Profile, Script, script, scripted_pair
 
@@ -48,7 +48,7 @@ def tokens_per_s(profile: Profile, s: Script, drafter: str, policy: GammaPolicy 
 def speeds(profile: Profile, drafter: str, copy: int, pattern: str, seed: int) -> dict:
     s = script(PATTERNS[pattern], seed, copy=copy)
     out = {"default": tokens_per_s(profile, s, drafter, None),
-           "plain": tokens_per_s(profile, s, "none", None)}
+           "plain": tokens_per_s(profile, s, "plain", None)}
     for g in FIXED:
         out[g] = tokens_per_s(profile, s, drafter, FixedGamma(g))
     return out
@@ -72,5 +72,5 @@ def test_a_bad_policy_fails_the_bound_so_the_test_can_fail():
     """The negative control: always drafting 4 with a draft at 0.7 of the target loses."""
     s = script(PATTERNS["high"], 0)
     fixed = tokens_per_s(SLOW_DRAFT, s, "hybrid", FixedGamma(4))
-    plain = tokens_per_s(SLOW_DRAFT, s, "none", None)
+    plain = tokens_per_s(SLOW_DRAFT, s, "plain", None)
     assert fixed < BOUND * plain

@@ -18,14 +18,14 @@ from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.pair import Pair
-from engine.policies import make_policy
+from engine.control.registry import make_policy
 from engine.sampling import Rng, SamplingParams, probabilities
 from engine.session import Session
 from loading.derived.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
                                         derive_early_exit)
 from loading.derived.files import file_sha256
 from loading.options import LoadOptions
-from loading.pair import add_early_exit, load_pair
+from loading.load import add_early_exit, load_pair
 from models.gguf_info import read_info
 from tests import tinygguf
 from tests.fakes import FakeBackend
@@ -174,7 +174,7 @@ def test_greedy_output_equals_the_baseline_for_every_new_drafter(name, gamma):
 def test_pair_generates_the_baseline_text_with_every_drafter_and_policy(name, policy):
     pair = Pair(FakeBackend(order=1, n_vocab=16), FakeBackend(order=1, n_vocab=16, noise=2.0))
     config = GenerationConfig(params=GREEDY, gamma=4, max_tokens=40)
-    ref = [ev for ev in pair.generate(TEXT, config, drafter="none", raw=True)][-1]
+    ref = [ev for ev in pair.generate(TEXT, config, drafter="plain", raw=True)][-1]
     chosen = pair.make_policy(policy, name, 4)
     done = [ev for ev in pair.generate(TEXT, config, drafter=name, raw=True, policy=chosen)][-1]
     assert done.tokens == ref.tokens
@@ -182,8 +182,8 @@ def test_pair_generates_the_baseline_text_with_every_drafter_and_policy(name, po
 
 
 def test_pair_offers_lookup_without_a_draft_model_and_hybrid_only_with_one():
-    assert Pair(FakeBackend()).drafters == ["none", "lookup"]
-    assert set(Pair(FakeBackend(), FakeBackend()).drafters) == {"none", "draft", "hybrid", "lookup"}
+    assert Pair(FakeBackend()).drafters == ["plain", "lookup"]
+    assert set(Pair(FakeBackend(), FakeBackend()).drafters) == {"plain", "draft", "hybrid", "lookup"}
 
 
 def test_the_default_drafter_is_hybrid_with_a_draft_model_and_plain_without():
@@ -193,9 +193,9 @@ def test_the_default_drafter_is_hybrid_with_a_draft_model_and_plain_without():
     done = [ev for ev in pair.generate(TEXT, config, raw=True)][-1]
     assert done.stats.drafter == pair.drafter("hybrid").name and "hybrid" in pair._calibrations
     alone = Pair(FakeBackend(order=1, n_vocab=16))
-    assert alone.default_drafter == "none"
+    assert alone.default_drafter == "plain"
     done = [ev for ev in alone.generate(TEXT, config, raw=True)][-1]
-    assert done.stats.mode == "baseline"
+    assert done.stats.mode == "plain"
 
 
 def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_drafter():
@@ -205,7 +205,7 @@ def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_draf
     assert all(p is not None for p in done.stats.predicted_tps)
     first = pair._calibrations["draft"]
     # Widths 1..9 whatever gamma: enough to see which batch widths are worth padding to.
-    assert len(first.verify_ms) == 9 and first.model_source == "draft-model"
+    assert len(first.verify_ms) == 9 and first.model_name == "draft-model"
     [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)]
     assert pair._calibrations["draft"] is first
     fixed = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True,
@@ -283,9 +283,9 @@ def test_load_pair_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_
                      LoadOptions(check_compat=False, check_budget=False, early_exit=True), loader=loader)
     assert default_layers(4) == 3 and block_count(loaded[1]) == 3
     assert loaded[1] == str(derive_early_exit(target, 3))
-    assert pair.drafters == ["none", "lookup", "early-exit"]
+    assert pair.drafters == ["plain", "lookup", "early-exit"]
     config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=24)
-    ref = [ev for ev in pair.generate(TEXT, config, drafter="none", raw=True)][-1]
+    ref = [ev for ev in pair.generate(TEXT, config, drafter="plain", raw=True)][-1]
     done = [ev for ev in pair.generate(TEXT, config, drafter="early-exit", raw=True)][-1]
     assert done.tokens == ref.tokens and done.stats.drafter == "early-exit"
     first = pair.drafter("early-exit").session.backend

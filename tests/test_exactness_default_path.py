@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
@@ -148,10 +149,11 @@ def test_the_default_path_follows_the_targets_law(laws, size):
 
 def test_the_old_trim_on_the_default_path_is_caught(laws):
     p = pair()
-    hybrid = p.drafter("hybrid")
-    assert isinstance(hybrid, HybridDrafter)
     cal = p.calibration("hybrid", 4)
-    p.add_drafter("old-trim", HybridDrafter(hybrid.lookup, OldTrim(hybrid.model, cal.verify_ms)))
+    # The default hybrid's parts (Pair's lookup for hybrid wants 2-grams or longer), with the
+    # old trim around the pair's draft model.
+    lookup = PromptLookupDrafter(ngram_max=3, ngram_min=2, is_eog=p.target.backend.is_eog)
+    p.add_drafter("old-trim", HybridDrafter(lookup, OldTrim(p.drafter("draft"), cal.verify_ms)))
     p._calibrations["old-trim"] = cal
     counts, _, drafted = draw(p, "old-trim", CONTROL_DRAWS)
     assert drafted > 0

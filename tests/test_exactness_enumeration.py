@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engine.acceptance import speculative_verify
-from engine.controller import AdaptiveController
+from engine.control.controller import AdaptiveController
 from engine.dist import Dist
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
@@ -24,7 +24,7 @@ from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
+from engine.control.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
 from engine import sampling as engine_sampling
 from engine.sampling import Rng, SamplingParams, distribution, probabilities
 from engine.session import Session
@@ -82,15 +82,13 @@ def make_policy(kind: str, drafter: Drafter) -> GammaPolicy:
         return HeuristicGamma(1)
     if kind == "plain":
         return NeverDraft()
-    source = drafter.model.name if isinstance(drafter, HybridDrafter) else drafter.name
-    # As the pair calibrates them: hybrid's copies (and lookup's) are priced apart.
-    copy = (drafter.lookup.name if isinstance(drafter, HybridDrafter)
-            else drafter.name if isinstance(drafter, PromptLookupDrafter) else None)
+    # Labelled as the pair calibrates them (the drafter declares its parts).
+    source, copy = drafter.model_name, drafter.copy_name
     if kind == "adaptive":
         return CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=VERIFY,
-                                  model_source=source, copy_source=copy, opening=())
+                                  model_name=source, copy_name=copy, opening=())
     return AdaptiveController(max_gamma=2, draft_ms=CHEAP_DRAFT, verify_ms=FLAT_VERIFY,
-                              model_source=source, copy_source=copy, opening_plain=1)
+                              model_name=source, copy_name=copy, opening_plain=1)
 
 
 class CountingController(AdaptiveController):
@@ -150,7 +148,7 @@ def test_the_adaptive_stopping_rule_both_draws_and_declines_and_stays_exact():
         "T=1", lambda c, g: DraftModelDrafter(TableFake(seed=1, noise=0.8, eog=EOG, grid=g,
                                                         clock=c, cost=DRAFT)),
         lambda d: CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=[10.0, 13.0, 15.0, 17.0],
-                                     model_source=d.name, opening=()))
+                                     model_name=d.name, opening=()))
     assert drafted > 0 and CountingController.cuts > 0
     assert total_variation(spec, want) < 1e-9
 
@@ -224,7 +222,7 @@ def _first_token(p, q, rng):
 
 
 def test_hybrid_priced_apart_really_copies_in_the_enumeration():
-    """The adaptive policy prices hybrid's copies by their verify alone (`copy_source`): the
+    """The adaptive policy prices hybrid's copies by their verify alone (`copy_name`): the
     enumerated runs include rounds drafted by prompt lookup, and the law stays exact."""
     params, grid = SAMPLINGS["T=1"]
     copied = [0]
@@ -238,7 +236,7 @@ def test_hybrid_priced_apart_really_copies_in_the_enumeration():
         events = list(generate(target, drafter, PROMPT, config, policy, rng=rng,
                                clock=clock.now))
         copied[0] += any(type(e).__name__ == "RoundEvent" and e.round.drafted
-                         and e.round.source == "prompt-lookup" for e in events)
+                         and e.round.copied for e in events)
         return events[-1].tokens
 
     spec = exact_law(run)

@@ -9,17 +9,17 @@ import pytest
 
 from app.reports.exactness_report import console_lines, markdown, verdict
 from engine.acceptance import residual, verify
-from engine.controller import AdaptiveController
+from engine.control.controller import AdaptiveController
 from engine.dist import Dist
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
-from engine.exactness.biased import CalibratedBias, biased_verify
-from engine.exactness.check import ExactnessPlan, run_exactness, total_ticks
-from engine.exactness.draws import draw
-from engine.exactness.greedy import first_divergence
-from engine.policies import make_policy
+from engine.tools.exactness.biased import CalibratedBias, biased_verify
+from engine.tools.exactness.check import ExactnessPlan, run_exactness, total_ticks
+from engine.tools.exactness.draws import draw
+from engine.tools.exactness.greedy import first_divergence
+from engine.control.registry import make_policy
 from engine.sampling import Rng
 from engine.session import Session
 from tests.exact_law import TableFake
@@ -113,7 +113,7 @@ def test_a_control_of_tv_0_03_on_the_default_path_is_caught_and_the_exact_path_p
     draft = TableFake(seed=2, scale=2.0, noise=0.8)
     drafter = HybridDrafter(PromptLookupDrafter(ngram_min=2), DraftModelDrafter(draft))
     gpu = dict(draft_ms=[1.0 + 0.1 * w for w in range(9)],
-               verify_ms=[10.0 + 0.3 * w for w in range(9)], model_source="draft-model")
+               verify_ms=[10.0 + 0.3 * w for w in range(9)], model_name="draft-model")
     plan = ExactnessPlan(samples=10_000, gamma=4, tokens=7, first=3, seed=1,
                          settings=ExactnessPlan().settings[1:2])
     rep = run_exactness(target, drafter, [1, 2, 3, 1], plan,
@@ -168,7 +168,7 @@ def test_padded_batches_stay_exact():
     from engine.widths import padded_width
     costs = [10.0, 30.0, 35.0, 20.0, 50.0]
     target, drafter = setup(seed=2)
-    drafter.widths = partial(padded_width, costs)
+    drafter.pad_catch_up(partial(padded_width, costs))
     widths = partial(padded_width, costs)
     plan = ExactnessPlan(samples=600, seed=5, gamma=2, tokens=3, control_tv=0.99,
                          settings=ExactnessPlan().settings[:2])
@@ -199,7 +199,7 @@ def test_a_setting_where_nothing_was_drafted_is_not_evidence():
 def test_an_adaptive_controller_with_a_plain_opening_drafts_nothing_there():
     """Why the check can start after a forced plain opening: those positions are plain."""
     target, drafter = setup()
-    gpu = dict(draft_ms=[1.0] * 9, verify_ms=[10.0] * 9, model_source="draft-model",
+    gpu = dict(draft_ms=[1.0] * 9, verify_ms=[10.0] * 9, model_name="draft-model",
                opening_plain=3)
     d = draw(target, drafter, PROMPT, ExactnessPlan().settings[0].params, 30, gamma=4, tokens=6,
              seed=0, policy=lambda: AdaptiveController(max_gamma=4, **gpu))

@@ -27,7 +27,7 @@ from engine.sampling import SamplingParams
 from loading.derived.files import file_sha256
 from loading.derived.quantized import derive_quantized
 from loading.options import LoadOptions
-from loading.pair import load_pair
+from loading.load import load_pair
 from models import embedded
 from tests import tinygguf
 from tests.fakes import FakeBackend
@@ -202,7 +202,7 @@ def answer(pair: Pair, prompt: str, drafter: str) -> tuple[int, ...]:
     return done[0].tokens
 
 
-@pytest.mark.parametrize("drafter", ["draft", "none"])
+@pytest.mark.parametrize("drafter", ["draft", "plain"])
 @pytest.mark.parametrize("at", [1, 2, 5, 12, 25, 40])
 def test_ctrl_c_during_generation_leaves_the_pair_usable(drafter, at):
     target = InterruptedBackend(at, eog=59)

@@ -160,7 +160,7 @@ def test_baseline_has_one_target_call_per_token():
     target = Session(FakeBackend())
     done, _ = run(target, None, GenerationConfig(params=GREEDY, max_tokens=25))
     assert done.stats.target_calls == 25
-    assert all(o == "target" for o in done.stats.origins)
+    assert all(o == "plain" for o in done.stats.origins)
     assert [c[1] for c in target.backend.calls[1:]] == [1] * 25
 
 

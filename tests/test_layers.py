@@ -4,6 +4,12 @@
 - `models` (catalog, store, hub, GGUF headers, budget) imports nothing of loading or app, and of
   the engine only `engine.errors`, the errors every layer raises;
 - `loading` (checks, derived drafts, loading a pair) imports nothing of app.
+Inside the engine, the decoding core imports nothing of the tooling built on it
+(`engine.tools`: benchmarks, the exactness report, tuning), and control (`engine.control`:
+policies, the controller, its costs and estimator) nothing of the loop it steers (the pair, the
+generator, a round, the drafters). Inside the app, the page (`app.ui`) and the API (`app.serve`) share what they need through
+`app.runtime` (the defaults users see, the pair holder, the queue) and import nothing of each
+other; the runtime imports neither.
 Each layer is imported whole, every module of it, in a fresh interpreter, and what it pulled in
 is checked. Sources are scanned too: only engine/llama_backend.py imports llama_cpp, and the
 engine, models and loading import at the top of their files, where a cycle fails at once.
@@ -63,6 +69,21 @@ def test_each_layer_imports_only_the_layers_below_it(layer):
     assert violations(layer, forbidden, engine_allowed) == []
 
 
+# App group -> the app groups it must not pull in.
+APP_RULES = {
+    "app.runtime": ("app.ui", "app.serve"),
+    "app.ui": ("app.serve",),
+    "app.serve": ("app.ui",),
+}
+
+
+@pytest.mark.parametrize("group", sorted(APP_RULES))
+def test_the_page_and_the_api_share_the_runtime_and_not_each_other(group):
+    loaded = imported_by(group)
+    bad = sorted(m for m in loaded for g in APP_RULES[group] if m == g or m.startswith(g + "."))
+    assert bad == []
+
+
 def test_the_check_sees_a_layer_that_imports_one_above_it(tmp_path):
     # The checker itself can fail: a low package importing a high one, two modules deep.
     (tmp_path / "low" / "sub").mkdir(parents=True)
@@ -116,6 +137,25 @@ def test_engine_models_and_loading_import_at_the_top_of_their_files():
               for p in sources("engine", "models", "loading")
               for module, line, at_top in imports(p) if not at_top]
     assert inside == []
+
+
+# Engine group (a folder) -> the engine modules its files must not import.
+ENGINE_RULES = {
+    "engine/control": ("engine.pair", "engine.generator", "engine.round", "engine.answer",
+                       "engine.drafters", "engine.tools"),
+}
+
+
+def test_the_core_imports_no_tooling_and_control_not_the_loop_it_steers():
+    tools = ROOT / "engine" / "tools"
+    bad = [f"{p.relative_to(ROOT)}:{line} {module}" for p in sources("engine")
+           if tools not in p.parents
+           for module, line, _ in imports(p) if module.startswith("engine.tools")]
+    for folder, forbidden in ENGINE_RULES.items():
+        bad += [f"{p.relative_to(ROOT)}:{line} {module}" for p in sources(folder)
+                for module, line, _ in imports(p)
+                if any(module == f or module.startswith(f + ".") for f in forbidden)]
+    assert bad == []
 
 
 def test_the_scan_sees_an_import_inside_a_function(tmp_path):

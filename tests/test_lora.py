@@ -10,7 +10,8 @@ import pytest
 
 from app.settings import lora_list
 from loading.adapters import adapter_for_layers, check_adapters, read_adapter
-from loading.pair import budget_settings
+from models.gguf_info import read_info
+from loading.plan import budget_settings
 from engine.errors import IncompatiblePairError, ModelFileError, SettingsError
 from models.budget import estimate_pair, require_fits
 from engine.backend import ModelConfig
@@ -36,20 +37,20 @@ def test_an_adapter_reads_back_as_written(model, tmp_path):
     # llama.cpp's layout: lora_a is [in, rank], lora_b [rank, out] (ggml order).
     assert shapes["blk.0.attn_q.weight.lora_a"] == [16, 4]
     assert shapes["blk.0.attn_q.weight.lora_b"] == [4, 16]
-    check_adapters(model, [(str(path), 1.0)])
+    check_adapters(read_info(model), [(str(path), 1.0)])
 
 
 def test_adapters_made_for_another_model_are_refused(model, tmp_path):
     other = write_lora(model, tmp_path / "llama.gguf", layers=[0], matrices=("attn_q",),
                        arch="llama")
     with pytest.raises(IncompatiblePairError, match="is for llama"):
-        check_adapters(model, [(str(other), 1.0)])
+        check_adapters(read_info(model), [(str(other), 1.0)])
     deep_model = tinygguf.write(tmp_path / "deep.gguf", arch="qwen2", n_layer=6, n_embd=16)
     deep = write_lora(deep_model, tmp_path / "deep-a.gguf", layers=[5], matrices=("attn_q",))
     with pytest.raises(IncompatiblePairError, match="layer 5"):
-        check_adapters(model, [(str(deep), 1.0)])
+        check_adapters(read_info(model), [(str(deep), 1.0)])
     with pytest.raises(SettingsError, match="scale"):
-        check_adapters(model, [(str(other), 1e6)])
+        check_adapters(read_info(model), [(str(other), 1e6)])
 
 
 def test_files_that_are_not_lora_adapters_are_refused(model, tmp_path):

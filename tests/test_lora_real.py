@@ -12,13 +12,13 @@ from app.cli import main
 from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
 from engine.events import DoneEvent
-from engine.exactness.greedy import check_near_tie
+from engine.tools.exactness.greedy import check_near_tie
 from engine.generator import GenerationConfig
-from engine.policies import make_policy
+from engine.control.registry import make_policy
 from loading.options import LoadOptions
-from loading.pair import load_pair
-from app.pairing_use import key_for
-from models.pairing import Choice, PairingRecord, save
+from loading.load import load_pair
+from app.runtime.tuned import key_for
+from models.tuned import Choice, PairingRecord, save
 from tests.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
                                 acceptance, write_lora)
 from tests.realmodels import embedded_pair
@@ -58,11 +58,11 @@ def test_speculation_with_an_adapted_target_is_exact(files, tmp_path):
                      LoadOptions(draft_quant="off"), chain_min=0.0)
     try:
         def tokens(drafter: str) -> tuple[int, ...]:
-            policy = make_policy("fixed", 4) if drafter != "none" else None
+            policy = make_policy("fixed", 4) if drafter != "plain" else None
             return [ev for ev in pair.generate(PROMPTS[0], GenerationConfig(gamma=4, max_tokens=24),
                                                drafter=drafter, policy=policy)
                     if isinstance(ev, DoneEvent)][0].tokens
-        adapted = tokens("none")
+        adapted = tokens("plain")
         # Greedy speculation follows the adapted target up to a near-tie at most (batch
         # numerics, docs/EXACTNESS.md): the one rule for comparing greedy outputs.
         check_near_tie(pair.target, pair.prompt_tokens(PROMPTS[0]), adapted, tokens("draft"))
@@ -71,7 +71,7 @@ def test_speculation_with_an_adapted_target_is_exact(files, tmp_path):
     plain = load_pair(ModelConfig(str(target), n_ctx=512, n_threads=2), None)
     try:
         base = [ev for ev in plain.generate(PROMPTS[0], GenerationConfig(gamma=0, max_tokens=24),
-                                            drafter="none") if isinstance(ev, DoneEvent)][0].tokens
+                                            drafter="plain") if isinstance(ev, DoneEvent)][0].tokens
     finally:
         plain.close()
     # The adapter changes the target's answer: it is applied, not ignored.

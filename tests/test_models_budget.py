@@ -10,7 +10,7 @@ import pytest
 
 from engine.backend import ModelConfig
 from engine.errors import DoesNotFitError, SettingsError
-from loading.pair import budget_settings
+from loading.plan import budget_settings
 from models.budget import Layout, estimate_model, estimate_pair, require_fits
 from models.gguf_info import read_info
 from models.machine import Machine, detect

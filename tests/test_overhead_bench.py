@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from app.cli import main
-from engine.benchmark.overhead import MODES, PATHS, InstantBackend, llm_like_bank, run_overhead
+from engine.tools.benchmark.overhead import MODES, PATHS, InstantBackend, llm_like_bank, run_overhead
 
 
 def test_every_path_and_mode_is_measured_without_the_backends_time():

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from app.pairing_use import apply, expected_acceptance, lookup, running_name
+from app.runtime.tuned import apply, expected_acceptance, lookup, running_name
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
-from models import pairing
-from app.pairing_use import key_for
-from models.pairing import Choice, PairingRecord, all_records, find, save, stale_for
+from models import tuned
+from app.runtime.tuned import key_for
+from models.tuned import Choice, PairingRecord, all_records, find, save, stale_for
 
 
 @pytest.fixture
@@ -72,17 +72,16 @@ def test_stale_records_are_those_of_the_same_draft_with_another_target_or_adapte
 
 def test_an_unreadable_record_is_skipped_in_listings_and_a_clear_error_when_needed(store):
     key = key_for(store["target"], store["draft"])
-    (pairing.pairs_dir() / f"{key.id}.json").write_text("{not json")
+    (tuned.pairs_dir() / f"{key.id}.json").write_text("{not json")
     assert all_records() == []
     with pytest.raises(ModelFileError, match="tandem tune"):
         find(key)
 
 
-def _args(**kw) -> argparse.Namespace:
-    base = dict(drafter=None, draft_quant="auto", draft_vocab="full", policy="adaptive",
-                early_exit_layers=None, gamma=None, no_pairing=False)
-    base.update(kw)
-    return argparse.Namespace(**base)
+def _args(*argv: str) -> argparse.Namespace:
+    """`tandem generate`'s options as the command line gives them."""
+    from app.cli import build_parser
+    return build_parser().parse_args(["generate", "--prompt", "x", *argv])
 
 
 def test_a_matching_record_is_applied_and_said(store):
@@ -100,12 +99,12 @@ def test_a_matching_record_is_applied_and_said(store):
 def test_explicit_flags_and_no_pairing_win_over_the_record(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path))
-    args = _args(drafter="lookup")
+    args = _args("--drafter", "lookup")
     use = lookup(t, d)
     apply(args, use)
     assert not use.applied and args.drafter == "lookup"
     assert any("not used" in m for m in use.messages)
-    args = _args(no_pairing=True)
+    args = _args("--no-pairing")
     use = lookup(t, d)
     apply(args, use)
     assert not use.applied and args.drafter is None
@@ -127,14 +126,15 @@ def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store,
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path, acceptance=0.7))
     use = lookup(t, d)
-    monkeypatch.setattr("app.pairing_use.resolve_quant", lambda choice, path, gpu:
+    monkeypatch.setattr("app.runtime.tuned.read_info", lambda path: path)
+    monkeypatch.setattr("app.runtime.tuned.resolve_quant", lambda choice, model, gpu:
                         None if choice == "off" else "q4_0")
-    name = running_name(_args(drafter="draft", draft_quant="q4_0"), d, 28)
+    name = running_name(_args("--drafter", "draft", "--draft-quant", "q4_0"), d, 28)
     assert name == "draft-q4_0"
     assert expected_acceptance(use, name) == pytest.approx(0.6)
-    assert expected_acceptance(use, running_name(_args(drafter="lookup"), d, 28)) is None
-    assert running_name(_args(drafter="early-exit"), None, 28) == "early-exit-21"
-    assert expected_acceptance(use, "none") is None
+    assert expected_acceptance(use, running_name(_args("--drafter", "lookup"), d, 28)) is None
+    assert running_name(_args("--drafter", "early-exit"), None, 28) == "early-exit-21"
+    assert expected_acceptance(use, "plain") is None
 
 
 def test_record_json_is_readable(store):
@@ -156,7 +156,7 @@ def test_no_staleness_warning_when_the_files_have_their_own_record(store):
 
 
 def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
-    from app.ui.state import READY, PairHolder
+    from app.runtime.holder import READY, PairHolder
     from loading.options import LoadOptions
     from tests import tinygguf
     from tests.fakes import FakeBackend
@@ -179,3 +179,7 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     assert holder.load(ModelConfig(str(t2)), ModelConfig(str(d)), opts) is None
     assert holder.pair.default_drafter == "hybrid"
     assert "another version of the target" in holder.status.message
+
+
+def test_a_record_written_when_plain_decoding_was_called_none_still_reads():
+    assert Choice("none").drafter == "plain" and Choice("none").label == "plain decoding"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.controller import AdaptiveController
-from engine.policy import FixedGamma
+from engine.control.controller import AdaptiveController
+from engine.control.policy import FixedGamma
 
 _spec = importlib.util.spec_from_file_location(
     "policy_sim", Path(__file__).resolve().parents[1] / "research" / "policy_sim.py")

@@ -14,8 +14,9 @@ from engine.generator import GenerationConfig
 from engine.sampling import Rng, SamplingParams
 from loading.derived.files import file_sha256
 from loading.derived.quantized import bits_per_weight, derive_quantized, resolve
+from models.gguf_info import read_info
 from loading.options import LoadOptions
-from loading.pair import load_pair
+from loading.load import load_pair
 from tests import tinygguf
 from tests.fakes import FakeBackend
 
@@ -34,13 +35,13 @@ def tensor_types(path):
 
 
 def test_auto_requantizes_only_a_heavy_draft_on_the_cpu(tmp_path, store):
-    heavy = tinygguf.write(tmp_path / "f32.gguf", **TINY)
+    heavy = read_info(tinygguf.write(tmp_path / "f32.gguf", **TINY))
     assert bits_per_weight(heavy) == pytest.approx(32.0)
     assert resolve("auto", heavy, gpu_layers=0) == "q4_0"
     assert resolve("auto", heavy, gpu_layers=99) is None
     assert resolve("off", heavy, gpu_layers=0) is None
     assert resolve("q4_0", heavy, gpu_layers=99) == "q4_0"
-    light = derive_quantized(heavy, "q4_0")
+    light = read_info(derive_quantized(heavy.path, "q4_0"))
     assert bits_per_weight(light) == pytest.approx(4.5)
     assert resolve("auto", light, gpu_layers=0) is None
     with pytest.raises(SettingsError, match="unknown draft quantization"):
@@ -115,8 +116,8 @@ def test_the_embedded_draft_requantized_still_drafts_the_targets_tokens(embedded
     from engine.llama_backend import load
 
     path = derive_quantized(embedded_paths[1], "q4_0")
-    assert bits_per_weight(path) == pytest.approx(4.5)
-    assert bits_per_weight(embedded_paths[1]) > 6.0
+    assert bits_per_weight(read_info(path)) == pytest.approx(4.5)
+    assert bits_per_weight(read_info(embedded_paths[1])) > 6.0
     backend = load(ModelConfig(str(path), n_ctx=128, n_threads=2))
     try:
         context = backend.tokenize("def add(a, b):\n    return", True, True)

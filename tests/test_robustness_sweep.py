@@ -25,7 +25,7 @@ from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policies import POLICIES
+from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 from tests import tinygguf
 from tests.fakes import FakeBackend
@@ -36,7 +36,7 @@ SWEEP = dict(derandomize=True, database=None, deadline=None, print_blob=True,
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 EOG = 59
-DRAFTERS = ("none", "draft", "lookup", "hybrid")
+DRAFTERS = ("plain", "draft", "lookup", "hybrid")
 
 # The fake's tokens print as a-z, and 60-63 as the two halves of "é" and "ü": stop strings from
 # this alphabet span tokens, and those with é/ü span a character split across two tokens.
@@ -60,7 +60,7 @@ def one_line(exc: TandemError) -> None:
 def run_one(pair: Pair, prompt, config: GenerationConfig, drafter: str, policy_name: str,
             raw: bool, close_after: int | None) -> None:
     """One generation; asserts its statistics agree with its events when it completes."""
-    policy = pair.make_policy(policy_name, drafter, config.gamma) if drafter != "none" else None
+    policy = pair.make_policy(policy_name, drafter, config.gamma) if drafter != "plain" else None
     events = pair.generate(prompt, config, drafter=drafter, raw=raw, policy=policy)
     tokens: list[int] = []
     texts: list[str] = []

@@ -15,9 +15,9 @@ from engine.backend import ModelConfig
 from engine.events import DoneEvent, TokenEvent
 from engine.generator import GenerationConfig, generate
 from engine.llama_backend import load
-from loading.pair import load_pair
+from loading.load import load_pair
 from engine.rpc import WorkerError
-from engine.exactness.greedy import check_near_tie
+from engine.tools.exactness.greedy import check_near_tie
 from engine.sampling import SamplingParams, probabilities
 from engine.session import Session
 from models.rpc_server import WorkerBuildError, find_rpc_server
@@ -108,7 +108,7 @@ def test_a_killed_worker_ends_the_request_with_an_error_naming_it(tmp_path):
         try:
             config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=0,
                                       max_tokens=200)
-            events = pair.generate(PROMPT, config, drafter="none")
+            events = pair.generate(PROMPT, config, drafter="plain")
             with pytest.raises(WorkerError, match=f"lost RPC worker {lab.direct[0]}"):
                 for ev in events:
                     if isinstance(ev, TokenEvent):
@@ -117,7 +117,7 @@ def test_a_killed_worker_ends_the_request_with_an_error_naming_it(tmp_path):
             assert os.getpid() > 0 and not pair.lock.locked()
             assert pair.draft_backend.decode(pair.draft_backend.tokenize("x"), 0, [0]).shape[0] == 1
             with pytest.raises(WorkerError, match=f"lost RPC worker {lab.direct[0]}"):
-                list(pair.generate(PROMPT, config, drafter="none"))
+                list(pair.generate(PROMPT, config, drafter="plain"))
         finally:
             pair.close()
         with pytest.raises(WorkerError, match=f"RPC worker {lab.direct[0]} is unreachable"):

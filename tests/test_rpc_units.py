@@ -14,7 +14,7 @@ from app.worker_cli import worker_command
 from engine.backend import ModelConfig
 from engine.errors import DoesNotFitError, SettingsError
 from loading.options import LoadOptions
-from loading.pair import check_files
+from loading.plan import plan_load
 from engine.rpc import (CMD_DEVICE_COUNT, CMD_GET_DEVICE_MEMORY, CMD_HELLO, CONN_CAPS_SIZE,
                         WorkerError, WorkerInfo, parse_endpoints, probe)
 from models import budget
@@ -166,12 +166,12 @@ def test_loading_probes_the_workers_before_the_budget(tmp_path):
     port = _free_port()
     cfg = ModelConfig(str(path), n_ctx=256, rpc=(f"127.0.0.1:{port}",))
     with pytest.raises(WorkerError, match=f"127.0.0.1:{port} is unreachable"):
-        check_files(cfg, None, LoadOptions())
+        plan_load(cfg, None, LoadOptions())
     w = ScriptedWorker(free=(100,))
     try:
         cfg = ModelConfig(str(path), n_ctx=256, rpc=(w.endpoint,))
         with pytest.raises(DoesNotFitError, match=f"worker {w.endpoint}"):
-            check_files(cfg, None, LoadOptions())
+            plan_load(cfg, None, LoadOptions())
     finally:
         w.close()
 

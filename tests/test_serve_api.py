@@ -9,9 +9,9 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.server import create_app
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from app.serve.parsing import MAX_JSON_DEPTH
 from tests.serve_fakes import API_KEY, MODEL, N_CTX, api_client, serve_access
 
@@ -53,7 +53,7 @@ def assert_error(response, status: int, param: str | None = None, code: str | No
 def test_models_and_health(client):
     models = client.get("/v1/models").json()
     assert [m["id"] for m in models["data"]] == [MODEL]
-    assert models["data"][0]["drafters"] == ["none", "draft", "hybrid", "lookup"]
+    assert models["data"][0]["drafters"] == ["plain", "draft", "hybrid", "lookup"]
     assert models["data"][0]["pair"] == {"target": "fake-1-0.0", "draft": "fake-1-0.5"}
     health = TestClient(client.app).get("/health")  # no key needed
     assert health.status_code == 200 and health.json()["status"] == "ok"
@@ -120,8 +120,8 @@ def test_greedy_speculation_gives_the_plain_answer(client):
     def answer(spec: dict) -> dict:
         return client.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 16,
                                                          "speculative": spec}).json()
-    plain = answer({"drafter": "none"})
-    assert plain["speculative"]["mode"] == "baseline" and plain["speculative"]["drafted_tokens"] == 0
+    plain = answer({"drafter": "plain"})
+    assert plain["speculative"]["mode"] == "plain" and plain["speculative"]["drafted_tokens"] == 0
     assert plain["speculative"]["controller"]["policy"] is None
     for spec in (FIXED, {"drafter": "lookup", "policy": "heuristic", "gamma": 2}, {}):
         out = answer(spec)

@@ -7,9 +7,9 @@ import pytest
 from gradio_client import Client
 
 from app.cli import main
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.routes import api_router
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from tests import appserver
 from tests.serve_fakes import MODEL, fake_pair
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from app.serve.queue import GenerationQueue, QueueFullError
+from app.runtime.queue import GenerationQueue, QueueFullError
 
 
 def test_one_runs_the_next_waits_and_more_are_refused():

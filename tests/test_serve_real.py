@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from engine.backend import ModelConfig
-from engine.exactness.greedy import require_near_tie, text_divergence
+from engine.tools.exactness.greedy import require_near_tie, text_divergence
 from engine.llama_backend import LlamaBackend
 from engine.session import Session
 from tests.appserver import free_port
@@ -107,8 +107,8 @@ def test_per_request_settings_are_honoured_and_greedy_matches_plain(client, embe
         return client.completions.create(model="qwen2.5-coder-1.5b-instruct-q4_k_m",
                                          prompt=PROMPT, max_tokens=10,
                                          extra_body={"speculative": spec, "top_k": 1})
-    plain = complete({"drafter": "none"})
-    assert plain.speculative["mode"] == "baseline" and plain.speculative["drafted_tokens"] == 0
+    plain = complete({"drafter": "plain"})
+    assert plain.speculative["mode"] == "plain" and plain.speculative["drafted_tokens"] == 0
     assert plain.speculative["target_calls"] == plain.usage.completion_tokens
     # Hybrid is calibrated already (the chat test's default); every drafter costs a calibration.
     draft = complete({"drafter": "hybrid", "policy": "fixed", "gamma": 2})
@@ -187,7 +187,7 @@ def test_a_client_that_leaves_mid_stream_frees_the_pair(server, client):
 
 def test_a_client_that_gives_up_on_a_whole_answer_frees_the_pair(server):
     body = {"messages": [{"role": "user", "content": "Write a long story about a lake."}],
-            "max_tokens": 400, "speculative": {"drafter": "none"}}
+            "max_tokens": 400, "speculative": {"drafter": "plain"}}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server}/v1/chat/completions", json=body, timeout=3,
                    headers={"Authorization": f"Bearer {KEY}"})

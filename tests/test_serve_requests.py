@@ -9,7 +9,7 @@ import pytest
 from app.serve.errors import BadRequestError
 from app.serve.parsing import parse_chat, parse_completion, parse_json
 
-DRAFTERS = ("none", "draft", "hybrid", "lookup")
+DRAFTERS = ("plain", "draft", "hybrid", "lookup")
 HI = [{"role": "user", "content": "hi"}]
 
 
@@ -51,8 +51,8 @@ def refused(call, *args, **fields) -> BadRequestError:
     ({"speculative": {"gamma": 0}}, "speculative.gamma"),
     ({"speculative": {"gamma": 33}}, "speculative.gamma"),
     ({"speculative": {"max_gamma": 4}}, "speculative.max_gamma"),
-    ({"speculative": {"drafter": "none", "gamma": 4}}, "speculative.gamma"),
-    ({"speculative": {"drafter": "none", "policy": "fixed"}}, "speculative.policy"),
+    ({"speculative": {"drafter": "plain", "gamma": 4}}, "speculative.gamma"),
+    ({"speculative": {"drafter": "plain", "policy": "fixed"}}, "speculative.policy"),
 ])
 def test_a_bad_field_is_refused_by_name(fields, param):
     error = refused(chat, **fields)
@@ -106,8 +106,10 @@ def test_defaults_and_plain_decoding():
     req = chat()
     assert (req.drafter, req.policy, req.config.gamma) == ("hybrid", "adaptive", 8)
     assert req.config.params.greedy and req.config.max_tokens == 256 and not req.stream
-    plain = chat(speculative={"drafter": "none"}, max_completion_tokens=5, stop="x")
-    assert (plain.drafter, plain.policy, plain.config.gamma) == ("none", None, 0)
+    plain = chat(speculative={"drafter": "plain"}, max_completion_tokens=5, stop="x")
+    assert (plain.drafter, plain.policy, plain.config.gamma) == ("plain", None, 0)
+    # "none", plain decoding's old name, still means it.
+    assert chat(speculative={"drafter": "none"}).drafter == "plain"
     assert plain.config.max_tokens == 5 and plain.config.stop == ("x",)
 
 

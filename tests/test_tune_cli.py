@@ -8,13 +8,13 @@ import pytest
 from app.cli import main
 from app.tune_cli import build_record, interleave, table_lines, tune_prompts
 from engine.backend import ModelConfig
-from engine.benchmark.suite import SuitePrompt
+from engine.tools.benchmark.suite import SuitePrompt
 from engine.errors import SettingsError
 from engine.sampling import SamplingParams
-from engine.tuning.candidates import Candidate
-from engine.tuning.measure import CandidateResult, PairRun
-from app.pairing_use import key_for
-from models.pairing import find, save
+from engine.tools.tuning.candidates import Candidate
+from engine.tools.tuning.measure import CandidateResult, PairRun
+from app.runtime.tuned import key_for
+from models.tuned import find, save
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -67,7 +67,7 @@ def test_table_and_choices():
     assert "cannot load" in next(ln for ln in lines if ln.startswith("early-exit-21"))
     assert "best for overall: draft-q4_0 1.40x" in lines
     assert "best for code: draft-q4_0 1.45x" in lines
-    assert any(ln.startswith("best for chat: none") for ln in lines)
+    assert any(ln.startswith("best for chat: plain") for ln in lines)
 
 
 def test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch):
@@ -81,7 +81,7 @@ def test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch
     rec = build_record(_results(), ["code", "chat"], key, tcfg, dcfg, _args(),
                        SamplingParams(temperature=0.7, top_p=0.9))
     assert rec.chosen.drafter == "draft" and rec.chosen.draft_quant == "q4_0"
-    assert rec.by_category["chat"].drafter == "none"
+    assert rec.by_category["chat"].drafter == "plain"
     assert rec.measured["draft-q4_0"]["acceptance_min"] == pytest.approx(0.75)
     assert rec.machine["device"] == "CPU" and rec.machine["threads"] == 2
     assert rec.sampling["temperature"] == 0.7 and rec.tandem_version
@@ -98,7 +98,7 @@ def test_pairs_lists_records(tmp_path, monkeypatch, capsys):
     assert main(["pairs"]) == 0
     out = capsys.readouterr().out
     assert "t.gguf / d.gguf" in out and "chosen draft q4_0 adaptive g=8: 1.40x" in out
-    assert "chat: none (plain decoding)" in out
+    assert "chat: plain decoding" in out
 
 
 def test_tune_refuses_bad_options(capsys):

@@ -6,16 +6,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.benchmark.suite import SuitePrompt
+from engine.tools.benchmark.suite import SuitePrompt
 from engine.errors import ModelFileError
 from engine.backend import ModelConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from engine.tuning.candidates import Candidate, default_candidates
-from engine.tuning.decide import OVERALL, categories, choose, table
+from engine.tools.tuning.candidates import Candidate, default_candidates
+from engine.tools.tuning.decide import OVERALL, categories, choose, table
 from loading.tuning_host import PairHost
-from engine.tuning.measure import (MIN_PAIRS_TO_STOP, TuneHost, clearly_loses, leader_median,
+from engine.tools.tuning.measure import (MIN_PAIRS_TO_STOP, TuneHost, clearly_loses, leader_median,
                                    measure)
 from tests.exact_law import TableFake, VirtualClock
 
@@ -66,7 +66,7 @@ def test_the_fastest_per_category_wins_and_nothing_slower_than_plain_is_picked()
     results = measure(host, _cands("q8_0", "q4_0", "lookup"), PROMPTS, SamplingParams(),
                       budget_s=1e6, now=host.now)
     assert choose(results, "code").candidate.name == "draft-q8_0"
-    # Every candidate loses on chat: plain decoding ("none") is the answer there.
+    # Every candidate loses on chat: plain decoding ("plain") is the answer there.
     assert choose(results, "chat") is None
     assert categories(results) == ["code", "chat"]
     rows = {r.candidate.name: r for r in table(results)}
@@ -110,7 +110,7 @@ def test_early_stop_rule():
 
 
 def test_leader_needs_enough_pairs_and_to_beat_plain():
-    from engine.tuning.measure import CandidateResult, PairRun
+    from engine.tools.tuning.measure import CandidateResult, PairRun
     def res(speedups):
         r = CandidateResult(Candidate("lookup"))
         r.runs = [PairRun("p", "c", 10.0, 10.0 * s, 0, 0, 0.0, 100.0) for s in speedups]

@@ -12,15 +12,15 @@ from app.cli import build_parser
 from app.settings import load_options
 from engine.backend import ModelConfig
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.drafters.trimmed import TrimmedBackend
+from engine.trimmed_backend import TrimmedBackend
 from engine.errors import ModelFileError, SettingsError
-from engine.exactness.check import ExactnessPlan, run_exactness
+from engine.tools.exactness.check import ExactnessPlan, run_exactness
 from engine.session import Session
 from loading.derived.embeddings import EmbeddingTable
 from loading.derived.vocab_trim import (SOURCE_KEY, corpus_files, derive_trimmed, has_letter,
                                         kept_ids, round_up, select_tokens, write_trimmed)
 from loading.options import LoadOptions
-from loading.pair import load_pair
+from loading.load import load_pair
 from tests import tinygguf
 from tests.fakes import FakeBackend
 

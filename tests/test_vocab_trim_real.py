@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 
 from engine.backend import ModelConfig
-from engine.drafters.trimmed import TrimmedBackend
+from engine.trimmed_backend import TrimmedBackend
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.llama_backend import load
-from engine.policy import FixedGamma
+from engine.control.policy import FixedGamma
 from engine.sampling import SamplingParams
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import derive_quantized
 from loading.derived.vocab_trim import derive_trimmed, kept_ids
 from loading.options import LoadOptions
-from loading.pair import load_pair
+from loading.load import load_pair
 
 pytestmark = pytest.mark.real
 

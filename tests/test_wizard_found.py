@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 
 from app.ui import wizard
-from app.ui.state import READY, PairHolder
+from app.runtime.holder import READY, PairHolder
 from engine import llama_backend
 from engine.backend import ModelConfig
 from tests import fakestores

@@ -1,2 +1,2 @@
 """Report writers for `tandem bench` and `tandem exactness`: raw JSON, CSV, Markdown and PNG
-plots. They only format what `engine.benchmark` and `engine.exactness` return."""
+plots. They only format what `engine.tools.benchmark` and `engine.tools.exactness` return."""

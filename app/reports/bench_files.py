@@ -8,8 +8,8 @@ from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Sequence
 
-from engine.benchmark.aggregate import Summary
-from engine.benchmark.records import RunRecord
+from engine.tools.benchmark.aggregate import Summary
+from engine.tools.benchmark.records import RunRecord
 
 
 def write_json(path: Path, records: Sequence[RunRecord], summary: Summary, context: dict) -> Path:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from engine.benchmark.aggregate import Summary
-from engine.benchmark.theory import __doc__ as THEORY
+from engine.tools.benchmark.aggregate import Summary
+from engine.tools.benchmark.theory import __doc__ as THEORY
 
 
 def _f(x: float | None, digits: int = 2) -> str:

@@ -14,10 +14,11 @@ from typing import Any, Sequence
 
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, integer, number, refuse_unknown
-from app.settings import DEFAULT_GAMMA
+from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY, PLAIN,
+                                  plain_alias)
 from engine.errors import SettingsError
 from engine.generator import MAX_GAMMA, GenerationConfig
-from engine.policies import POLICIES
+from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 
 COMMON_FIELDS = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
@@ -27,8 +28,6 @@ COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS)
 SPECULATIVE_FIELDS = ("drafter", "policy", "gamma")
 MESSAGE_FIELDS = ("role", "content")
 ROLES = ("system", "user", "assistant")
-# The CLI's default answer length (app/settings.py).
-DEFAULT_MAX_TOKENS = 256
 # The deepest nesting a body may have: a request is four levels deep (body, messages, a message,
 # its content parts); deeper is refused before any field is read, since Python's recursion (in the
 # JSON parser, in repr) would fail on it long before the fields are checked.
@@ -43,7 +42,7 @@ class GenerationRequest:
     prompt: str | tuple[dict, ...]
     config: GenerationConfig
     drafter: str
-    # None with drafter "none": plain decoding has no gamma policy.
+    # None with drafter "plain": plain decoding has no gamma policy.
     policy: str | None
     stream: bool
     include_usage: bool
@@ -173,23 +172,23 @@ def _prompt(value: Any) -> str:
 
 
 def _speculative(value: Any, drafters: Sequence[str], default_drafter: str) -> tuple[str, str | None, int]:
-    """(drafter, policy, gamma) from the `speculative` object; gamma 0 with drafter none."""
+    """(drafter, policy, gamma) from the `speculative` object; gamma 0 with drafter plain."""
     spec = {} if value is None else value
     if not isinstance(spec, dict):
         raise BadRequestError("speculative must be an object with drafter, policy and gamma",
                               param="speculative")
     refuse_unknown(spec, SPECULATIVE_FIELDS, prefix="speculative.")
-    drafter = default_drafter if spec.get("drafter") is None else spec["drafter"]
+    drafter = default_drafter if spec.get("drafter") is None else plain_alias(spec["drafter"])
     if drafter not in drafters:
         raise BadRequestError(f"speculative.drafter must be one of {', '.join(drafters)} with "
                               f"the loaded pair, got {drafter!r}", param="speculative.drafter")
-    if drafter == "none":
+    if drafter == PLAIN:
         for key in ("policy", "gamma"):
             if spec.get(key) is not None:
-                raise BadRequestError(f"speculative.{key} has no effect with drafter none "
+                raise BadRequestError(f"speculative.{key} has no effect with drafter {PLAIN} "
                                       "(plain decoding); drop it", param=f"speculative.{key}")
         return drafter, None, 0
-    policy = "adaptive" if spec.get("policy") is None else spec["policy"]
+    policy = DEFAULT_POLICY if spec.get("policy") is None else spec["policy"]
     if policy not in POLICIES:
         raise BadRequestError(f"speculative.policy must be one of {', '.join(POLICIES)}, got "
                               f"{policy!r}", param="speculative.policy")

@@ -21,10 +21,10 @@ from starlette.requests import ClientDisconnect
 from app.serve.errors import (BadRequestError, InternalError, NotFoundError, TooLargeError,
                               UnavailableError, UnsupportedMediaError, as_api_error)
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
-from app.serve.queue import GenerationQueue, QueueFullError
+from app.runtime.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
 from app.serve.stream import ClosingStreamingResponse, Job, run_to_end, stream_events
-from app.ui.state import READY, NotReadyError, PairHolder
+from app.runtime.holder import READY, NotReadyError, PairHolder
 from engine.pair import Pair
 
 log = logging.getLogger("tandem.serve")

@@ -16,10 +16,10 @@ from starlette.middleware import Middleware
 
 from app.serve.access import Access, display_url
 from app.serve.guard import Guard
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.routes import api_router
 from app.ui import mount_page
-from app.ui.state import PairHolder
+from app.runtime.holder import PairHolder
 from engine.errors import SettingsError
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.serve.errors import as_api_error
 from app.serve.parsing import GenerationRequest
-from app.serve.queue import GenerationQueue
+from app.runtime.queue import GenerationQueue
 from app.serve.responses import DONE, Formatter, sse
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.pair import Pair

@@ -19,7 +19,9 @@ import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
 from app.ui import chat, compare, wizard  # noqa: E402
-from app.ui.state import ERROR, LOADING, READY, PairHolder, StopFlags  # noqa: E402
+from app.runtime.defaults import DEFAULT_DRAFTER, PLAIN  # noqa: E402
+from app.runtime.holder import ERROR, LOADING, READY, PairHolder  # noqa: E402
+from app.ui.state import StopFlags  # noqa: E402
 
 TITLE = "Tandem: exact speculative decoding"
 POLL_S = 0.4
@@ -52,7 +54,7 @@ def _drafter_updates(holder: PairHolder) -> tuple[dict, dict]:
     if holder.status.state != READY:
         return gr.update(), gr.update()
     names = holder.pair.drafters
-    speculative = [d for d in names if d != "none"]
+    speculative = [d for d in names if d != PLAIN]
     default = holder.pair.default_drafter
     return (gr.update(choices=names, value=default),
             gr.update(choices=speculative,
@@ -63,8 +65,8 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
     """The whole page for `holder`'s pair; it works (and says so) while loading or after a failure."""
     flags = flags or StopFlags()
     ready = holder.status.state == READY
-    drafters = holder.pair.drafters if ready else ["hybrid", "draft", "none"]
-    default = holder.pair.default_drafter if ready else "hybrid"
+    drafters = holder.pair.drafters if ready else [DEFAULT_DRAFTER, "draft", PLAIN]
+    default = holder.pair.default_drafter if ready else DEFAULT_DRAFTER
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         gr.Markdown(f"## {TITLE}\nA small draft model proposes tokens; the target checks them in one "
                     "batch and keeps exactly its own distribution.")

@@ -12,9 +12,11 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from app.pairing_use import chosen_acceptance, stale_line
+from app.runtime.tuned import chosen_acceptance, stale_line
 from app.ui import controls, metrics
-from app.ui.state import PairHolder, StopFlags
+from app.runtime.defaults import PLAIN
+from app.runtime.holder import PairHolder
+from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
@@ -64,7 +66,7 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
             settings: controls.Settings) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
     try:
         pair = holder.pair
-        config = settings.config(gamma=0 if settings.drafter == "none" else None)
+        config = settings.config(gamma=0 if settings.drafter == PLAIN else None)
         policy = settings.policy_for(settings.drafter)
         messages = to_messages(history) + [{"role": "user", "content": message}]
         events = watch(pair.generate(messages, config, drafter=settings.drafter, policy=policy),

@@ -17,7 +17,9 @@ from typing import Any, Iterator, Sequence
 import gradio as gr
 
 from app.ui import controls, metrics
-from app.ui.state import PairHolder, StopFlags
+from app.runtime.defaults import PLAIN
+from app.runtime.holder import PairHolder
+from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.stats import GenerationStats
@@ -51,26 +53,26 @@ class Spread:
 
 @dataclass
 class Runs:
-    baseline: list[DoneEvent] = field(default_factory=list)
+    plain: list[DoneEvent] = field(default_factory=list)
     speculative: list[DoneEvent] = field(default_factory=list)
-    baseline_pieces: list[metrics.Piece] = field(default_factory=list)
+    plain_pieces: list[metrics.Piece] = field(default_factory=list)
     speculative_pieces: list[metrics.Piece] = field(default_factory=list)
 
     def measures(self, mode: str) -> dict[str, Spread]:
-        runs = [d.stats for d in (self.baseline if mode == "baseline" else self.speculative)]
+        runs = [d.stats for d in (self.plain if mode == "plain" else self.speculative)]
         return {"tokens_per_s": Spread.of([s.tokens_per_s for s in runs]),
                 "total_ms": Spread.of([s.total_time_ms for s in runs]),
                 "ttft_ms": Spread.of([s.ttft_ms for s in runs])}
 
     def speedups(self) -> tuple[Spread, Spread]:
-        """Per repeat: speculative over baseline tokens/s, and baseline over speculative end-to-end."""
-        pairs = list(zip(self.baseline, self.speculative))
+        """Per repeat: speculative over plain tokens/s, and plain over speculative end-to-end."""
+        pairs = list(zip(self.plain, self.speculative))
         tps = [s.stats.tokens_per_s / b.stats.tokens_per_s for b, s in pairs if b.stats.tokens_per_s > 0]
         e2e = [b.stats.total_time_ms / s.stats.total_time_ms for b, s in pairs if s.stats.total_time_ms > 0]
         return Spread.of(tps or [0.0]), Spread.of(e2e or [0.0])
 
     def differences(self) -> list[int | None]:
-        return [first_difference(b.tokens, s.tokens) for b, s in zip(self.baseline, self.speculative)]
+        return [first_difference(b.tokens, s.tokens) for b, s in zip(self.plain, self.speculative)]
 
 
 def _identity_note(runs: Runs, greedy: bool) -> tuple[str, bool | None, int | None]:
@@ -90,7 +92,7 @@ def _identity_note(runs: Runs, greedy: bool) -> tuple[str, bool | None, int | No
 def summary_html(runs: Runs, greedy: bool) -> str:
     if not runs.speculative:
         return '<div class="tandem-compare-summary" style="opacity:.7">running…</div>'
-    base, spec = runs.measures("baseline"), runs.measures("speculative")
+    base, spec = runs.measures("plain"), runs.measures("speculative")
     tps_up, e2e_up = runs.speedups()
     note, _, _ = _identity_note(runs, greedy)
     n = len(runs.speculative)
@@ -112,7 +114,7 @@ def summary_html(runs: Runs, greedy: bool) -> str:
 def payload(runs: Runs, greedy: bool) -> dict[str, Any]:
     _, identical, first = _identity_note(runs, greedy)
     tps_up, e2e_up = runs.speedups() if runs.speculative else (Spread(0, 0, 0), Spread(0, 0, 0))
-    return {"baseline": [{"text": d.text, **d.stats.as_dict()} for d in runs.baseline],
+    return {"plain": [{"text": d.text, **d.stats.as_dict()} for d in runs.plain],
             "speculative": [{"text": d.text, **d.stats.as_dict()} for d in runs.speculative],
             "greedy": greedy, "identical": identical, "first_difference": first,
             "speedup_tokens_per_s": tps_up.median, "speedup_end_to_end": e2e_up.median}
@@ -130,7 +132,7 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
         raise gr.Error("type a prompt first")
     if not 1 <= repeats <= MAX_REPEATS:
         raise gr.Error(f"repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
-    if settings.drafter == "none":
+    if settings.drafter == PLAIN:
         raise gr.Error("pick a drafter for the speculative run; the plain run needs none")
     try:
         pair = holder.pair
@@ -139,10 +141,10 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
         raise gr.Error(str(exc)) from None
     greedy = base_cfg.params.greedy
     runs = Runs()
-    state: dict[str, tuple[GenerationStats | None, bool]] = {"baseline": (None, False), "speculative": (None, False)}
+    state: dict[str, tuple[GenerationStats | None, bool]] = {"plain": (None, False), "speculative": (None, False)}
 
     def view() -> tuple[str, str, str, dict | None]:
-        return (_column("plain decoding (target alone)", runs.baseline_pieces, *state["baseline"]),
+        return (_column("plain decoding (target alone)", runs.plain_pieces, *state["plain"]),
                 _column(f"speculative ({settings.drafter})", runs.speculative_pieces, *state["speculative"]),
                 summary_html(runs, greedy), payload(runs, greedy) if runs.speculative else None)
 
@@ -151,12 +153,12 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
         # All the runs take one turn of the queue shared with the API: nothing runs between them.
         with holder.queue.slot():
             for i in range(repeats):
-                for mode in ("baseline", "speculative"):
-                    pieces = runs.baseline_pieces if mode == "baseline" else runs.speculative_pieces
+                for mode in ("plain", "speculative"):
+                    pieces = runs.plain_pieces if mode == "plain" else runs.speculative_pieces
                     pieces.clear()
                     state[mode] = (None, False)
-                    drafter = "none" if mode == "baseline" else settings.drafter
-                    config = base_cfg if mode == "baseline" else spec_cfg
+                    drafter = PLAIN if mode == "plain" else settings.drafter
+                    config = base_cfg if mode == "plain" else spec_cfg
                     events = pair.generate(prompt, config, drafter=drafter,
                                            policy=settings.policy_for(drafter))
                     last = time.monotonic()
@@ -173,7 +175,7 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
                                     yield view()
                             elif isinstance(ev, DoneEvent):
                                 state[mode] = (ev.stats, True)
-                                (runs.baseline if mode == "baseline" else runs.speculative).append(ev)
+                                (runs.plain if mode == "plain" else runs.speculative).append(ev)
                     finally:
                         events.close()
                     yield view()

@@ -16,13 +16,13 @@ ORIGIN_COLORS: dict[str, str] = {
     "draft": "#2e9d57",
     "correction": "#d9534f",
     "bonus": "#3b7dd8",
-    "target": "#8a8f98",
+    "plain": "#8a8f98",
 }
 ORIGIN_LABELS: dict[str, str] = {
     "draft": "draft token accepted by the target",
     "correction": "target's correction after a rejection",
     "bonus": "target's bonus token (whole draft accepted)",
-    "target": "target alone (plain decoding)",
+    "plain": "target alone (plain decoding)",
 }
 
 
@@ -100,7 +100,7 @@ def live_panel(stats: GenerationStats | None, done: bool = False, note: str = ""
             f'{why}{chart}</div>')
 
 
-def legend(origins: tuple[str, ...] = ("draft", "correction", "bonus", "target")) -> str:
+def legend(origins: tuple[str, ...] = ("draft", "correction", "bonus", "plain")) -> str:
     items = "".join(
         f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:12px">'
         f'<span style="width:12px;height:12px;border-radius:3px;background:{ORIGIN_COLORS[o]}"></span>'

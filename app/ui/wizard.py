@@ -19,11 +19,11 @@ from typing import Any, Iterator
 import gradio as gr
 
 from app.calibrate_cli import suggestions
-from app.ui.state import ERROR, LOADING, PairHolder
+from app.runtime.holder import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
-from engine.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
+from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
-from loading import pair as loading
+from loading import load as loading
 from models import budget, catalog, compat, disk_pairs, found, hub, machine, stores
 from models.store import store_dir
 

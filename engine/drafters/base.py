@@ -9,7 +9,7 @@ What may decide whether drafted token x_i is put before the target (docs/EXACTNE
 committed text, x_0..x_{i-1}, and the draft's row q_i *before* x_i is drawn. Never x_i itself,
 nor anything drawn after it: a token kept or dropped on its own value no longer comes from q_i,
 and the p/q rule given q_i is then not exact. So every early stop is a stopping rule checked
-before the next draw, and `keep` (the policy's, engine/policy.py) is called with exactly that
+before the next draw, and `keep` (the policy's, engine/control/policy.py) is called with exactly that
 information: the draft's probabilities of the tokens already drawn and a statistic of the next
 row (its largest probability), before the token is drawn.
 """
@@ -27,6 +27,16 @@ from engine.session import Session
 
 I32 = npt.NDArray[np.int32]
 
+# The drafter of plain decoding, by the one word users see for no speculation: in the drafter
+# choices, the statistics' mode and a token's origin. "none", the name it once had, is read as it.
+PLAIN = "plain"
+_OLD_PLAIN = "none"
+
+
+def plain_alias(name: str) -> str:
+    """A drafter's name as given, with the old name of plain decoding read as `PLAIN`."""
+    return PLAIN if name == _OLD_PLAIN else name
+
 # keep(own, sure): whether to draw the next draft token, given `own`, the draft's probability
 # of each token drawn so far this round, and `sure`, the largest probability in the next row.
 Keep = Callable[[Sequence[float], float], bool]
@@ -37,8 +47,11 @@ class Proposal:
     tokens: I32
     # q_i per drafted token (`Dist`, engine/dist.py); None: the one-hot rule.
     q: Sequence[Dist] | None = None
-    # Which drafter produced the tokens (the hybrid drafter delegates).
+    # Which drafter produced the tokens, by name, for reports (the hybrid drafter delegates).
     source: str = ""
+    # Copied from the context (prompt lookup) rather than decoded by a model: such a round
+    # costs no draft decode and no catch-up, and keeps acceptance counts of its own.
+    copied: bool = False
     meta: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -50,7 +63,9 @@ def empty_proposal(source: str) -> Proposal:
 
 
 class Drafter:
-    """Base class. Subclasses implement `propose`; the hooks default to doing nothing."""
+    """Base class. Subclasses implement `propose`; the rest declare what the pair and the
+    generator need to know of a drafter (its model, whether it copies, whether it samples) and
+    hooks that default to doing nothing."""
 
     name: str = "drafter"
     # The model session a drafter decodes with, if any: calibration times its decodes.
@@ -60,11 +75,26 @@ class Drafter:
                 keep: Keep | None = None) -> Proposal:
         raise NotImplementedError
 
-    def source_for(self, context: Sequence[int]) -> str:
-        """The `Proposal.source` of the drafter that would propose after `context` (a drafter
-        that delegates, like hybrid, says which of its parts): a function of the committed
-        text alone, so a policy may price the round by it."""
-        return self.name
+    @property
+    def model_name(self) -> str | None:
+        """The name of the part that runs a model (reports price it), None when none does."""
+        return self.name if self.session is not None else None
+
+    @property
+    def copy_name(self) -> str | None:
+        """The name of the part that copies from the context, None when none does."""
+        return None
+
+    def copies(self, context: Sequence[int]) -> bool:
+        """Whether the round after `context` would copy from the context rather than run a
+        model: a function of the committed text alone, so a policy may price the round by it."""
+        return False
+
+    def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
+        """Whether the draft after `context` draws its tokens from q under `params`: it then
+        gives q rows (`Proposal.q`), and its round's verify width is fixed before drafting
+        (engine/round.py). A copy, or a model drafting greedily, does not sample."""
+        return False
 
     def behind(self, context: Sequence[int]) -> int:
         """How many tokens of `context` the drafter must decode before it can draft after it
@@ -76,6 +106,10 @@ class Drafter:
 
     def feedback(self, proposal: Proposal, n_accepted: int) -> None:
         """Hears how many of the proposed tokens the target accepted."""
+
+    def pad_catch_up(self, widths: Callable[[int], int] | None) -> None:
+        """Decode catch-up batches at `widths(n)` tokens (padding, engine/widths.py); the pair
+        sets it from the drafter's calibration. Only a drafter with a model cache has any."""
 
     def reset(self) -> None:
         """Forget all state (a benchmark's cold start)."""

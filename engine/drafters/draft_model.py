@@ -28,6 +28,9 @@ from engine.session import Session
 
 
 class DraftModelDrafter(Drafter):
+    # Always a model: the base class's optional session is this drafter's own.
+    session: Session
+
     def __init__(self, backend: Backend, p_min: float = 0.0, chain_min: float = 0.0) -> None:
         if not (0.0 <= p_min < 1.0) or not (0.0 <= chain_min < 1.0):
             raise SettingsError(f"draft p-min and chain-min must be in [0, 1), got {p_min}, "
@@ -41,8 +44,14 @@ class DraftModelDrafter(Drafter):
         # (that token is kept: it is paid for, and the policy may still verify it).
         self.chain_min = chain_min
         # Batch width for catching up on committed tokens (padding, engine/widths.py); set from
-        # the pair's calibration.
-        self.widths: Callable[[int], int] | None = None
+        # the pair's calibration through `pad_catch_up`.
+        self._widths: Callable[[int], int] | None = None
+
+    def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
+        return not params.greedy
+
+    def pad_catch_up(self, widths: Callable[[int], int] | None) -> None:
+        self._widths = widths
 
     def prefill(self, context: Sequence[int]) -> None:
         """Warm the draft's cache on the prompt (so the first round only pays for drafting)."""
@@ -60,14 +69,15 @@ class DraftModelDrafter(Drafter):
         tokens: list[int] = []
         rows: list[Dist] = []
         own: list[float] = []
+        sampled = self.samples(context, params)
         if gamma > 0:
-            logits = self.session.sync(context, feed_last=True, widths=self.widths)
+            logits = self.session.sync(context, feed_last=True, widths=self._widths)
             assert logits is not None
             eog = self.session.backend.is_eog
             chain = 1.0
             for i in range(gamma):
                 # Everything up to the draw reads only the row, never the token it gives.
-                if params.greedy:
+                if not sampled:
                     # q is one-hot at the argmax, which is what a proposal without q rows means;
                     # the untempered probability still says how sure the draft is.
                     q = None

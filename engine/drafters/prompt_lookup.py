@@ -35,6 +35,13 @@ class PromptLookupDrafter(Drafter):
         self.is_eog = is_eog
         self._index: NgramIndex | None = None
 
+    @property
+    def copy_name(self) -> str | None:
+        return self.name
+
+    def copies(self, context: Sequence[int]) -> bool:
+        return True
+
     def find(self, context: Sequence[int], want: int) -> tuple[int, int, int]:
         """(n, start, length) of the continuation to copy; length 0 when nothing matches."""
         size = len(context)
@@ -73,7 +80,8 @@ class PromptLookupDrafter(Drafter):
             end = next((i for i, t in enumerate(tokens.tolist()) if self.is_eog(t)), None)
             if end is not None:
                 tokens = tokens[:end + 1]
-        return Proposal(tokens=tokens, q=None, source=self.name, meta={"ngram": n, "match": start - n if length else -1})
+        return Proposal(tokens=tokens, q=None, source=self.name, copied=True,
+                        meta={"ngram": n, "match": start - n if length else -1})
 
 
 class NgramIndex:

@@ -1,6 +1,6 @@
 """Loading a draft with a trimmed vocabulary (loading/derived/vocab_trim.py): the trimmed
 file's backend wrapped with the source's embedding table and tokenizer
-(engine/drafters/trimmed.py), so it reads and scores every token of the source's vocabulary."""
+(engine/trimmed_backend.py), so it reads and scores every token of the source's vocabulary."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +11,7 @@ import numpy as np
 
 from engine import llama_backend
 from engine.backend import F32
-from engine.drafters.trimmed import EmbeddingBackend, Tokenizer, TrimmedBackend
+from engine.trimmed_backend import EmbeddingBackend, Tokenizer, TrimmedBackend
 from engine.errors import ModelFileError
 from loading.derived.vocab_trim import kept_ids
 

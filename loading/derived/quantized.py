@@ -19,7 +19,7 @@ from typing import Callable
 from engine import llama_backend
 from engine.errors import ModelFileError, SettingsError
 from loading.derived.files import derive
-from models.gguf_info import read_info
+from models.gguf_info import GGUFInfo
 
 # --draft-quant values: "auto" requantizes a heavy draft that runs on the CPU; "off" never;
 # q8_0 and q4_k are there for `tandem tune`, which measures them against Q4_0.
@@ -31,24 +31,25 @@ AUTO_MIN_BITS = 5.5
 Quantizer = Callable[[Path, Path, str], None]
 
 
-def bits_per_weight(path: str | Path) -> float:
+def bits_per_weight(model: GGUFInfo) -> float:
     """Stored bits per weight over the file's matrices (what a decode reads and multiplies)."""
-    mats = [t for t in read_info(path).tensors if len(t.shape) >= 2]
+    mats = [t for t in model.tensors if len(t.shape) >= 2]
     weights = sum(int(t.shape[0]) * int(t.shape[1]) for t in mats)
     if not weights:
-        raise ModelFileError(f"{Path(path).name} holds no weight matrices")
+        raise ModelFileError(f"{model.path.name} holds no weight matrices")
     return 8.0 * sum(t.n_bytes for t in mats) / weights
 
 
-def resolve(choice: str, path: str | Path, gpu_layers: int) -> str | None:
-    """The quantization to derive for this draft, or None to use the file as it is."""
+def resolve(choice: str, model: GGUFInfo, gpu_layers: int) -> str | None:
+    """The quantization to derive for this draft (its header `model`), or None to use the file
+    as it is."""
     if choice not in CHOICES:
         raise SettingsError(f"unknown draft quantization {choice!r}; choose one of {', '.join(CHOICES)}")
     if choice == "off":
         return None
     if choice == "auto":
         # On a GPU the draft's weights are not the bottleneck; keep the user's file.
-        if gpu_layers != 0 or bits_per_weight(path) <= AUTO_MIN_BITS:
+        if gpu_layers != 0 or bits_per_weight(model) <= AUTO_MIN_BITS:
             return None
         return "q4_0"
     return choice

@@ -16,7 +16,7 @@ Kept, by rules that read only the draft's own tokenizer (never the benchmark's p
 The derived file keeps every key and tensor of the source except the vocabulary arrays and the
 rows of `token_embd` and `output` (sliced in their stored quantization), and records the kept
 ids (`tandem.vocab_trim.ids`). Inputs still need every token: the draft is fed embeddings read
-from the source's table (loading/derived/embeddings.py, engine/drafters/trimmed.py).
+from the source's table (loading/derived/embeddings.py, engine/trimmed_backend.py).
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.drafters.base import PLAIN
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
 
@@ -84,7 +85,7 @@ def record_from_stats(stats: GenerationStats, *, order: int, prompt_id: str, cat
     return RunRecord(
         order=order, prompt_id=prompt_id, category=category,
         role="speculative" if speculative else "baseline", config=config,
-        drafter=stats.drafter, policy=policy if speculative else "none", gamma=stats.gamma,
+        drafter=stats.drafter, policy=policy if speculative else PLAIN, gamma=stats.gamma,
         temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
         min_p=params.min_p, seed=params.seed, batch_size=1,
         prompt_tokens=stats.prompt_tokens, output_tokens=stats.output_tokens,

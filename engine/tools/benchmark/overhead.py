@@ -24,6 +24,7 @@ import numpy as np
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
+from engine.drafters.base import PLAIN
 from engine.sampling import SamplingParams
 
 QWEN_VOCAB = 151_936
@@ -39,7 +40,7 @@ MODES = {
 # (label, drafter, gamma, policy): plain decoding, each drafter at a fixed gamma, and the default
 # (hybrid with the adaptive controller, whose calibration here measures backends that cost
 # nothing: what is timed is its bookkeeping, not its choices).
-PATHS = (("plain", "none", 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"),
+PATHS = (("plain", PLAIN, 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"),
          ("prompt lookup, γ 4", "lookup", 4, "fixed"), ("hybrid, γ 4", "hybrid", 4, "fixed"),
          ("default: hybrid, adaptive ≤ 8", "hybrid", 8, "adaptive"))
 

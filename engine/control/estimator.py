@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.controller_constants import ControllerConstants
+from engine.control.constants import ControllerConstants
 
 
 class Counts:
@@ -50,7 +50,7 @@ class Counts:
 
 class AcceptanceEstimator:
     def __init__(self, max_gamma: int, k: ControllerConstants) -> None:
-        self.k = k
+        self.constants = k
         self.model = Counts(max_gamma)
         self.copy = Counts(max_gamma)
         self.scale_hits = 0.0
@@ -60,7 +60,7 @@ class AcceptanceEstimator:
         return self.copy if copying else self.model
 
     def acceptance(self, copying: bool, hope: float = 0.0) -> np.ndarray:
-        return self.counts(copying).rates(self.k.prior, self.k.prior_weight, hope)
+        return self.counts(copying).rates(self.constants.prior, self.constants.prior_weight, hope)
 
     def expected(self, copying: bool, cap: float = 1.0, hope: float = 0.0) -> np.ndarray:
         """Expected tokens a round commits, E(g) = sum_{i<=g} prod_{j<i} a_j, for g = 0..max,
@@ -71,21 +71,21 @@ class AcceptanceEstimator:
     @property
     def scale(self) -> float:
         """Acceptance per unit of target confidence, shrunk towards 1 where data is thin."""
-        w = self.k.scale_prior_weight
+        w = self.constants.scale_prior_weight
         return (self.scale_hits + w) / (self.scale_conf + w)
 
     def learn(self, drafted: int, accepted: int, copying: bool,
               confidence: Sequence[float] = ()) -> None:
         """A round drafted `drafted` tokens and `accepted` of them were kept; `confidence` is
         the target's top probability per row (model rounds teach `scale` with it)."""
-        self.counts(copying).learn(drafted, accepted, self.k.decay)
+        self.counts(copying).learn(drafted, accepted, self.constants.decay)
         if copying:
             return
         seen = min(accepted + 1, drafted)
         if len(confidence) < seen:
             return
-        self.scale_hits = self.k.decay * self.scale_hits + min(accepted, seen)
-        self.scale_conf = self.k.decay * self.scale_conf + float(sum(confidence[:seen]))
+        self.scale_hits = self.constants.decay * self.scale_hits + min(accepted, seen)
+        self.scale_conf = self.constants.decay * self.scale_conf + float(sum(confidence[:seen]))
 
     def observe_confidence(self, confidence: float, aged: bool = False) -> None:
         """The target's confidence at a token no draft was tested on (a plain round's, or the
@@ -93,9 +93,9 @@ class AcceptanceEstimator:
         counts as a fraction of an observation at every position. `aged`: the round already
         aged the counts."""
         a = min(self.scale * confidence, 1.0)
-        m, w = self.model, self.k.conf_weight
+        m, w = self.model, self.constants.conf_weight
         if not aged:
-            m.tries *= self.k.decay
-            m.hits *= self.k.decay
+            m.tries *= self.constants.decay
+            m.hits *= self.constants.decay
         m.tries += w
         m.hits += w * a

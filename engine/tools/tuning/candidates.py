@@ -1,6 +1,6 @@
 """The configurations `tandem tune` measures: the draft as given, its requantizations to Q8_0,
 Q4_K and Q4_0 (llama.cpp's quantizer), its trimmed output head, hybrid (prompt lookup, else the
-draft), early exit at two depths of the target, prompt lookup alone; "none" (plain decoding) is
+draft), early exit at two depths of the target, prompt lookup alone; "plain" (plain decoding) is
 the reference every one of them is measured against."""
 from __future__ import annotations
 

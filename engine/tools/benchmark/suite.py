@@ -9,7 +9,7 @@ from typing import Sequence
 
 from engine.errors import SettingsError
 
-DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "suite-v1.jsonl"
+DEFAULT_SUITE = Path(__file__).resolve().parents[3] / "assets" / "prompts" / "suite-v1.jsonl"
 
 
 @dataclass(frozen=True)

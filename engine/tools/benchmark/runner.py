@@ -1,5 +1,5 @@
 """The benchmark runner: every prompt x sampling setting is one group holding a baseline run
-(same target, same sampling, drafter "none") and one run per speculative configuration.
+(same target, same sampling, drafter "plain") and one run per speculative configuration.
 
 Fairness: every run starts from empty KV caches (so prefill and TTFT are measured, not reused
 from the previous run); the order inside a group alternates between baseline-first and
@@ -18,13 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from engine.benchmark.records import RunRecord, pair_with_median, record_from_stats
-from engine.benchmark.suite import SuitePrompt
+from engine.tools.benchmark.records import RunRecord, pair_with_median, record_from_stats
+from engine.tools.benchmark.suite import SuitePrompt
+from engine.drafters.base import PLAIN, plain_alias
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.policies import POLICIES
+from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 
 
@@ -79,7 +80,7 @@ class BenchPlan:
         if not self.samplings:
             raise SettingsError("the benchmark needs at least one sampling setting")
         for c in self.configs:
-            if c.drafter == "none" or c.gamma < 1:
+            if plain_alias(c.drafter) == PLAIN or c.gamma < 1:
                 raise SettingsError(f"a speculative configuration needs a drafter and gamma >= 1, "
                                     f"got {c.label}")
 
@@ -114,7 +115,7 @@ def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecCo
     gen = GenerationConfig(params=params, gamma=config.gamma if config else 0,
                            max_tokens=max_tokens)
     done = None
-    for ev in pair.generate(prompt.prompt, gen, drafter=config.drafter if config else "none",
+    for ev in pair.generate(prompt.prompt, gen, drafter=config.drafter if config else PLAIN,
                             policy=policy):
         if isinstance(ev, DoneEvent):
             done = ev
@@ -122,7 +123,7 @@ def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecCo
     return record_from_stats(done.stats, order=order, prompt_id=prompt.id,
                              category=prompt.category,
                              config=config.label if config else "baseline",
-                             policy=config.policy if config else "none", params=params)
+                             policy=config.policy if config else PLAIN, params=params)
 
 
 def warm_up(pair: Pair, plan: BenchPlan) -> None:

@@ -4,7 +4,7 @@ model store under `pairs/`, one JSON file per key.
 The key is the SHA-256 of the target file, of its LoRA adapter (if any) and of the draft file
 (empty when tuned without a draft), so a record applies only to those exact files; a record for
 the same draft with another target or adapter hash means the draft was tuned for another version
-of the target (`stale_for`). The caller hashes the files (app/pairing_use.py `key_for`, with
+of the target (`stale_for`). The caller hashes the files (app/runtime/tuned.py `key_for`, with
 the store's cached hasher).
 """
 from __future__ import annotations
@@ -20,6 +20,8 @@ from engine.errors import ModelFileError
 from models.store import store_dir, writable_dir, write_atomically
 
 RECORD_VERSION = 1
+# Plain decoding's drafter name (engine/drafters/base.py; models imports no engine module).
+PLAIN = "plain"
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,15 @@ class Choice:
     speedup_p10: float = 1.0
     n_prompts: int = 0
 
+    def __post_init__(self) -> None:
+        # Records written before plain decoding's drafter was named "plain" say "none".
+        if self.drafter == "none":
+            self.drafter = PLAIN
+
     @property
     def label(self) -> str:
-        if self.drafter == "none":
-            return "none (plain decoding)"
+        if self.drafter == PLAIN:
+            return "plain decoding"
         parts = [self.drafter]
         if self.drafter in ("draft", "hybrid"):
             if self.draft_quant not in ("off", "auto"):
@@ -75,7 +82,7 @@ class PairingRecord:
     # The configuration used by default (the best over every prompt), and per category.
     chosen: Choice
     by_category: dict[str, Choice] = field(default_factory=dict)
-    # Every candidate measured, by name (engine/tuning/candidates.py): acceptance pooled and
+    # Every candidate measured, by name (engine/tools/tuning/candidates.py): acceptance pooled and
     # lowest over categories, speedup median and p10, prompts, and why it stopped early.
     measured: dict[str, dict] = field(default_factory=dict)
     machine: dict = field(default_factory=dict)

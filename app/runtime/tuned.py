@@ -9,20 +9,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+from app.runtime.defaults import (DEFAULT_DRAFTER, LOAD, NEEDS_DRAFT_MODEL, PLAIN,
+                                  SPECULATION_OPTIONS)
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from engine.staleness import StaleDraftEvent
-from engine.tuning.candidates import Candidate
+from engine.tools.tuning.candidates import Candidate
 from loading.derived.early_exit import default_layers
 from loading.derived.files import file_sha256
 from loading.derived.quantized import resolve as resolve_quant
 from loading.options import LoadOptions
-from models.pairing import PairingRecord, PairKey, find, stale_for
-
-# Speculation options and their defaults: any other value is the user's choice, which a record
-# does not override.
-DEFAULTS = {"drafter": None, "draft_quant": "auto", "draft_vocab": "full", "policy": "adaptive",
-            "early_exit_layers": None, "gamma": None}
+from models.gguf_info import read_info
+from models.tuned import PairingRecord, PairKey, find, stale_for
 
 
 @dataclass
@@ -56,7 +54,10 @@ def key_for(target: str | Path, draft: str | Path | None,
 
 
 def chose_speculation(args: argparse.Namespace) -> bool:
-    return any(getattr(args, k, v) != v for k, v in DEFAULTS.items())
+    """Whether the command line gave a speculation option (they default to None, "not given";
+    a command without an option has none to give)."""
+    given = vars(args)
+    return any(given.get(k) is not None for k in SPECULATION_OPTIONS)
 
 
 def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
@@ -96,7 +97,7 @@ def apply(args: argparse.Namespace, use: PairingUse) -> None:
     args.draft_quant = c.draft_quant
     args.draft_vocab = c.draft_vocab
     args.early_exit_layers = c.early_exit_layers
-    if c.drafter != "none":
+    if c.drafter != PLAIN:
         args.policy = c.policy
         args.gamma = c.gamma
     use.applied = True
@@ -106,20 +107,22 @@ def apply(args: argparse.Namespace, use: PairingUse) -> None:
 
 
 def _measured(c) -> str:
-    if c.drafter == "none":
+    if c.drafter == PLAIN:
         return "no candidate beat it"
     return f"{c.speedup_median:.2f}x measured"
 
 
 def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: int) -> str:
-    """The candidate name (engine/tuning/candidates.py) of the configuration about to run."""
-    drafter = args.drafter or ("hybrid" if dcfg is not None else "none")
-    if drafter in ("draft", "hybrid") and dcfg is not None:
-        quant = resolve_quant(args.draft_quant, dcfg.path, dcfg.n_gpu_layers) or "off"
+    """The candidate name (engine/tools/tuning/candidates.py) of the configuration about to run."""
+    drafter = args.drafter or (DEFAULT_DRAFTER if dcfg is not None else PLAIN)
+    vocab = args.draft_vocab or LOAD.draft_vocab
+    if drafter in NEEDS_DRAFT_MODEL and dcfg is not None:
+        quant = resolve_quant(args.draft_quant or LOAD.draft_quant, read_info(dcfg.path),
+                              dcfg.n_gpu_layers) or "off"
         if drafter == "hybrid":
             # Tuning measures hybrid on the draft as given only.
-            return "hybrid" if quant == "off" and args.draft_vocab == "full" else ""
-        return Candidate("draft", draft_quant=quant, draft_vocab=args.draft_vocab).name
+            return "hybrid" if quant == "off" and vocab == "full" else ""
+        return Candidate("draft", draft_quant=quant, draft_vocab=vocab).name
     if drafter == "early-exit":
         layers = args.early_exit_layers or default_layers(n_layer)
         return Candidate("early-exit", early_exit_layers=layers).name
@@ -129,7 +132,7 @@ def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: in
 def expected_acceptance(use: PairingUse, name: str) -> float | None:
     """The lowest per-category acceptance the reference record measured for `name`."""
     ref = use.reference
-    if ref is None or not name or name == "none":
+    if ref is None or not name or name == PLAIN:
         return None
     m = ref.measured.get(name)
     if not m or not m.get("n"):
@@ -150,7 +153,7 @@ def for_load(target: ModelConfig, draft: ModelConfig | None,
     use = lookup(target, draft)
     r = use.record
     if r is None or (options.draft_quant, options.draft_vocab, options.early_exit_layers) != \
-            ("auto", "full", None):
+            (LOAD.draft_quant, LOAD.draft_vocab, LOAD.early_exit_layers):
         return options, use
     c = r.chosen
     options = replace(options, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,

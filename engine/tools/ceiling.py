@@ -2,13 +2,14 @@
 go over plain decoding at each gamma, for the draft model and for prompt lookup (a copy costs no
 draft decode), what per-token acceptance each gamma needs just to break even, and how cheap a
 draft would have to be to pay at a typical acceptance. `tandem calibrate` and the models wizard
-format it; the numbers are the cost model's (engine/costs.py), with the draft kept in step.
+format it; the numbers are the cost model's (engine/control/costs.py), with the draft kept in step.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.costs import Calibration, CostModel, expected_tokens
+from engine.control.costs import Calibration, CostModel, expected_tokens
+from engine.drafters.base import PLAIN
 from engine.pair import Pair
 
 # The per-token acceptance a draft model of the same family typically reaches on code after an
@@ -85,7 +86,7 @@ def ceiling(calibration: Calibration, max_gamma: int) -> Ceiling:
 def measure(pair: Pair, max_gamma: int = 8) -> Ceiling:
     """Calibrate a loaded pair (its default drafter's models; lookup alone without a draft)
     and return its ceiling. Caches are left as they were."""
-    drafter = pair.default_drafter if pair.default_drafter != "none" else "lookup"
+    drafter = pair.default_drafter if pair.default_drafter != PLAIN else "lookup"
     with pair.lock:
         cal = pair.calibration(drafter, max_gamma)
     return ceiling(cal, max_gamma)

@@ -25,15 +25,16 @@ class Calibration:
     # Index w-1 holds the cost in ms of one decode of w tokens.
     draft_ms: list[float]
     verify_ms: list[float]
-    # Proposal.source of the rounds in which the draft model resynchronises its cache.
-    model_source: str | None = None
-    # Proposal.source of the rounds that copy from the context (prompt lookup): they cost no
-    # draft decode and no catch-up, and keep acceptance counts of their own.
-    copy_source: str | None = None
+    # Names of the drafter's parts, for reports only (`Drafter.model_name`, `copy_name`): the
+    # one whose decodes `draft_ms` times, and the one that copies from the context (a copy
+    # costs no draft decode and no catch-up). Which part drafts a round is declared by the
+    # drafter (`Drafter.copies`), never matched by name.
+    model_name: str | None = None
+    copy_name: str | None = None
 
     def as_kwargs(self) -> dict:
         return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,
-                "model_source": self.model_source, "copy_source": self.copy_source}
+                "model_name": self.model_name, "copy_name": self.copy_name}
 
 
 def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps: int,
@@ -65,8 +66,8 @@ def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps
 
 
 def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
-              reps: int = 4, model_source: str | None = None,
-              clock: Clock = wall_ms, copy_source: str | None = None) -> Calibration:
+              reps: int = 4, model_name: str | None = None,
+              clock: Clock = wall_ms, copy_name: str | None = None) -> Calibration:
     """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
     decodes of as many; every cache is left holding exactly what it held before."""
     width = max_gamma + 1
@@ -75,8 +76,8 @@ def calibrate(target: Session, draft: Session | None, max_gamma: int, context: S
                 if draft is not None
                 else [0.0] * width)
     return Calibration(draft_ms=draft_ms, verify_ms=verify_ms,
-                       model_source=model_source if draft is not None else None,
-                       copy_source=copy_source)
+                       model_name=model_name if draft is not None else None,
+                       copy_name=copy_name)
 
 
 def at_width(table: Sequence[float], w: int) -> float:
@@ -109,8 +110,6 @@ class CostModel:
         self.pad_verify = list(self.verify)
         self.pad_draft = list(self.draft_batch)
         self.draft_token = self.draft_batch[0]
-        self.model_source = c.model_source
-        self.copy_source = c.copy_source
 
     def verify_cost(self, width: int) -> float:
         """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""

@@ -1,8 +1,8 @@
 """The adaptive controller: each round, the gamma (0 = plain decoding) that maximises expected
-committed tokens per second. Three parts: the cost model prices a round (engine/costs.py), the
-acceptance estimator predicts how many of its drafted tokens survive (engine/estimator.py), and
+committed tokens per second. Three parts: the cost model prices a round (engine/control/costs.py), the
+acceptance estimator predicts how many of its drafted tokens survive (engine/control/estimator.py), and
 this chooser compares the predicted speed of every gamma, decides, and says why in one line.
-Its constants are gathered in engine/controller_constants.py; docs/design/controller.md is the
+Its constants are gathered in engine/control/constants.py; docs/design/controller.md is the
 reference for the design and the measurements behind it.
 
 Gamma is the most a round may draft: `keep_drafting` stops the draft earlier when the next
@@ -16,108 +16,123 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.controller_constants import DEFAULTS, ControllerConstants
-from engine.costs import Calibration, CostModel, calibrate
+from engine.control.constants import DEFAULTS, ControllerConstants
+from engine.control.costs import Calibration, CostModel, calibrate
 from engine.errors import SettingsError
-from engine.estimator import AcceptanceEstimator
-from engine.policy import GammaPolicy
+from engine.control.estimator import AcceptanceEstimator
+from engine.control.policy import Decision, GammaPolicy
 from engine.stats import ControllerReport, RoundStats
 
 __all__ = ["AdaptiveController", "Calibration", "calibrate"]
 
 
 class AdaptiveController(GammaPolicy):
-    """Without costs at construction it is uncalibrated; `Pair.generate` supplies the pair's
-    cached calibration via `use_calibration` before the first round. Keyword `overrides`
-    replace fields of `constants`."""
+    """Without costs at construction it is uncalibrated, and asks for a calibration
+    (`calibration_need`) that `Pair.generate` supplies before the first round. Keyword
+    `overrides` replace fields of `constants`.
+
+    Its state is what the rounds so far taught it (costs, acceptance counts, how long plain
+    decoding has run): `update` writes it, `next_gamma` only reads it, so any question
+    (`predict`, `predicted_tps`, ...) gets the same answer whatever was asked before."""
+
+    wants_confidence = True
 
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
-                 verify_ms: Sequence[float] | None = None, model_source: str | None = None,
-                 copy_source: str | None = None,
+                 verify_ms: Sequence[float] | None = None, model_name: str | None = None,
+                 copy_name: str | None = None,
                  constants: ControllerConstants = DEFAULTS, **overrides) -> None:
         if max_gamma < 1:
             raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
         try:
-            k = replace(constants, **overrides)
+            c = replace(constants, **overrides)
         except TypeError as exc:
             raise SettingsError(f"unknown controller setting: {exc}") from None
-        if k.opening_plain < 0:
-            raise SettingsError(f"plain opening tokens must be >= 0, got {k.opening_plain}")
+        if c.opening_plain < 0:
+            raise SettingsError(f"plain opening tokens must be >= 0, got {c.opening_plain}")
         self.name = "adaptive"
-        self.k = k
+        self.constants = c
         self.max_gamma = max_gamma
-        self.model_source = model_source
-        self.copy_source = copy_source
+        # The drafter's parts by name, for the report (Calibration.model_name, copy_name).
+        self.model_name = model_name
+        self.copy_name = copy_name
         self.costs: CostModel | None = None
-        self.estimator = AcceptanceEstimator(max_gamma, k)
-        # The round being chosen: whether it copies from the context (engine/drafters/hybrid.py),
-        # and how many committed tokens the draft model must catch up on first.
-        self.copying = False
-        self.lag = 1
+        self.estimator = AcceptanceEstimator(max_gamma, c)
+        # Whether the last round drafted, how many plain rounds have run since one did, and
+        # the plain rounds to wait before the next probe.
         self.speculating = False
-        self.interval = k.probe_every
         self.zero_run = 0
+        self.interval = c.probe_every
+        # Rounds and committed tokens so far in this answer.
         self.rounds = 0
         self.elapsed = 0
-        self.probing = False
-        self.speeds = np.zeros(0)
-        # The generator reports the target's confidence per verified row to policies that ask.
-        self.wants_confidence = True
         if verify_ms is not None:
             self.use_calibration(Calibration(
                 list(draft_ms if draft_ms is not None else [0.0] * len(verify_ms)),
-                list(verify_ms), model_source, copy_source))
+                list(verify_ms), model_name, copy_name))
 
     @property
     def calibrated(self) -> bool:
         return self.costs is not None
 
+    def calibration_need(self) -> int | None:
+        return None if self.calibrated else self.max_gamma
+
     @property
     def opening_plain(self) -> int:
-        return self.k.opening_plain
+        return self.constants.opening_plain
 
     def use_calibration(self, calibration: Calibration) -> None:
-        self.costs = CostModel(calibration, self.k.rate)
-        self.model_source = calibration.model_source
-        self.copy_source = calibration.copy_source
+        self.costs = CostModel(calibration, self.constants.rate)
+        self.model_name = calibration.model_name
+        self.copy_name = calibration.copy_name
+
+    def _costs(self) -> CostModel:
+        if self.costs is None:
+            raise SettingsError("the adaptive controller has no calibration; "
+                                "run it through Pair.generate or pass draft_ms/verify_ms")
+        return self.costs
 
     # Prediction ---------------------------------------------------------------------------
+    # `copying` and `behind` describe the round being priced (Decision's fields): whether it
+    # copies from the context, and how many committed tokens the draft model must catch up on.
 
     def _rounds_ahead(self, expected: float) -> float:
         """Rounds over which a resumption's catch-up is spread: at least `horizon`, and as many
         as the answer so far would fill (up to `horizon_cap` tokens). The length so far is the
         only guess of what remains (Gott's rule); early in an answer it may be about to end, so
         resuming must pay quickly."""
-        if self.k.horizon_cap <= 0:
-            return self.k.horizon
-        return max(self.k.horizon, min(self.elapsed, self.k.horizon_cap) / expected)
+        c = self.constants
+        if c.horizon_cap <= 0:
+            return c.horizon
+        return max(c.horizon, min(self.elapsed, c.horizon_cap) / expected)
 
-    def predict(self, hope: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """(expected tokens, expected ms) of a round drafting each gamma 0..max_gamma, for the
-        source of the round being chosen (`hope`: imagined successes per position)."""
-        assert self.costs is not None
-        expected = self.estimator.expected(self.copying, self._opening_cap(), hope)
-        catch_up = 0.0 if self.copying else self.costs.catch_up_ms(self.lag)
-        ms = [self.costs.round_ms(g, self.copying,
-                                  catch_up / self._rounds_ahead(float(expected[g])) if g else 0.0)
+    def predict(self, copying: bool = False, behind: int = 0,
+                hope: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """(expected tokens, expected ms) of a round drafting each gamma 0..max_gamma
+        (`hope`: imagined successes per position)."""
+        costs = self._costs()
+        expected = self.estimator.expected(copying, self._opening_cap(), hope)
+        catch_up = 0.0 if copying else costs.catch_up_ms(max(behind, 1))
+        ms = [costs.round_ms(g, copying,
+                             catch_up / self._rounds_ahead(float(expected[g])) if g else 0.0)
               for g in range(self.max_gamma + 1)]
         return expected, np.array(ms)
 
     def _opening_cap(self) -> float:
         """The most acceptance this round may be judged at: the opening's, early on."""
-        opening = self.k.opening
+        opening = self.constants.opening
         return opening[self.rounds] if self.rounds < len(opening) else 1.0
 
-    def acceptance(self) -> np.ndarray:
-        """Estimated a_j per draft position, for the source of the round being chosen."""
-        return self.estimator.acceptance(self.copying)
+    def acceptance(self, copying: bool = False) -> np.ndarray:
+        """Estimated a_j per draft position, for a round that copies or one that does not."""
+        return self.estimator.acceptance(copying)
 
-    def predicted_tps(self, gamma: int) -> float:
-        expected, ms = self.predict()
+    def predicted_tps(self, gamma: int, copying: bool = False, behind: int = 0) -> float:
+        expected, ms = self.predict(copying, behind)
         return 1e3 * float(expected[gamma] / ms[gamma])
 
-    def cost_ms(self, gamma: int) -> float:
-        return float(self.predict()[1][gamma])
+    def cost_ms(self, gamma: int, copying: bool = False, behind: int = 0) -> float:
+        return float(self.predict(copying, behind)[1][gamma])
 
     # Choice -------------------------------------------------------------------------------
 
@@ -128,95 +143,94 @@ class AdaptiveController(GammaPolicy):
         saved = expected[g] * ms[0] - ms[g]
         return saved > 0 and saved > margin * (ms[g] - ms[0])
 
-    def best_gamma(self) -> int:
-        return self._choose(*self.predict())
+    def best_gamma(self, copying: bool = False, behind: int = 0) -> int:
+        return self._choose(copying, behind, *self.predict(copying, behind))
 
-    def _choose(self, expected: np.ndarray, ms: np.ndarray) -> int:
+    def _choose(self, copying: bool, behind: int, expected: np.ndarray, ms: np.ndarray) -> int:
         """How far to draft is chosen hopefully (positions a round has not tested may be better
         than their estimate), whether to draft on the estimate itself; the best gamma by the
         estimate is the fallback."""
-        hopeful, hopeful_ms = self.predict(self.k.hope)
+        c = self.constants
+        hopeful, hopeful_ms = self.predict(copying, behind, c.hope)
         # Starting again after plain rounds bets on an estimate partly made of the target's
         # confidence, so it needs a larger predicted saving than carrying on does.
-        margin = self.k.margin if self.speculating else self.k.resume_margin
+        margin = c.margin if self.speculating else c.resume_margin
         for e, m in ((hopeful, hopeful_ms), (expected, ms)):
             g = int(np.argmax(e[1:] / m[1:])) + 1
             if self._pays(g, expected, ms, margin):
                 return g
         return 0
 
-    def could_win(self) -> bool:
+    def could_win(self, copying: bool = False, behind: int = 0) -> bool:
         """Whether any gamma would beat plain decoding if every drafted token were accepted;
         when not, probing can only lose."""
-        _, ms = self.predict()
+        _, ms = self.predict(copying, behind)
         full = np.arange(self.max_gamma + 1) + 1.0
-        return any(self._pays(g, full, ms, self.k.margin) for g in range(1, self.max_gamma + 1))
+        return any(self._pays(g, full, ms, self.constants.margin)
+                   for g in range(1, self.max_gamma + 1))
 
-    def next_gamma(self, source: str = "", behind: int = 0) -> int:
-        if self.costs is None:
-            raise SettingsError("the adaptive controller has no calibration; "
-                                "run it through Pair.generate or pass draft_ms/verify_ms")
-        self.probing = False
-        self.copying = bool(source) and source == self.copy_source
-        self.lag = max(behind, 1)
-        expected, ms = self.predict()
-        self.speeds = 1e3 * expected / ms
-        if self.rounds < self.k.opening_plain:
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
+        c = self.constants
+        expected, ms = self.predict(copying, behind)
+        speeds = 1e3 * expected / ms
+        probing = False
+        if self.rounds < c.opening_plain:
             g = 0
         else:
-            g = self._choose(expected, ms)
+            g = self._choose(copying, behind, expected, ms)
             # Probe (after the opening) while nothing is known of this source; later probes
             # pay the draft's catch-up, hence long, growing intervals (the target's confidence
             # usually brings speculation back first).
-            opening = self.rounds < len(self.k.opening)
-            if g == 0 and not opening and (self.estimator.counts(self.copying).empty
+            opening = self.rounds < len(c.opening)
+            if g == 0 and not opening and (self.estimator.counts(copying).empty
                                            or self.zero_run >= self.interval) \
-                    and self.could_win():
-                g = min(self.k.probe_gamma, self.max_gamma)
-                self.probing = True
-        self.last_prediction = float(self.speeds[g])
-        self.last_reason = self._reason(g)
-        return g
+                    and self.could_win(copying, behind):
+                g = min(c.probe_gamma, self.max_gamma)
+                probing = True
+        return Decision(g, copying, behind, prediction=float(speeds[g]),
+                        reason=self._reason(g, copying, probing, speeds), probing=probing,
+                        speeds=tuple(float(v) for v in speeds))
 
-    def _reason(self, g: int) -> str:
+    def _reason(self, g: int, copying: bool, probing: bool, speeds: np.ndarray) -> str:
         """One line on the choice of `g`, from the predictions that made it."""
-        speeds = self.speeds
+        c = self.constants
         best = int(np.argmax(speeds[1:])) + 1
         gain = speeds / speeds[0]
-        a0 = float(self.acceptance()[0])
-        if self.rounds < self.k.opening_plain:
-            return (f"plain: opening round {self.rounds + 1} of {self.k.opening_plain} (the "
+        a0 = float(self.acceptance(copying)[0])
+        if self.rounds < c.opening_plain:
+            return (f"plain: opening round {self.rounds + 1} of {c.opening_plain} (the "
                     "target shows how predictable the answer is before the draft is tried)")
         if g == 0 and self._opening_cap() < 1.0:
             return (f"plain: the answer's opening, where drafts are accepted at most "
                     f"{self._opening_cap():.2f}; best predicted {gain[best]:.2f}x at gamma {best}")
-        if self.copying:
+        if copying:
             what = "copying from the context, which costs no draft decode"
             if g == 0:
                 return f"plain: best predicted {gain[best]:.2f}x at gamma {best}, {what}"
             return (f"gamma {g}: predicted {gain[g]:.2f}x (first-token acceptance {a0:.2f}, "
                     f"{what})")
-        if self.probing:
+        if probing:
             return f"probe: gamma {g} to measure the draft again (predicted {gain[g]:.2f}x)"
-        cost = self.costs.draft_relative()
+        cost = self._costs().draft_relative()
         if g == 0:
             return (f"plain: the draft costs {cost:.2f} of a target token; best predicted "
                     f"{gain[best]:.2f}x at gamma {best}")
         return (f"gamma {g}: predicted {gain[g]:.2f}x (first-token acceptance {a0:.2f}, the "
                 f"draft {cost:.2f} of a target token)")
 
-    def report(self, gamma: int) -> ControllerReport:
-        assert self.costs is not None
+    def report(self, decision: Decision) -> ControllerReport:
+        costs = self._costs()
         draft = {}
-        if self.model_source:
-            draft[self.model_source] = round(self.costs.draft_relative(), 4)
-        if self.copy_source:
-            draft[self.copy_source] = 0.0
-        speeds = self.speeds if len(self.speeds) else 1e3 / np.ones(self.max_gamma + 1)
+        if self.model_name:
+            draft[self.model_name] = round(costs.draft_relative(), 4)
+        if self.copy_name:
+            draft[self.copy_name] = 0.0
+        speeds = (np.array(decision.speeds) if decision.speeds
+                  else 1e3 / np.ones(self.max_gamma + 1))
         return ControllerReport(
-            policy=self.name, gamma=gamma, reason=self.last_reason,
-            source=self.copy_source if self.copying else (self.model_source or ""),
-            verify_ms=[round(v, 3) for v in self.costs.pad_verify],
+            policy=self.name, gamma=decision.gamma, reason=decision.reason,
+            source=(self.copy_name or "") if decision.copying else (self.model_name or ""),
+            verify_ms=[round(v, 3) for v in costs.pad_verify],
             draft_cost=draft,
             predicted_speedup=[round(float(s / speeds[0]), 3) for s in speeds])
 
@@ -227,8 +241,7 @@ class AdaptiveController(GammaPolicy):
         draft's own probability (of the tokens drawn, then `sure` for each further one); a
         round's worth is its expected accepted tokens less its extra verify width and draft
         decodes, in target tokens (the draft's row for token k is paid for already)."""
-        costs = self.costs
-        assert costs is not None
+        costs = self._costs()
         one = costs.verify[0]
         k = len(own)
 
@@ -248,30 +261,30 @@ class AdaptiveController(GammaPolicy):
 
     # Learning -----------------------------------------------------------------------------
 
-    def update(self, r: RoundStats) -> None:
-        assert self.costs is not None
+    def update(self, decision: Decision, r: RoundStats) -> None:
+        costs = self._costs()
+        c = self.constants
+        copied = decision.copying
         self.rounds += 1
         self.elapsed += r.committed
-        copied = self.copy_source is not None and r.source == self.copy_source
         if r.drafted > 0:
             if not copied:
-                self.costs.learn_draft(r.draft_ms, r.drafted, self.lag)
+                costs.learn_draft(r.draft_ms, r.drafted, max(decision.behind, 1))
             self.estimator.learn(r.drafted, r.accepted, copied, r.confidence)
         if r.confidence and (r.drafted == 0 or (not copied and r.accepted == r.drafted)):
             # The bonus row after a fully accepted draft, like a plain round's row, is a
             # position no draft was tested on: its confidence says how one would fare there.
             self.estimator.observe_confidence(r.confidence[-1], aged=r.drafted > 0)
-        if r.drafted == 0 and self.copying:
-            self.estimator.copy.forget(self.k.decay)
+        if r.drafted == 0 and copied:
+            self.estimator.copy.forget(c.decay)
         if r.index > 0:
             # The first decode after a prefill is slow: not a cost any later round pays.
-            self.costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
+            costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
         self.speculating = r.gamma > 0
         if r.gamma == 0:
             self.zero_run += 1
         else:
             self.zero_run = 0
-            if self.probing:
-                won = self.best_gamma() > 0
-                self.interval = (self.k.probe_every if won
-                                 else min(self.interval * 2, self.k.probe_max))
+            if decision.probing:
+                won = self.best_gamma(decision.copying, decision.behind) > 0
+                self.interval = (c.probe_every if won else min(self.interval * 2, c.probe_max))

@@ -1,10 +1,10 @@
-"""Gamma policies by name (the --policy choices): the simple ones of `engine.policy` and the
-adaptive controller of `engine.controller`."""
+"""Gamma policies by name (the --policy choices): the simple ones of `engine.control.policy` and the
+adaptive controller of `engine.control.controller`."""
 from __future__ import annotations
 
-from engine.controller import AdaptiveController
+from engine.control.controller import AdaptiveController
 from engine.errors import SettingsError
-from engine.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
+from engine.control.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
 
 POLICIES = ("adaptive", "fixed", "heuristic", "plain")
 

@@ -14,8 +14,9 @@ from typing import Callable, Hashable, Sequence
 from engine.acceptance import verify
 from engine.drafters.base import Drafter
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig, VerifyRule, generate
-from engine.policy import GammaPolicy
+from engine.generator import GenerationConfig, generate
+from engine.round import VerifyRule
+from engine.control.policy import GammaPolicy
 from engine.sampling import SamplingParams
 from engine.session import Session
 

@@ -15,8 +15,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from engine.benchmark.records import RunRecord
-from engine.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
+from engine.tools.benchmark.records import RunRecord
+from engine.tools.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
 
 OVERALL = "overall"
 
@@ -42,7 +42,8 @@ class Quantiles:
     p90: float
 
 
-def quantiles(values: Iterable[float]) -> Quantiles:
+def quantiles(values: Iterable[float | None]) -> Quantiles:
+    """Count, median, p10 and p90 of the finite values (None: not measured)."""
     xs = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
     if xs.size == 0:
         return Quantiles(0, float("nan"), float("nan"), float("nan"))
@@ -188,7 +189,8 @@ def gamma_sweep(records: Sequence[RunRecord]) -> tuple[list[SweepPoint], list[Sw
     return points, best
 
 
-def _baselines(records: Sequence[RunRecord]) -> dict[int, RunRecord]:
+def _baselines(records: Sequence[RunRecord]) -> dict[int | None, RunRecord]:
+    """The baseline runs by order; a run's `baseline_order` (None when unpaired) finds its own."""
     return {r.order: r for r in records if r.role == "baseline"}
 
 

@@ -1,5 +1,5 @@
 """The decision: per category, the candidate with the best median speedup over plain decoding,
-if it drafted at all and its median clears plain by MIN_GAIN; otherwise "none" (plain decoding). Latency decides, not acceptance:
+if it drafted at all and its median clears plain by MIN_GAIN; otherwise "plain" (plain decoding). Latency decides, not acceptance:
 a draft that is right more often but costs more per token can lose.
 
 The table gives, per candidate: acceptance (accepted over drafted tokens, pooled), draft cost
@@ -13,9 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.benchmark.aggregate import Quantiles, quantiles
-from engine.tuning.candidates import Candidate
-from engine.tuning.measure import CandidateResult, PairRun
+from engine.tools.benchmark.aggregate import Quantiles, quantiles
+from engine.tools.tuning.candidates import Candidate
+from engine.tools.tuning.measure import CandidateResult, PairRun
 
 OVERALL = "overall"
 # A smaller win is not told apart from the noise of interleaved runs on a shared CPU (plain

@@ -1,0 +1,42 @@
+"""The names and defaults users see, in one place: the CLI's options, the app's controls and
+the API's fields all read them from here, so `tandem generate`, the page and `tandem serve`
+start from the same settings. What the engine falls back on when nobody says (the default
+drafter, the draft's chain stop) is the engine's, and named here for the app."""
+from __future__ import annotations
+
+from engine.drafters.base import PLAIN, plain_alias
+from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
+from engine.control.registry import POLICIES
+from engine.sampling import SamplingParams
+from loading.options import LoadOptions
+
+__all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
+           "DEFAULT_POLICY", "DRAFTERS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL", "PLAIN",
+           "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
+
+# PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
+# a generation's mode and a token's origin (engine/drafters/base.py). The control policy that
+# runs the speculative path without drafting is "plain" too.
+# Drafters by the names users choose them by; `Pair` offers them under the same names.
+DRAFTERS = ("draft", PLAIN, "lookup", "hybrid", "early-exit")
+# Drafters that need the separate draft model loaded.
+NEEDS_DRAFT_MODEL = ("draft", "hybrid")
+
+DEFAULT_POLICY = "adaptive"
+# Gamma when not given: the fixed gamma, the heuristic's start, the adaptive maximum (and 1 for
+# the control that never drafts, where it only sizes the calibration).
+DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8, "plain": 1}
+
+# Sampling when not given: greedy, nothing truncated (SamplingParams' own defaults), and the
+# longest answer.
+SAMPLING = SamplingParams()
+DEFAULT_MAX_TOKENS = 256
+# The longest n-gram prompt lookup matches.
+LOOKUP_NGRAM = 3
+
+# What a load checks and derives when not given (LoadOptions' own defaults).
+LOAD = LoadOptions()
+# The options a pairing record chooses (app/runtime/tuned.py): any of them given on the command
+# line keeps the record from applying. Their command-line defaults are None, "not given".
+SPECULATION_OPTIONS = ("drafter", "policy", "gamma", "draft_quant", "draft_vocab",
+                       "early_exit_layers")

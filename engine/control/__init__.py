@@ -1,0 +1,3 @@
+"""Control: how many tokens each round drafts. The policy interface and its `Decision`
+(`policy`), the policies by name (`registry`), and the adaptive controller (`controller`) with
+its cost model (`costs`), acceptance estimator (`estimator`) and constants (`constants`)."""

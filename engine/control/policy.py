@@ -1,0 +1,144 @@
+"""How many tokens to draft each round. Before a round the generator asks the policy's
+`next_gamma`, which hands out a `Decision`; after it, the policy takes that decision back with
+the round's outcome in `update(decision, round)`. Everything a choice depended on travels in the
+decision, so nothing the policy holds changes between the two calls.
+
+`FixedGamma` is the plain policy, `HeuristicGamma` the transformers-style one, `NeverDraft` the
+control that keeps every round of the speculative path plain (what that path costs by itself, and
+the noise floor any policy is measured against); the adaptive controller is in
+`engine.control.controller`, and `engine.control.registry` makes either by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from engine.control.costs import Calibration
+from engine.errors import SettingsError
+from engine.stats import ControllerReport, RoundStats
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's choice for one round, and what it was made from.
+
+    >>> FixedGamma(3).next_gamma(copying=True, behind=2)
+    Decision(gamma=3, copying=True, behind=2, prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=())
+    """
+
+    # The most tokens the round may draft (0: a plain round).
+    gamma: int
+    # What the policy was told of the round: whether it copies from the context
+    # (`Drafter.copies`) and how many committed tokens the drafter must catch up on first
+    # (`Drafter.behind`).
+    copying: bool = False
+    behind: int = 0
+    # The tokens/s the policy expects of the round (None: it predicts nothing), and why it
+    # chose this gamma, in one line (shown by the CLI, the app and the API).
+    prediction: float | None = None
+    reason: str = ""
+    # The adaptive controller's: whether the round is a probe of a draft that plain decoding
+    # was beating, and the predicted tokens/s of every gamma 0..max it compared.
+    probing: bool = False
+    speeds: tuple[float, ...] = ()
+
+
+class GammaPolicy:
+    """Base class: `next_gamma` and `update` are required; the rest declare what the policy
+    needs (its confidence rows, a calibration) and hooks with defaults."""
+
+    name: str = "policy"
+    # Whether the generator should report the target's top probability per verified row.
+    wants_confidence: bool = False
+
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
+        """The decision for the next round; `copying` says whether that round would copy from
+        the context rather than run a model (`Drafter.copies`), for policies that price the
+        two apart, and `behind` how many committed tokens the drafter must decode before it
+        drafts (`Drafter.behind`: its catch-up)."""
+        raise NotImplementedError
+
+    def update(self, decision: Decision, r: RoundStats) -> None:
+        """Take back the round's decision with what the round did."""
+        raise NotImplementedError
+
+    def report(self, decision: Decision) -> ControllerReport:
+        """What the policy knew when it made `decision`, its latest."""
+        return ControllerReport(policy=self.name, gamma=decision.gamma, reason=decision.reason)
+
+    @property
+    def opening_plain(self) -> int:
+        """Rounds the policy always decodes plainly at the start of an answer."""
+        return 0
+
+    def calibration_need(self) -> int | None:
+        """The largest gamma a calibration must cover before the first round, or None when
+        the policy needs none (or already has one); the pair measures it (`Pair.calibration`)
+        and hands it to `use_calibration`."""
+        return None
+
+    def use_calibration(self, calibration: Calibration) -> None:
+        """Take the pair's measured costs (only a policy that asked for them uses them)."""
+
+    def keep_drafting(self, own: Sequence[float], sure: float, limit: int,
+                      fixed_width: bool) -> bool:
+        """Before the draft draws its next token: whether to draw it, from the draft's
+        probabilities of the tokens drawn so far this round (`own`), the largest probability
+        of the next row (`sure`) and the most tokens this round may draft (`limit`). It must
+        not see the token itself (engine/drafters/base.py). `fixed_width`: the round's verify
+        batch will be `limit + 1` wide however few tokens are drawn, once one is (a sampled
+        draft, engine/round.py), so stopping after the first saves no verify cost."""
+        return True
+
+
+class FixedGamma(GammaPolicy):
+    def __init__(self, gamma: int) -> None:
+        self.name = f"fixed-{gamma}"
+        self.gamma = gamma
+
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
+        return Decision(self.gamma, copying, behind,
+                        reason=f"fixed: gamma {self.gamma} every round")
+
+    def update(self, decision: Decision, r: RoundStats) -> None:
+        pass
+
+
+class NeverDraft(GammaPolicy):
+    """Speculative mode with the draft loaded and prefilled, but no round drafts: a benchmark
+    control, an A/A run through the speculative path."""
+
+    def __init__(self) -> None:
+        self.name = "plain"
+
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
+        return Decision(0, copying, behind, reason="plain: the control policy never drafts")
+
+    def update(self, decision: Decision, r: RoundStats) -> None:
+        pass
+
+
+class HeuristicGamma(GammaPolicy):
+    """+2 after a round that accepted everything drafted, -1 after any rejection, never below 1
+    (Hugging Face transformers' "heuristic" schedule for assistant tokens)."""
+
+    def __init__(self, gamma: int, max_gamma: int = 32) -> None:
+        if gamma < 1:
+            raise SettingsError(f"the heuristic policy needs a starting gamma >= 1, got {gamma}")
+        self.name = "heuristic"
+        self.gamma = min(gamma, max_gamma)
+        self.max_gamma = max_gamma
+
+    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
+        return Decision(self.gamma, copying, behind,
+                        reason=(f"heuristic: gamma {self.gamma} (+2 after a round that kept "
+                                "every drafted token, -1 after a rejection)"))
+
+    def update(self, decision: Decision, r: RoundStats) -> None:
+        if r.drafted == 0:
+            # Nothing was drafted (a lookup without a match): no evidence either way.
+            return
+        if r.accepted == r.gamma:
+            self.gamma = min(self.gamma + 2, self.max_gamma)
+        else:
+            self.gamma = max(self.gamma - 1, 1)
