@@ -50,10 +50,10 @@ def serve_app(holder, access: Access, api: bool) -> int:
     process's streams where they are)."""
     from app.serve.routes import api_router
     from app.serve.server import launch
-    from app.ui import build_app
+    from app.ui import build_app, page_mounter
 
     try:
-        running = launch(build_app(holder), access,
+        running = launch(page_mounter(build_app(holder)), access,
                          api_router(holder, holder.queue) if api else None)
         print(f"Tandem is running at {running.url}  (Ctrl-C to stop)", flush=True)
         if api:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.serve.access import Access  # noqa: E402
 from app.serve.server import launch  # noqa: E402
-from app.ui import build_app  # noqa: E402
+from app.ui import build_app, page_mounter  # noqa: E402
 from app.runtime.holder import PairHolder  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in holder.pair.generate("hi", GenerationConfig(max_tokens=4), drafter=drafter):
             pass
     args.out.mkdir(parents=True, exist_ok=True)
-    running = launch(build_app(holder), Access("127.0.0.1", free_port()))
+    running = launch(page_mounter(build_app(holder)), Access("127.0.0.1", free_port()))
     try:
         for path in shoot(running.url, args.out, args.max_tokens, args.chromium, args.policy):
             print(f"saved {path}")

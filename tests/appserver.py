@@ -8,7 +8,7 @@ from typing import Iterator
 
 from app.serve.access import Access
 from app.serve.server import launch
-from app.ui import build_app
+from app.ui import build_app, page_mounter
 from app.runtime.holder import PairHolder
 from engine.backend import ModelConfig
 
@@ -39,7 +39,7 @@ def load_small_pair(holder: PairHolder) -> None:
 @contextmanager
 def serve(holder: PairHolder, api=None) -> Iterator[str]:
     """The page (and `api`, an APIRouter, beside it) on 127.0.0.1 and a free port."""
-    running = launch(build_app(holder), Access("127.0.0.1", free_port(), keyed=("/v1",)), api)
+    running = launch(page_mounter(build_app(holder)), Access("127.0.0.1", free_port(), keyed=("/v1",)), api)
     try:
         yield running.url
     finally:

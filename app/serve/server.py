@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import uvicorn
 from fastapi import APIRouter, FastAPI
@@ -18,12 +18,8 @@ from app.serve.access import Access, display_url
 from app.serve.guard import Guard
 from app.runtime.queue import GenerationQueue
 from app.serve.routes import api_router
-from app.ui import mount_page
 from app.runtime.holder import PairHolder
 from engine.errors import SettingsError
-
-if TYPE_CHECKING:
-    from gradio import Blocks
 
 # Seconds open responses get to finish once the server is told to stop.
 GRACEFUL_S = 5
@@ -45,14 +41,17 @@ def create_app(holder: PairHolder, queue: GenerationQueue, access: Access) -> Fa
     return app
 
 
-def launch(demo: Blocks, access: Access, api: APIRouter | None = None) -> Running:
+def launch(mount_page: Callable[[FastAPI, str, int], None], access: Access,
+           api: APIRouter | None = None) -> Running:
     """Serve the page on `access.host`:`access.port` without blocking, with the `api` routes
-    beside it. Gradio is mounted on an app of ours, not launched on its own, so the guard is the
-    outermost layer (Gradio's launch puts its own CORS handling in front of anything added)."""
+    beside it. `mount_page(app, host, port)` puts the page on our app (app/ui's `page_mounter`;
+    the API never imports the page): Gradio is mounted, not launched on its own, so the guard
+    is the outermost layer (Gradio's launch puts its own CORS handling in front of anything
+    added)."""
     app = guarded_app(access)
     if api is not None:
         app.include_router(api)
-    mount_page(app, demo, access.host, access.port)
+    mount_page(app, access.host, access.port)
     return Running(app, listen(access.host, access.port), display_url(access.host, access.port))
 
 

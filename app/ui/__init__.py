@@ -1,7 +1,7 @@
 """The Gradio app: a loading/status banner over three tabs (chat, side-by-side, models).
 
-`build_app(holder)` builds the Blocks without launching; `mount_page` puts it on a FastAPI app,
-which app/serve/server.py's `launch(...)` serves behind the same guard as the API.
+`build_app(holder)` builds the Blocks without launching; `page_mounter` hands app/serve/server.py
+`launch(...)` what puts it on its app, behind the same guard as the API.
 Every generation shares one queue slot (concurrency id "generation", limit 1), so a second
 user waits in the queue instead of competing for the cores; `pair.lock` guards the llama.cpp
 contexts underneath in any case.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import os
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -91,6 +91,11 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
         wizard_parts["load_event"].then(lambda: (status_banner(holder), *_drafter_updates(holder)), None,
                                         [banner, *dropdowns], api_visibility="private", queue=False)
     return demo
+
+
+def page_mounter(demo: gr.Blocks) -> Callable[[FastAPI, str, int], None]:
+    """What app/serve/server.py's `launch` calls to put `demo` at "/" of its app."""
+    return lambda app, host, port: mount_page(app, demo, host, port)
 
 
 def mount_page(app: FastAPI, demo: gr.Blocks, host: str, port: int) -> None:

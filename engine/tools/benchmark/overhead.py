@@ -24,7 +24,7 @@ import numpy as np
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.drafters.base import PLAIN
+from engine.drafters.base import PLAIN, plain_alias
 from engine.sampling import SamplingParams
 
 QWEN_VOCAB = 151_936
@@ -137,7 +137,8 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
     target, draft = InstantBackend(bank, "instant-target"), InstantBackend(draft_bank,
                                                                           "instant-draft")
     pair = Pair(target, draft)
-    chosen = [p for p in PATHS if not paths or p[0] in paths or p[1] in paths]
+    wanted = {plain_alias(p) for p in paths}
+    chosen = [p for p in PATHS if not wanted or p[0] in wanted or p[1] in wanted]
     # A prompt that repeats, so prompt lookup finds matches as it would in code.
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a"
     samples: dict[tuple[str, str], list[tuple[float, int, int, int, int]]] = {}
