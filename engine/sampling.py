@@ -80,16 +80,12 @@ def distribution(logits: F32, params: SamplingParams) -> Dist:
     # Shifted before scaling: at a tiny temperature logits / t overflows.
     inv_t = 1.0 / t
     top_k = params.top_k if 0 < params.top_k < n else 0
-    ids = None
     if top_k:
-        ids = _top_k(row, top_k)
-        m = float(row[ids].max())
-        if params.top_p < 1.0:
-            ids = _nucleus_of(row, ids, m, inv_t, params.top_p)
-    else:
-        m = float(row.max())
-        if params.top_p < 1.0:
-            ids = _nucleus(row, m, inv_t, params.top_p)
+        return _top_k_row(row, _top_k(row, top_k), inv_t, params)
+    ids = None
+    m = float(row.max())
+    if params.top_p < 1.0:
+        ids = _nucleus(row, m, inv_t, params.top_p)
     if params.min_p > 0.0:
         # p(x) >= min_p * p(max)  <=>  (l(x) - m) / t >= log(min_p); the floor is compared in
         # the logits' precision, float32.
@@ -100,6 +96,24 @@ def distribution(logits: F32, params: SamplingParams) -> Dist:
             return Dist(n, None, exp_shifted(row, m, inv_t))
         return Dist.softmax(row, m, inv_t, TAIL_NATS)
     return Dist(n, ids, exp_shifted(row[ids], m, inv_t))
+
+
+def _top_k_row(row: F32, ids: I64, inv_t: float, params: SamplingParams) -> Dist:
+    """The row on a top-k set `ids`, then top-p and min-p within it: the k weights are computed
+    once and every later cut is a selection of them."""
+    vals = row[ids]
+    m = float(vals.max())
+    e = exp_shifted(vals, m, inv_t)
+    keep = np.arange(ids.size)
+    if params.top_p < 1.0:
+        order = np.lexsort((ids, -vals))
+        cum = np.cumsum(e[order], dtype=np.float64)
+        k = int(np.searchsorted(cum, params.top_p * cum[-1], side="left")) + 1
+        keep = np.sort(order[:min(k, ids.size)])
+    if params.min_p > 0.0:
+        floor = np.float32(m + params.temperature * float(np.log(params.min_p)))
+        keep = keep[vals[keep] >= floor]
+    return Dist(row.size, ids[keep], e[keep])
 
 
 def probabilities(logits: F32, params: SamplingParams) -> F64:
