@@ -61,7 +61,7 @@ def quiet_llama_cpp() -> None:
     the process's streams. Idempotent; run when this module is imported."""
     llama_cpp.llama_log_set(_drop_llama_log, ctypes.c_void_p(0))
     for module in (llama_module, llama_internals):
-        module.suppress_stdout_stderr = _NoRedirect
+        setattr(module, "suppress_stdout_stderr", _NoRedirect)  # a module global, by name
 
 
 quiet_llama_cpp()
