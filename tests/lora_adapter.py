@@ -11,6 +11,8 @@ from typing import Sequence
 import gguf
 import numpy as np
 
+from models.gguf_info import read_info
+
 # Matrices adapted in each chosen layer: the attention output and the FFN's down projection,
 # the two that write into the residual stream.
 DEFAULT_MATRICES = ("attn_output", "ffn_down")
@@ -18,11 +20,11 @@ DEFAULT_MATRICES = ("attn_output", "ffn_down")
 
 @functools.lru_cache(maxsize=4)
 def _layout(model: str) -> tuple[str, dict[str, tuple[int, ...]]]:
-    """A model's architecture and tensor shapes, read once per process: GGUFReader parses the
-    whole header, 151,936 vocabulary strings included (seconds on a 2-core CPU)."""
-    reader = gguf.GGUFReader(model)
-    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    return arch, {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}
+    """A model's architecture and tensor shapes (ggml order), from Tandem's own header reader:
+    0.3 s for the embedded target, where gguf's GGUFReader takes seconds over its 151,936
+    vocabulary strings."""
+    info = read_info(model)
+    return info.architecture, {t.name: tuple(int(n) for n in t.shape) for t in info.tensors}
 
 
 def write_lora(model: str | Path, out: str | Path, layers: Sequence[int], rank: int = 8,

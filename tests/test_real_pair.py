@@ -19,7 +19,7 @@ from engine.session import Session
 pytestmark = pytest.mark.real
 
 PROMPT = "My favourite colour is"
-N_SAMPLES = 400
+N_SAMPLES = 200
 # A pair whose expected count is under this is pooled with the rest into one "other" cell.
 MIN_EXPECTED = 5.0
 
