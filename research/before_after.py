@@ -73,6 +73,18 @@ def ask(proc: subprocess.Popen, job: dict) -> dict:
     return json.loads(proc.stdout.readline())
 
 
+def suite_prompts(per_category: int) -> list[dict]:
+    """The first `per_category` prompts of each category of the suite."""
+    lines = [json.loads(x) for x in SUITE.read_text().splitlines()[1:] if x.strip()]
+    seen: dict[str, int] = {}
+    prompts = []
+    for p in lines:
+        if seen.get(p["category"], 0) < per_category:
+            seen[p["category"]] = seen.get(p["category"], 0) + 1
+            prompts.append(p)
+    return prompts
+
+
 def summary(ratios: list[float]) -> str:
     r = sorted(ratios)
     p10 = r[max(0, int(round(0.1 * (len(r) - 1))))]
@@ -83,13 +95,7 @@ def summary(ratios: list[float]) -> str:
 def main(old: str, new: str, out: str, per_category: int, max_tokens: int, spec: str,
          temperature: float = 0.7) -> None:
     drafter, policy, gamma = spec.split(":")
-    lines = [json.loads(x) for x in SUITE.read_text().splitlines()[1:] if x.strip()]
-    seen: dict[str, int] = {}
-    prompts = []
-    for p in lines:
-        if seen.get(p["category"], 0) < per_category:
-            seen[p["category"]] = seen.get(p["category"], 0) + 1
-            prompts.append(p)
+    prompts = suite_prompts(per_category)
     workers = {"new": start(new), "old": start(old)}
     arms = [("plain", "new", "plain"), ("before", "old", drafter), ("after", "new", drafter)]
     records = []

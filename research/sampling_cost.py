@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from before_after import SUITE, ask, start
+from before_after import ask, start, suite_prompts
 
 ARMS = (  # name, tree, drafter, temperature, top_p
     ("greedy", "old", "none", 0.0, 1.0),
@@ -29,13 +29,7 @@ ARMS = (  # name, tree, drafter, temperature, top_p
 
 
 def main(old: str, new: str, out: str, per_category: int, max_tokens: int) -> None:
-    lines = [json.loads(x) for x in SUITE.read_text().splitlines()[1:] if x.strip()]
-    seen: dict[str, int] = {}
-    prompts = []
-    for p in lines:
-        if seen.get(p["category"], 0) < per_category:
-            seen[p["category"]] = seen.get(p["category"], 0) + 1
-            prompts.append(p)
+    prompts = suite_prompts(per_category)
     workers = {"new": start(new), "old": start(old)}
     runs: dict[tuple[str, str], list[dict]] = {}
     for i, p in enumerate(prompts):
