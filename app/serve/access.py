@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 from urllib.parse import urlsplit
 
 from app.serve.errors import AuthError, ForbiddenError
@@ -161,30 +161,33 @@ def normal_origin(value: str) -> str | None:
     return f"{parts.scheme}://{host}"
 
 
-def parse_hosts(entries: Iterable[str]) -> tuple[tuple[str, int | None], ...]:
+T = TypeVar("T")
+
+
+def _parse_each(entries: Iterable[str], parse: Callable[[str], T | None],
+                wrong: str) -> tuple[T, ...]:
+    """Each non-blank entry parsed, or a one-line error `wrong` followed by the entry."""
     out = []
     for entry in entries:
         if not entry.strip():
             continue
-        parsed = split_host(entry)
+        parsed = parse(entry)
         if parsed is None:
-            raise SettingsError(f"{HOSTS_OPTION} takes host names or addresses with an optional "
-                                f"port (tandem.lan, 192.168.1.20:8080, [fe80::1]), got {entry!r}")
+            raise SettingsError(f"{wrong}, got {entry!r}")
         out.append(parsed)
     return tuple(out)
 
 
+def parse_hosts(entries: Iterable[str]) -> tuple[tuple[str, int | None], ...]:
+    return _parse_each(entries, split_host,
+                       f"{HOSTS_OPTION} takes host names or addresses with an optional port "
+                       "(tandem.lan, 192.168.1.20:8080, [fe80::1])")
+
+
 def parse_origins(entries: Iterable[str]) -> tuple[str, ...]:
-    out = []
-    for entry in entries:
-        if not entry.strip():
-            continue
-        normal = normal_origin(entry)
-        if normal is None:
-            raise SettingsError(f"{ORIGINS_OPTION} takes origins, scheme://host[:port] "
-                                f"(https://tools.example), got {entry!r}")
-        out.append(normal)
-    return tuple(out)
+    return _parse_each(entries, normal_origin,
+                       f"{ORIGINS_OPTION} takes origins, scheme://host[:port] "
+                       "(https://tools.example)")
 
 
 def bracketed(name: str) -> str:
