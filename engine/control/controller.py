@@ -96,39 +96,44 @@ class AdaptiveController(GammaPolicy):
     # `copying` and `behind` describe the round being priced (Decision's fields): whether it
     # copies from the context, and how many committed tokens the draft model must catch up on.
 
-    def _rounds_ahead(self, expected: float) -> float:
-        """Rounds over which a resumption's catch-up is spread: at least `horizon`, and as many
-        as the answer so far would fill (up to `horizon_cap` tokens). The length so far is the
-        only guess of what remains (Gott's rule); early in an answer it may be about to end, so
-        resuming must pay quickly."""
+    def _rounds_ahead(self, expected: np.ndarray) -> np.ndarray:
+        """Rounds over which a resumption's catch-up is spread, for rounds expected to commit
+        `expected` tokens: at least `horizon`, and as many as the answer so far would fill (up
+        to `horizon_cap` tokens). The length so far is the only guess of what remains (Gott's
+        rule); early in an answer it may be about to end, so resuming must pay quickly."""
         c = self.constants
         if c.horizon_cap <= 0:
-            return c.horizon
-        return max(c.horizon, min(self.elapsed, c.horizon_cap) / expected)
+            return np.full(len(expected), c.horizon)
+        return np.maximum(c.horizon, min(self.elapsed, c.horizon_cap) / expected)
 
     def predict(self, copying: bool = False, behind: int = 0,
-                hope: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                hope: float = 0.0, source: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(expected tokens, expected ms) of a round drafting each gamma 0..max_gamma
-        (`hope`: imagined successes per position)."""
+        (`hope`: imagined successes per position; `source`: the copying part)."""
         costs = self._costs()
-        expected = self.estimator.expected(copying, self._opening_cap(), hope)
-        catch_up = 0.0 if copying else costs.catch_up_ms(max(behind, 1))
-        ms = [costs.round_ms(g, copying,
-                             catch_up / self._rounds_ahead(float(expected[g])) if g else 0.0)
-              for g in range(self.max_gamma + 1)]
-        return expected, np.array(ms)
+        expected = self.estimator.expected(copying, self._opening_cap(), hope, source)
+        # costs.round_ms for every gamma at once: the verify, plus for the draft model its
+        # decodes and the share of its catch-up charged to this round.
+        ms = costs.verify_costs(self.max_gamma + 1).copy()
+        if not copying:
+            gammas = np.arange(1, self.max_gamma + 1)
+            catch_up = costs.catch_up_ms(max(behind, 1))
+            ms[1:] += gammas * costs.draft_token + catch_up / self._rounds_ahead(expected[1:])
+        return expected, ms
 
     def _opening_cap(self) -> float:
         """The most acceptance this round may be judged at: the opening's, early on."""
         opening = self.constants.opening
         return opening[self.rounds] if self.rounds < len(opening) else 1.0
 
-    def acceptance(self, copying: bool = False) -> np.ndarray:
-        """Estimated a_j per draft position, for a round that copies or one that does not."""
-        return self.estimator.acceptance(copying)
+    def acceptance(self, copying: bool = False, source: str = "") -> np.ndarray:
+        """Estimated a_j per draft position, for a round that copies (with `source`) or one
+        that does not."""
+        return self.estimator.acceptance(copying, source=source)
 
-    def predicted_tps(self, gamma: int, copying: bool = False, behind: int = 0) -> float:
-        expected, ms = self.predict(copying, behind)
+    def predicted_tps(self, gamma: int, copying: bool = False, behind: int = 0,
+                      source: str = "") -> float:
+        expected, ms = self.predict(copying, behind, source=source)
         return 1e3 * float(expected[gamma] / ms[gamma])
 
     def cost_ms(self, gamma: int, copying: bool = False, behind: int = 0) -> float:
@@ -143,15 +148,17 @@ class AdaptiveController(GammaPolicy):
         saved = expected[g] * ms[0] - ms[g]
         return saved > 0 and saved > margin * (ms[g] - ms[0])
 
-    def best_gamma(self, copying: bool = False, behind: int = 0) -> int:
-        return self._choose(copying, behind, *self.predict(copying, behind))
+    def best_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> int:
+        return self._choose(copying, behind, *self.predict(copying, behind, source=source),
+                            source=source)
 
-    def _choose(self, copying: bool, behind: int, expected: np.ndarray, ms: np.ndarray) -> int:
+    def _choose(self, copying: bool, behind: int, expected: np.ndarray, ms: np.ndarray,
+                source: str = "") -> int:
         """How far to draft is chosen hopefully (positions a round has not tested may be better
         than their estimate), whether to draft on the estimate itself; the best gamma by the
         estimate is the fallback."""
         c = self.constants
-        hopeful, hopeful_ms = self.predict(copying, behind, c.hope)
+        hopeful, hopeful_ms = self.predict(copying, behind, c.hope, source)
         # Starting again after plain rounds bets on an estimate partly made of the target's
         # confidence, so it needs a larger predicted saving than carrying on does.
         margin = c.margin if self.speculating else c.resume_margin
@@ -161,42 +168,47 @@ class AdaptiveController(GammaPolicy):
                 return g
         return 0
 
-    def could_win(self, copying: bool = False, behind: int = 0) -> bool:
+    def could_win(self, copying: bool = False, behind: int = 0,
+                  ms: np.ndarray | None = None) -> bool:
         """Whether any gamma would beat plain decoding if every drafted token were accepted;
-        when not, probing can only lose."""
-        _, ms = self.predict(copying, behind)
+        when not, probing can only lose. `ms`: the round costs `predict` gave already."""
+        if ms is None:
+            _, ms = self.predict(copying, behind)
         full = np.arange(self.max_gamma + 1) + 1.0
-        return any(self._pays(g, full, ms, self.constants.margin)
-                   for g in range(1, self.max_gamma + 1))
+        # _pays for every gamma at once.
+        saved = full[1:] * ms[0] - ms[1:]
+        return bool(np.any((saved > 0) & (saved > self.constants.margin * (ms[1:] - ms[0]))))
 
-    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
+    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
         c = self.constants
-        expected, ms = self.predict(copying, behind)
+        expected, ms = self.predict(copying, behind, source=source)
         speeds = 1e3 * expected / ms
         probing = False
         if self.rounds < c.opening_plain:
             g = 0
         else:
-            g = self._choose(copying, behind, expected, ms)
+            g = self._choose(copying, behind, expected, ms, source)
             # Probe (after the opening) while nothing is known of this source; later probes
             # pay the draft's catch-up, hence long, growing intervals (the target's confidence
             # usually brings speculation back first).
             opening = self.rounds < len(c.opening)
-            if g == 0 and not opening and (self.estimator.counts(copying).empty
+            if g == 0 and not opening and (self.estimator.counts(copying, source).empty
                                            or self.zero_run >= self.interval) \
-                    and self.could_win(copying, behind):
+                    and self.could_win(copying, behind, ms):
                 g = min(c.probe_gamma, self.max_gamma)
                 probing = True
-        return Decision(g, copying, behind, prediction=float(speeds[g]),
-                        reason=self._reason(g, copying, probing, speeds), probing=probing,
+        return Decision(g, copying, behind, source, prediction=float(speeds[g]),
+                        reason=self._reason(g, copying, probing, speeds, source),
+                        probing=probing,
                         speeds=tuple(float(v) for v in speeds))
 
-    def _reason(self, g: int, copying: bool, probing: bool, speeds: np.ndarray) -> str:
+    def _reason(self, g: int, copying: bool, probing: bool, speeds: np.ndarray,
+                source: str = "") -> str:
         """One line on the choice of `g`, from the predictions that made it."""
         c = self.constants
         best = int(np.argmax(speeds[1:])) + 1
         gain = speeds / speeds[0]
-        a0 = float(self.acceptance(copying)[0])
+        a0 = float(self.acceptance(copying, source)[0])
         if self.rounds < c.opening_plain:
             return (f"plain: opening round {self.rounds + 1} of {c.opening_plain} (the "
                     "target shows how predictable the answer is before the draft is tried)")
@@ -204,7 +216,8 @@ class AdaptiveController(GammaPolicy):
             return (f"plain: the answer's opening, where drafts are accepted at most "
                     f"{self._opening_cap():.2f}; best predicted {gain[best]:.2f}x at gamma {best}")
         if copying:
-            what = "copying from the context, which costs no draft decode"
+            what = ("copying from past requests" if source == "suffix"
+                    else "copying from the context") + ", which costs no draft decode"
             if g == 0:
                 return f"plain: best predicted {gain[best]:.2f}x at gamma {best}, {what}"
             return (f"gamma {g}: predicted {gain[g]:.2f}x (first-token acceptance {a0:.2f}, "
@@ -229,7 +242,8 @@ class AdaptiveController(GammaPolicy):
                   else 1e3 / np.ones(self.max_gamma + 1))
         return ControllerReport(
             policy=self.name, gamma=decision.gamma, reason=decision.reason,
-            source=(self.copy_name or "") if decision.copying else (self.model_name or ""),
+            source=(decision.source or self.copy_name or "") if decision.copying
+            else (self.model_name or ""),
             verify_ms=[round(v, 3) for v in costs.pad_verify],
             draft_cost=draft,
             predicted_speedup=[round(float(s / speeds[0]), 3) for s in speeds])
@@ -270,13 +284,13 @@ class AdaptiveController(GammaPolicy):
         if r.drafted > 0:
             if not copied:
                 costs.learn_draft(r.draft_ms, r.drafted, max(decision.behind, 1))
-            self.estimator.learn(r.drafted, r.accepted, copied, r.confidence)
+            self.estimator.learn(r.drafted, r.accepted, copied, r.confidence, decision.source)
         if r.confidence and (r.drafted == 0 or (not copied and r.accepted == r.drafted)):
             # The bonus row after a fully accepted draft, like a plain round's row, is a
             # position no draft was tested on: its confidence says how one would fare there.
             self.estimator.observe_confidence(r.confidence[-1], aged=r.drafted > 0)
         if r.drafted == 0 and copied:
-            self.estimator.copy.forget(c.decay)
+            self.estimator.forget(decision.source)
         if r.index > 0:
             # The first decode after a prefill is slow: not a cost any later round pays.
             costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
@@ -286,5 +300,5 @@ class AdaptiveController(GammaPolicy):
         else:
             self.zero_run = 0
             if decision.probing:
-                won = self.best_gamma(decision.copying, decision.behind) > 0
+                won = self.best_gamma(decision.copying, decision.behind, decision.source) > 0
                 self.interval = (c.probe_every if won else min(self.interval * 2, c.probe_max))

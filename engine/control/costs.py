@@ -11,6 +11,8 @@ context (prompt lookup) costs its verify alone.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -110,6 +112,16 @@ class CostModel:
         self.pad_verify = list(self.verify)
         self.pad_draft = list(self.draft_batch)
         self.draft_token = self.draft_batch[0]
+        # verify_costs' answer until a verify cost is learned (the controller reads it several
+        # times a round).
+        self._verify_costs: np.ndarray | None = None
+
+    def verify_costs(self, n: int) -> np.ndarray:
+        """`verify_cost(w)` for w = 1..n, as an array."""
+        cached = self._verify_costs
+        if cached is None or len(cached) != n:
+            cached = self._verify_costs = np.array([self.verify_cost(w) for w in range(1, n + 1)])
+        return cached
 
     def verify_cost(self, width: int) -> float:
         """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
@@ -146,6 +158,7 @@ class CostModel:
         self.draft_token += self.rate * (per_token - self.draft_token)
 
     def learn_verify(self, width: int, measured: float) -> None:
+        self._verify_costs = None
         while len(self.verify) < width:
             self.verify.append(at_width(self.verify, len(self.verify) + 1))
         ratio = measured / self.verify[width - 1]
