@@ -11,6 +11,7 @@ from engine.acceptance import verify
 from engine.answer import Answer
 from engine.clock import Clock, wall_ms
 from engine.drafters.base import PLAIN, Drafter
+from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent
 from engine.limits import check_prompt_fits
@@ -41,15 +42,20 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
              config: GenerationConfig, policy: GammaPolicy | None = None,
              rule: VerifyRule = verify,
              widths: Callable[[int], int] | None = None, rng: Rng | None = None,
-             clock: Clock = wall_ms) -> Iterator[Event]:
+             clock: Clock = wall_ms, history: HistoryIndex | None = None) -> Iterator[Event]:
     """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent.
 
     `rule` is the verification rule; only the exactness report's negative control swaps it.
     `widths` maps a verify batch's size to the width to decode it at (engine/widths.py).
     `rng` (default: seeded from the sampling params) makes every random choice; `clock` (ms)
-    times the phases. Tests inject both: an enumerating rng, a clock driven by a cost profile."""
+    times the phases. Tests inject both: an enumerating rng, a clock driven by a cost profile.
+    `history` (past prompts and answers, engine/drafters/history_index.py): a drafter that
+    uses one drafts from it as it stands now, and the prompt with its answer is added to it when
+    the generation ends, whatever drafted (plain decoding included)."""
     if not prompt:
         raise SettingsError("the prompt is empty")
+    if history is not None and drafter is not None and drafter.uses_history:
+        drafter = drafter.with_history(history)
     plain = drafter is None or config.gamma == 0
     rounds = Rounds(target, NoDrafter() if drafter is None or plain else drafter,
                     FixedGamma(0) if plain else policy or FixedGamma(config.gamma),
@@ -76,6 +82,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     yield from answer.flush()
     # Leave the target's cache holding every committed token but the last, as between rounds.
     target.rollback(len(context) - 1)
+    if history is not None:
+        history.add(context)
     if decision is not None and not plain:
         stats.controller = rounds.policy.report(decision)
     yield answer.done()

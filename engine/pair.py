@@ -5,7 +5,8 @@ them; tests pass fakes). llama.cpp contexts are not thread-safe, so a lock seria
 generations: a second caller waits its turn instead of corrupting the KV caches.
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
-when a draft is loaded, "lookup" always, "early-exit" once the loading step added the target's
+when a draft is loaded, "lookup" and "suffix" (the context, then the history of past requests
+when a generation is given one) always, "early-exit" once the loading step added the target's
 first k layers (loading.load.add_early_exit). The default is hybrid when a draft is loaded
 (plain decoding otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
 slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
@@ -24,7 +25,9 @@ from engine.control.costs import Calibration, calibrate
 from engine.drafters.base import PLAIN, Drafter, plain_alias
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.history_index import HistoryIndex
 from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.suffix import SUFFIX, SuffixDrafter
 from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
@@ -92,6 +95,10 @@ class Pair:
                                     is_eog=target.is_eog), model)
         self._drafters["lookup"] = PromptLookupDrafter(ngram_max=lookup_ngram,
                                                        is_eog=target.is_eog)
+        # The context, then the history of past requests when a generation is given one.
+        self._drafters[SUFFIX] = SuffixDrafter(
+            PromptLookupDrafter(ngram_max=max(lookup_ngram, 2), ngram_min=2,
+                                is_eog=target.is_eog), is_eog=target.is_eog)
 
     @property
     def drafters(self) -> list[str]:
@@ -211,12 +218,14 @@ class Pair:
             policy.use_calibration(self.calibration(drafter, need))
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str | None = None,
-                 raw: bool = False, policy: GammaPolicy | None = None) -> Iterator[Event]:
+                 raw: bool = False, policy: GammaPolicy | None = None,
+                 history: HistoryIndex | None = None) -> Iterator[Event]:
         """Stream events of one generation; holds the pair's lock until it ends or is closed.
         `drafter` None is the pair's default drafter.
         Without a policy, speculation uses the adaptive controller with max gamma `config.gamma`.
         Speculation pads verify and catch-up batches to the cheaper widths the drafter's
-        calibration measured (engine/widths.py), whatever the policy."""
+        calibration measured (engine/widths.py), whatever the policy. `history`: past prompts
+        and answers to draft from (hybrid and suffix) and to add this one to when it ends."""
         drafter = self.default_drafter if drafter is None else drafter
         chosen = self.drafter(drafter)
         tokens = self.prompt_tokens(prompt, raw)
@@ -228,7 +237,7 @@ class Pair:
                 self._calibrate(policy, drafter)
                 widths = self.use_widths(drafter, config.gamma)
             yield from generate(self.target, chosen, tokens, config, policy, widths=widths,
-                                clock=self.clock)
+                                clock=self.clock, history=history)
 
     def use_widths(self, name: str, gamma: int) -> Callable[[int], int]:
         """Pad drafter `name`'s catch-up batches to the cheaper widths of its calibration, and

@@ -94,7 +94,9 @@ def draft(r: Rounds, context: Sequence[int], gamma: int, sampled: bool) -> Propo
 
 def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> RoundResult:
     """Round `index` after the committed text `context`, drafting at most `room` tokens."""
-    decision = r.policy.next_gamma(r.drafter.copies(context), r.drafter.behind(context))
+    source = r.drafter.copy_source(context)
+    decision = r.policy.next_gamma(source is not None, r.drafter.behind(context),
+                                   source=source or "")
     gamma = min(decision.gamma, room)
     # The one predicate for a sampled draft: it fixes the verify width before drafting.
     sampled = gamma > 0 and r.drafter.samples(context, r.params)

@@ -76,6 +76,10 @@ class GenerationStats:
     decode_time_ms: float = 0.0
     finish_reason: str = ""
     # Counts per draft position i (0-based): how often a token was drafted / accepted there.
+    # Drafted and accepted tokens per drafting part (RoundStats.source: the draft model, prompt
+    # lookup, the history of past requests...).
+    drafted_by: dict[str, int] = field(default_factory=dict)
+    accepted_by: dict[str, int] = field(default_factory=dict)
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     # Output-token index at which each accepted draft token landed (acceptance along the text).
@@ -123,6 +127,9 @@ class GenerationStats:
         self.predicted_tps.append(r.predicted_tps)
         self.measured_tps.append(r.measured_tps)
         self.reason = r.reason or self.reason
+        if r.drafted:
+            self.drafted_by[r.source] = self.drafted_by.get(r.source, 0) + r.drafted
+            self.accepted_by[r.source] = self.accepted_by.get(r.source, 0) + r.accepted
         if r.drafted and r.accepted < r.drafted:
             self.rejected_rounds += 1
         while len(self.drafted_at) < drafted_positions:

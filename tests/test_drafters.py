@@ -181,9 +181,10 @@ def test_pair_generates_the_baseline_text_with_every_drafter_and_policy(name, po
     assert done.stats.drafter == pair.drafter(name).name
 
 
-def test_pair_offers_lookup_without_a_draft_model_and_hybrid_only_with_one():
-    assert Pair(FakeBackend()).drafters == ["plain", "lookup"]
-    assert set(Pair(FakeBackend(), FakeBackend()).drafters) == {"plain", "draft", "hybrid", "lookup"}
+def test_pair_offers_lookup_and_suffix_without_a_draft_model_and_hybrid_only_with_one():
+    assert Pair(FakeBackend()).drafters == ["plain", "lookup", "suffix"]
+    assert set(Pair(FakeBackend(), FakeBackend()).drafters) == {"plain", "draft", "hybrid",
+                                                                 "lookup", "suffix"}
 
 
 def test_the_default_drafter_is_hybrid_with_a_draft_model_and_plain_without():
@@ -283,7 +284,7 @@ def test_load_pair_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_
                      LoadOptions(check_compat=False, check_budget=False, early_exit=True), loader=loader)
     assert default_layers(4) == 3 and block_count(loaded[1]) == 3
     assert loaded[1] == str(derive_early_exit(target, 3))
-    assert pair.drafters == ["plain", "lookup", "early-exit"]
+    assert pair.drafters == ["plain", "lookup", "suffix", "early-exit"]
     config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=24)
     ref = [ev for ev in pair.generate(TEXT, config, drafter="plain", raw=True)][-1]
     done = [ev for ev in pair.generate(TEXT, config, drafter="early-exit", raw=True)][-1]

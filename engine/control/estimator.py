@@ -52,20 +52,38 @@ class AcceptanceEstimator:
     def __init__(self, max_gamma: int, k: ControllerConstants) -> None:
         self.constants = k
         self.model = Counts(max_gamma)
-        self.copy = Counts(max_gamma)
+        # One set of counts per copying part, by name (prompt lookup, the history); "" for a
+        # copy whose part was not named. A part not yet seen reads as empty counts.
+        self.copies: dict[str, Counts] = {}
+        self._unseen = Counts(max_gamma)
+        self.max_gamma = max_gamma
         self.scale_hits = 0.0
         self.scale_conf = 0.0
 
-    def counts(self, copying: bool) -> Counts:
-        return self.copy if copying else self.model
+    @property
+    def copy(self) -> Counts:
+        """The counts of copies whose part was not named."""
+        return self.counts(True)
 
-    def acceptance(self, copying: bool, hope: float = 0.0) -> np.ndarray:
-        return self.counts(copying).rates(self.constants.prior, self.constants.prior_weight, hope)
+    def counts(self, copying: bool, source: str = "") -> Counts:
+        if not copying:
+            return self.model
+        return self.copies.get(source, self._unseen)
 
-    def expected(self, copying: bool, cap: float = 1.0, hope: float = 0.0) -> np.ndarray:
+    def _learning(self, copying: bool, source: str) -> Counts:
+        if copying and source not in self.copies:
+            self.copies[source] = Counts(self.max_gamma)
+        return self.counts(copying, source)
+
+    def acceptance(self, copying: bool, hope: float = 0.0, source: str = "") -> np.ndarray:
+        return self.counts(copying, source).rates(self.constants.prior,
+                                                  self.constants.prior_weight, hope)
+
+    def expected(self, copying: bool, cap: float = 1.0, hope: float = 0.0,
+                 source: str = "") -> np.ndarray:
         """Expected tokens a round commits, E(g) = sum_{i<=g} prod_{j<i} a_j, for g = 0..max,
         each a_j at most `cap` (`hope`: imagined successes per position)."""
-        a = np.minimum(self.acceptance(copying, hope), cap)
+        a = np.minimum(self.acceptance(copying, hope, source), cap)
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(a))))
 
     @property
@@ -75,10 +93,10 @@ class AcceptanceEstimator:
         return (self.scale_hits + w) / (self.scale_conf + w)
 
     def learn(self, drafted: int, accepted: int, copying: bool,
-              confidence: Sequence[float] = ()) -> None:
+              confidence: Sequence[float] = (), source: str = "") -> None:
         """A round drafted `drafted` tokens and `accepted` of them were kept; `confidence` is
         the target's top probability per row (model rounds teach `scale` with it)."""
-        self.counts(copying).learn(drafted, accepted, self.constants.decay)
+        self._learning(copying, source).learn(drafted, accepted, self.constants.decay)
         if copying:
             return
         seen = min(accepted + 1, drafted)
@@ -86,6 +104,11 @@ class AcceptanceEstimator:
             return
         self.scale_hits = self.constants.decay * self.scale_hits + min(accepted, seen)
         self.scale_conf = self.constants.decay * self.scale_conf + float(sum(confidence[:seen]))
+
+    def forget(self, source: str) -> None:
+        """Copying part `source` could have drafted a round and drafted nothing."""
+        if source in self.copies:
+            self.copies[source].forget(self.constants.decay)
 
     def observe_confidence(self, confidence: float, aged: bool = False) -> None:
         """The target's confidence at a token no draft was tested on (a plain round's, or the

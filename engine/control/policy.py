@@ -23,7 +23,7 @@ class Decision:
     """A policy's choice for one round, and what it was made from.
 
     >>> FixedGamma(3).next_gamma(copying=True, behind=2)
-    Decision(gamma=3, copying=True, behind=2, prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=())
+    Decision(gamma=3, copying=True, behind=2, source='', prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=())
     """
 
     # The most tokens the round may draft (0: a plain round).
@@ -33,6 +33,9 @@ class Decision:
     # (`Drafter.behind`).
     copying: bool = False
     behind: int = 0
+    # Which copying part the round would copy with (`Drafter.copy_source`: prompt lookup, the
+    # history), "" for a model's round: each keeps acceptance counts of its own.
+    source: str = ""
     # The tokens/s the policy expects of the round (None: it predicts nothing), and why it
     # chose this gamma, in one line (shown by the CLI, the app and the API).
     prediction: float | None = None
@@ -51,11 +54,12 @@ class GammaPolicy:
     # Whether the generator should report the target's top probability per verified row.
     wants_confidence: bool = False
 
-    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
+    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
         """The decision for the next round; `copying` says whether that round would copy from
         the context rather than run a model (`Drafter.copies`), for policies that price the
-        two apart, and `behind` how many committed tokens the drafter must decode before it
-        drafts (`Drafter.behind`: its catch-up)."""
+        two apart, `behind` how many committed tokens the drafter must decode before it
+        drafts (`Drafter.behind`: its catch-up), and `source` which part would copy
+        (`Drafter.copy_source`)."""
         raise NotImplementedError
 
     def update(self, decision: Decision, r: RoundStats) -> None:
@@ -96,8 +100,8 @@ class FixedGamma(GammaPolicy):
         self.name = f"fixed-{gamma}"
         self.gamma = gamma
 
-    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
-        return Decision(self.gamma, copying, behind,
+    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
+        return Decision(self.gamma, copying, behind, source,
                         reason=f"fixed: gamma {self.gamma} every round")
 
     def update(self, decision: Decision, r: RoundStats) -> None:
@@ -111,8 +115,8 @@ class NeverDraft(GammaPolicy):
     def __init__(self) -> None:
         self.name = "plain"
 
-    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
-        return Decision(0, copying, behind, reason="plain: the control policy never drafts")
+    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
+        return Decision(0, copying, behind, source, reason="plain: the control policy never drafts")
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         pass
@@ -129,8 +133,8 @@ class HeuristicGamma(GammaPolicy):
         self.gamma = min(gamma, max_gamma)
         self.max_gamma = max_gamma
 
-    def next_gamma(self, copying: bool = False, behind: int = 0) -> Decision:
-        return Decision(self.gamma, copying, behind,
+    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
+        return Decision(self.gamma, copying, behind, source,
                         reason=(f"heuristic: gamma {self.gamma} (+2 after a round that kept "
                                 "every drafted token, -1 after a rejection)"))
 

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.dist import Dist
+from engine.drafters.history_index import HistoryIndex
 from engine.sampling import Rng, SamplingParams
 from engine.session import Session
 
@@ -85,10 +86,26 @@ class Drafter:
         """The name of the part that copies from the context, None when none does."""
         return None
 
+    def copy_source(self, context: Sequence[int]) -> str | None:
+        """The name of the part that would draft the round after `context` by copying (from the
+        context, or from the history of past requests) rather than by running a model; None
+        when a model would. A function of the committed text (and of the history as the
+        generation began) alone, so a policy may price the round by it and keep acceptance
+        counts per copying part."""
+        return None
+
     def copies(self, context: Sequence[int]) -> bool:
-        """Whether the round after `context` would copy from the context rather than run a
-        model: a function of the committed text alone, so a policy may price the round by it."""
-        return False
+        """Whether the round after `context` would copy rather than run a model."""
+        return self.copy_source(context) is not None
+
+    # Whether `with_history` gives this drafter something to draft from: a drafter that copies
+    # from the history of past prompts and answers (engine/drafters/suffix.py).
+    uses_history: bool = False
+
+    def with_history(self, history: HistoryIndex) -> "Drafter":
+        """This drafter drafting from `history` too, for one generation (itself when it
+        does not use a history). The history must not change until the generation ends."""
+        return self
 
     def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
         """Whether the draft after `context` draws its tokens from q under `params`: it then

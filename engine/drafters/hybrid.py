@@ -1,8 +1,11 @@
-"""Hybrid drafting: copy from the context when prompt lookup finds a match, else ask the model.
+"""Hybrid drafting: copy when a copying drafter finds a match, else ask the model.
 
-The lookup is free and, when it matches (code edits, quoted text), often right for many tokens;
-the model covers everything else. `Proposal.copied` says which one drafted each round. Which one
-drafts depends on the committed text alone, so the choice keeps the output exact.
+The copying part is prompt lookup (the context), or the suffix drafter (the context, then the
+history of past requests, engine/drafters/suffix.py) when the generation is given a history.
+A copy is free and, when it matches (code edits, quoted text, repeated requests), often right
+for many tokens; the model covers everything else. `Proposal.copied` says which one drafted each
+round. Which one drafts depends on the committed text (and the history as the generation began)
+alone, so the choice keeps the output exact.
 
 The model is not prefilled: it catches up on the text (its session's `sync`) the first time it
 drafts, so an answer that copies its prompt never pays the model's decode of the prompt.
@@ -12,17 +15,28 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from engine.drafters.base import Drafter, Keep, Proposal
+from engine.drafters.history_index import HistoryIndex
 from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.suffix import SuffixDrafter
 from engine.sampling import Rng, SamplingParams
 
 
 class HybridDrafter(Drafter):
-    def __init__(self, lookup: PromptLookupDrafter, model: Drafter) -> None:
+    uses_history = True
+
+    def __init__(self, lookup: PromptLookupDrafter, model: Drafter,
+                 copier: PromptLookupDrafter | SuffixDrafter | None = None) -> None:
         self.name = "hybrid"
         self.lookup = lookup
         self.model = model
+        # What copies: prompt lookup, or the suffix drafter over it when given a history.
+        self.copier = copier or lookup
         # Calibration times the model's decodes: a copy costs none.
         self.session = model.session
+
+    def with_history(self, history: HistoryIndex) -> "HybridDrafter":
+        return HybridDrafter(self.lookup, self.model,
+                             SuffixDrafter(self.lookup, history, is_eog=self.lookup.is_eog))
 
     @property
     def model_name(self) -> str | None:
@@ -32,8 +46,8 @@ class HybridDrafter(Drafter):
     def copy_name(self) -> str | None:
         return self.lookup.copy_name
 
-    def copies(self, context: Sequence[int]) -> bool:
-        return bool(self.lookup.find(context, 1)[2])
+    def copy_source(self, context: Sequence[int]) -> str | None:
+        return self.copier.match_source(context)
 
     def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
         return not self.copies(context) and self.model.samples(context, params)
@@ -45,16 +59,16 @@ class HybridDrafter(Drafter):
         return self.model.behind(context)
 
     def reset(self) -> None:
-        self.lookup.reset()
+        self.copier.reset()
         self.model.reset()
 
     def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
-        found = self.lookup.propose(context, gamma, params, rng, keep)
+        found = self.copier.propose(context, gamma, params, rng, keep)
         if len(found):
             return found
         return self.model.propose(context, gamma, params, rng, keep)
 
     def feedback(self, proposal: Proposal, n_accepted: int) -> None:
-        part = self.lookup if proposal.copied else self.model
+        part = self.copier if proposal.copied else self.model
         part.feedback(proposal, n_accepted)

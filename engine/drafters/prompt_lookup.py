@@ -39,8 +39,12 @@ class PromptLookupDrafter(Drafter):
     def copy_name(self) -> str | None:
         return self.name
 
-    def copies(self, context: Sequence[int]) -> bool:
-        return True
+    def copy_source(self, context: Sequence[int]) -> str | None:
+        return self.name
+
+    def match_source(self, context: Sequence[int]) -> str | None:
+        """This drafter's name when the context has something to copy after it, else None."""
+        return self.name if self.find(context, 1)[2] else None
 
     def find(self, context: Sequence[int], want: int) -> tuple[int, int, int]:
         """(n, start, length) of the continuation to copy; length 0 when nothing matches."""
