@@ -17,7 +17,7 @@ from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load
                           model_configs)
 from engine.tools.benchmark import overhead
 from engine.tools.benchmark.aggregate import summarize
-from engine.tools.benchmark.runner import BenchPlan, SpecConfig, run_benchmark
+from engine.tools.benchmark.runner import HISTORY_MARK, BenchPlan, SpecConfig, run_benchmark
 from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
@@ -109,13 +109,15 @@ def _draft_words(pair: Pair, dcfg) -> str:
 
 
 def parse_configs(text: str) -> list[SpecConfig]:
-    """`--configs`: DRAFTER:POLICY:GAMMA[:OPENING] items, comma separated."""
+    """`--configs`: DRAFTER[+history]:POLICY:GAMMA[:OPENING] items, comma separated."""
     items = [c.split(":") for c in _csv(text)]
     if any(len(t) not in (3, 4) for t in items):
         raise SettingsError("--configs takes DRAFTER:POLICY:GAMMA[:OPENING] items, e.g. "
                             "draft:fixed:3 or hybrid:adaptive:8:16")
     try:
-        return [SpecConfig(t[0], int(t[2]), t[1], int(t[3]) if len(t) == 4 else None)
+        return [SpecConfig(t[0].removesuffix(HISTORY_MARK), int(t[2]), t[1],
+                           int(t[3]) if len(t) == 4 else None,
+                           history=t[0].endswith(HISTORY_MARK))
                 for t in items]
     except ValueError as e:
         raise SettingsError(f"--configs: GAMMA and OPENING are whole numbers ({e})") from None
@@ -129,9 +131,9 @@ def cmd_overhead(args: argparse.Namespace) -> int:
     print(f"engine overhead: {len(overhead.PATHS) if not paths else len(paths)} paths x "
           f"{len(overhead.MODES)} samplings x {repeats} runs of {max_tokens} tokens at "
           f"{args.vocab:,} tokens ...", file=sys.stderr)
-    rows = overhead.run_overhead(n_vocab=args.vocab, max_tokens=max_tokens, repeats=repeats,
-                                 paths=paths)
-    print(overhead.markdown(rows, args.vocab, machine_line()))
+    rows, history = overhead.run_overhead(n_vocab=args.vocab, max_tokens=max_tokens,
+                                          repeats=repeats, paths=paths)
+    print(overhead.markdown(rows, args.vocab, machine_line(), history))
     return 0
 
 
@@ -284,10 +286,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--suite", help="prompt suite JSONL (default: assets/prompts/suite-v1.jsonl)")
     b.add_argument("--categories", nargs="+", help="categories to run (space or comma separated)")
     b.add_argument("--drafter", dest="drafters", default="draft",
-                   help="comma-separated drafters: draft, lookup, hybrid, early-exit (default draft)")
-    b.add_argument("--configs", help="explicit DRAFTER:POLICY:GAMMA[:OPENING] list instead of "
-                   "the drafter x policy x gamma product, e.g. draft:fixed:3,hybrid:adaptive:8; "
-                   "OPENING sets the adaptive policy's plain opening tokens")
+                   help="comma-separated drafters: draft, lookup, suffix, hybrid, early-exit "
+                   "(default draft)")
+    b.add_argument("--configs", help="explicit DRAFTER[+history]:POLICY:GAMMA[:OPENING] list "
+                   "instead of the drafter x policy x gamma product, e.g. "
+                   "draft:fixed:3,hybrid+history:adaptive:8; OPENING sets the adaptive policy's "
+                   "plain opening tokens; +history drafts from the run's earlier prompts and "
+                   "answers (a history of its own, empty at the start; prompts run in file order)")
     b.add_argument("--policies", default="fixed",
                    help="comma-separated gamma policies: fixed, heuristic, adaptive (default fixed)")
     b.add_argument("--gammas", help=f"comma-separated gammas (default {BENCH_FULL['gammas']}, "

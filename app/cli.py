@@ -8,12 +8,13 @@ import sys
 
 from app.bench_cli import register as register_bench
 from app.calibrate_cli import register as register_calibrate
+from app.history_cli import register as register_history
 from app.runtime.tuned import apply, expected_acceptance, lookup, running_name, stale_line
 from app.serve_cli import register as register_serve
 from app.runtime.defaults import PLAIN
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
-                          drafter_name, generation_config, load_options, model_configs,
-                          policy_name)
+                          drafter_name, generation_config, history_store, load_options,
+                          model_configs, policy_name)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
@@ -45,7 +46,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   if drafter != PLAIN else None)
         done = None
         stale = None
-        events = pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy)
+        history = history_store(args, tcfg)
+        events = pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy,
+                               history=history.index() if history else None)
         for ev in watch(events, expected if drafter != PLAIN else None):
             if isinstance(ev, TokenEvent) and not args.json:
                 sys.stdout.write(ev.text)
@@ -56,6 +59,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     print(f"\n{stale_line(ev)}", file=sys.stderr)
             elif isinstance(ev, DoneEvent):
                 done = ev
+        if history is not None:
+            history.save()
     finally:
         pair.close()
     assert done is not None
@@ -96,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_tune(sub)
     register_worker(sub)
     register_calibrate(sub)
+    register_history(sub)
     return parser
 
 

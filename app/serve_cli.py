@@ -15,8 +15,8 @@ from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION,
                               ORIGINS_ENV, ORIGINS_OPTION, Access, display_url, parse_hosts,
                               parse_origins)
 from app.runtime.queue import GenerationQueue
-from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
-                          model_configs)
+from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
+                          history_store, load_options, model_configs)
 from engine.errors import SettingsError
 from loading.load import load_pair
 
@@ -44,7 +44,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                if use.applied else load_options(args))
     pair = load_pair(tcfg, dcfg, options, **draft_stops(args))
     pair.preferred_drafter = use.drafter
-    return serve(PairHolder(pair, queue=queue), access)
+    holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
+                        else args.history_tokens)
+    holder.history = history_store(args, tcfg)
+    return serve(holder, access)
 
 
 def serve(holder, access: Access) -> int:
@@ -148,6 +151,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(p)
     g = p.add_argument_group("speculation")
     add_draft_stop_args(g)
+    add_history_args(g)
     g.add_argument("--no-pairing", action="store_true",
                    help="ignore the pairing record `tandem tune` wrote for these files")
     p.set_defaults(func=cmd_serve)

@@ -9,12 +9,14 @@ from engine.errors import SettingsError
 from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
-                                  DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, LOAD, LOOKUP_NGRAM,
+                                  DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, HISTORY,
+                                  HISTORY_TOKENS, LOAD, LOOKUP_NGRAM,
                                   NEEDS_DRAFT_MODEL, PLAIN, POLICIES, SAMPLING,
                                   plain_alias)
 from engine.rpc import parse_endpoints
 from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
+from loading.history import HistoryStore
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from models import embedded, stores
 from models.cli import add_models_dir_arg
@@ -83,8 +85,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 def add_speculation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculation")
     g.add_argument("--drafter", choices=DRAFTERS, type=plain_alias, default=None,
-                   help="who drafts: the draft model, prompt lookup, hybrid (lookup, else the "
-                   f"draft model), early-exit (the target's first layers), or {PLAIN} "
+                   help="who drafts: the draft model, prompt lookup, suffix (the prompt, then "
+                   "your past requests), hybrid (a copy from either, else the draft model), "
+                   f"early-exit (the target's first layers), or {PLAIN} "
                    f"(default: {DEFAULT_DRAFTER}, or {PLAIN} with --draft none)")
     g.add_argument("--policy", choices=POLICIES, default=None,
                    help=f"how many tokens to draft each round (default {DEFAULT_POLICY}; "
@@ -94,6 +97,24 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
                    help="longest n-gram prompt lookup matches (down to 1; hybrid down to 2)")
     g.add_argument("--early-exit-layers", type=int, default=None,
                    help="target layers in the early-exit draft (default: three quarters)")
+    add_history_args(g)
+
+
+def add_history_args(g) -> None:
+    g.add_argument("--no-history", action="store_true", default=not HISTORY,
+                   help="neither draft from nor remember past prompts and answers (hybrid and "
+                   "suffix copy from them; kept in $TANDEM_HISTORY, user-only; `tandem history "
+                   "clear` empties it)")
+    g.add_argument("--history-tokens", type=int, default=HISTORY_TOKENS,
+                   help="most tokens the history keeps per model vocabulary, least recently "
+                   f"used first out (default {HISTORY_TOKENS:,})")
+
+
+def history_store(args: argparse.Namespace, target: ModelConfig) -> HistoryStore | None:
+    """The history store for `target`'s vocabulary (add_history_args), None with --no-history."""
+    if args.no_history:
+        return None
+    return HistoryStore.for_model(target.path, args.history_tokens)
 
 
 def add_draft_stop_args(g) -> None:

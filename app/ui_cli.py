@@ -13,7 +13,7 @@ from app.serve.access import KEY_FILE_OPTION, KEY_OPTION, Access
 from app.runtime.queue import GenerationQueue
 from app.serve_cli import (access_from_args, add_api_args, add_network_args, api_key,
                            checked_max_queue)
-from app.settings import add_model_args, load_options, model_configs
+from app.settings import add_history_args, add_model_args, load_options, model_configs
 from engine.errors import SettingsError
 from models import stores
 
@@ -30,7 +30,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     access = ui_access(args)
     # The page's Models tab searches the --models-dir folders too.
     stores.extend_models_dirs(args.models_dir)
-    holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)))
+    holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)),
+                        history_tokens=None if args.no_history else args.history_tokens)
     options = load_options(args, early_exit=args.early_exit,
                            early_exit_layers=args.early_exit_layers)
     holder.prepare_async(lambda: model_configs(args), options)
@@ -73,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also serve the OpenAI-compatible API (/v1) from the same process")
     add_api_args(p)
     add_model_args(p)
+    add_history_args(p.add_argument_group("history"))
     p.add_argument("--early-exit", action="store_true",
                    help="also offer the early-exit drafter (derives the target's first layers)")
     p.add_argument("--early-exit-layers", type=int, default=None,

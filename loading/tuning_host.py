@@ -7,10 +7,11 @@ from dataclasses import replace
 
 from engine import llama_backend
 from engine.backend import ModelConfig
-from engine.tools.benchmark.runner import cold_start
+from engine.tools.benchmark.runner import HISTORY_CAP, cold_start
 from engine.tools.benchmark.suite import SuitePrompt
 from engine.drafters.base import PLAIN
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.drafters.history_index import HistoryIndex
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
@@ -38,6 +39,9 @@ class PairHost(TuneHost):
         self.stop = stop
         self.loader = loader or llama_backend.load
         self._names: dict[Candidate, str] = {}
+        # A history per candidate that reads one: the first run of every prompt so far.
+        self._histories: dict[Candidate, HistoryIndex] = {}
+        self._seen: dict[Candidate, set[str]] = {}
 
     def _variant(self, c: Candidate) -> bool:
         """Whether the candidate needs a draft file other than the one the pair loaded."""
@@ -92,12 +96,27 @@ class PairHost(TuneHost):
         cold_start(self.pair)
         gen = GenerationConfig(params=params, gamma=c.gamma if c is not None else 0,
                                max_tokens=max_tokens, stop=self.stop)
+        history = self._history(c, prompt)
         done = None
-        for ev in self.pair.generate(prompt.prompt, gen, drafter=name, policy=policy):
+        for ev in self.pair.generate(prompt.prompt, gen, drafter=name, policy=policy,
+                                     history=history):
             if isinstance(ev, DoneEvent):
                 done = ev
         assert done is not None
         return done.stats
+
+    def _history(self, c: Candidate | None, prompt: SuitePrompt) -> HistoryIndex | None:
+        """The history candidate `c` drafts from for `prompt`: the earlier prompts' first runs,
+        never this prompt's own earlier run (a repeat is not a regeneration)."""
+        if c is None or not c.reads_history:
+            return None
+        kept = self._histories.setdefault(c, HistoryIndex())
+        history = HistoryIndex.restore(kept.state(), HISTORY_CAP)
+        seen = self._seen.setdefault(c, set())
+        if prompt.id not in seen:
+            seen.add(prompt.id)
+            self._histories[c] = history
+        return history
 
     def close(self, c: Candidate) -> None:
         name = self._names.pop(c, None)

@@ -1,6 +1,6 @@
 """What sampling costs on the real pair, before and after an engine change, side by side in one
-run: plain decoding greedy and at T 0.7 + top-p 0.9, and the draft model at fixed gamma 4 at
-T 0.7 + top-p 0.9, each in both trees (research/before_after.py's workers), in an order that
+run: plain decoding greedy and at T 0.7 + top-p 0.9, and the draft model at fixed gamma 4
+greedy and at T 0.7 + top-p 0.9, each in both trees (research/before_after.py's workers), in an order that
 rotates from prompt to prompt.
 
   .venv/bin/python research/sampling_cost.py OLD_TREE NEW_TREE OUT.json [PER_CATEGORY] [MAX_TOKENS]
@@ -23,6 +23,8 @@ ARMS = (  # name, tree, drafter, temperature, top_p
     ("greedy", "new", "none", 0.0, 1.0),
     ("t0.7 top-p 0.9", "old", "none", 0.7, 0.9),
     ("t0.7 top-p 0.9", "new", "none", 0.7, 0.9),
+    ("draft γ4, greedy", "old", "draft", 0.0, 1.0),
+    ("draft γ4, greedy", "new", "draft", 0.0, 1.0),
     ("draft γ4, t0.7 top-p 0.9", "old", "draft", 0.7, 0.9),
     ("draft γ4, t0.7 top-p 0.9", "new", "draft", 0.7, 0.9),
 )

@@ -10,6 +10,9 @@ import pytest
 # Pairing records `tandem tune` wrote on this machine must not change what the tests' generations
 # run (models/tuned.py); subprocesses inherit this.
 os.environ["TANDEM_PAIRS"] = tempfile.mkdtemp(prefix="tandem-test-pairs-")
+# Nor may the user's history of past requests (loading/history.py), and the tests' own
+# generations must not land in it.
+os.environ["TANDEM_HISTORY"] = tempfile.mkdtemp(prefix="tandem-test-history-")
 
 LONG_SKIP = "long real-model test: run it with scripts/test --all (or TANDEM_TEST_ALL=1)"
 

@@ -187,3 +187,25 @@ def test_configs_parse_an_optional_opening():
             parse_configs(bad)
     with pytest.raises(SettingsError, match="adaptive policy only"):
         parse_configs("draft:fixed:3:4")
+
+
+def test_a_history_configuration_drafts_from_the_earlier_prompts_and_never_its_own_repeat():
+    from app.bench_cli import parse_configs
+    from engine.tools.benchmark.suite import SuitePrompt
+    pair = fake_pair()
+    text = "def area(w, h):\n    return w * h\n"
+    chosen = [SuitePrompt("first", "a", text), SuitePrompt("again", "a", text)]
+    configs = parse_configs("suffix+history:fixed:4,suffix:fixed:4")
+    assert configs[0].history and not configs[1].history
+    assert configs[0].item == "suffix+history:fixed:4" and configs[0].label == "suffix+history g=4"
+    plan = BenchPlan(prompts=chosen, samplings=[GREEDY], configs=configs, max_tokens=16,
+                     repeats=2)
+    runs = [r for r in run_benchmark(pair, plan) if r.role != "baseline"]
+    copied = {(r.prompt_id, r.config, r.role): r.accepted_by.get("suffix", 0) for r in runs}
+    # Its first request has no history, and neither has its repeat; the same text as a later
+    # request is copied from the history; without +history nothing is.
+    assert copied[("first", "suffix+history g=4", "speculative")] == 0
+    assert copied[("first", "suffix+history g=4", "speculative-repeat")] == 0
+    assert copied[("again", "suffix+history g=4", "speculative")] > 0
+    assert not any(v for (_, c, _), v in copied.items() if c == "suffix g=4")
+    assert {r.drafter for r in runs if r.config.startswith("suffix+history")} == {"suffix+history"}

@@ -9,8 +9,11 @@ from engine.tools.benchmark.overhead import MODES, PATHS, InstantBackend, llm_li
 
 
 def test_every_path_and_mode_is_measured_without_the_backends_time():
-    rows = run_overhead(n_vocab=6000, max_tokens=12, repeats=1)
+    rows, history = run_overhead(n_vocab=6000, max_tokens=12, repeats=1, history_tokens=50_000)
     assert {(r.path, r.mode) for r in rows} == {(p[0], m) for p in PATHS for m in MODES}
+    # The suffix paths drafted from the history, whose lookups were timed too.
+    assert history is not None and history.tokens == 50_000 and history.found > 0.3
+    assert 0 < history.median_ms <= history.p90_ms and history.add_ms > 0
     for r in rows:
         assert r.ms_per_token > 0 and r.ms_per_round >= r.ms_per_token * 0.999
         assert r.tokens_per_round >= 1

@@ -53,7 +53,7 @@ def assert_error(response, status: int, param: str | None = None, code: str | No
 def test_models_and_health(client):
     models = client.get("/v1/models").json()
     assert [m["id"] for m in models["data"]] == [MODEL]
-    assert models["data"][0]["drafters"] == ["plain", "draft", "hybrid", "lookup"]
+    assert models["data"][0]["drafters"] == ["plain", "draft", "hybrid", "lookup", "suffix"]
     assert models["data"][0]["pair"] == {"target": "fake-1-0.0", "draft": "fake-1-0.5"}
     health = TestClient(client.app).get("/health")  # no key needed
     assert health.status_code == 200 and health.json()["status"] == "ok"

@@ -159,8 +159,8 @@ def test_a_candidate_that_cannot_load_is_reported_and_never_chosen():
 def test_default_candidates():
     names = [c.name for c in default_candidates(True, 28)]
     assert names == ["draft", "hybrid", "draft-q8_0", "draft-q4_k", "draft-q4_0",
-                     "draft-vocab-trim", "lookup", "early-exit-17", "early-exit-21"]
-    assert [c.name for c in default_candidates(False, 1)] == ["lookup"]
+                     "draft-vocab-trim", "lookup", "suffix", "early-exit-17", "early-exit-21"]
+    assert [c.name for c in default_candidates(False, 1)] == ["lookup", "suffix"]
 
 
 def test_pair_host_measures_a_fake_pair_on_a_virtual_clock():
@@ -191,3 +191,18 @@ def test_a_win_within_noise_or_without_drafting_is_not_chosen():
             res.runs = [replace(r, drafted=0, accepted=0) for r in res.runs]
     # lookup's 1.5x never drafted (it was plain decoding); q8_0's 1.02x is inside the noise.
     assert choose(results, OVERALL) is None
+
+
+def test_the_suffix_candidate_drafts_from_earlier_prompts_never_from_its_own_earlier_run():
+    pair = Pair(TableFake(n_vocab=8, seed=3))
+    host = PairHost(pair, ModelConfig("unused.gguf"), None, max_tokens=8)
+    c = Candidate("suffix")
+    host.open(c)
+    before = host._histories[c].n_documents
+    for _ in range(2):
+        host.run(c, PROMPTS[0], SamplingParams())
+    assert host._histories[c].n_documents == before + 1
+    host.run(c, PROMPTS[1], SamplingParams())
+    assert host._histories[c].n_documents == before + 2
+    # Candidates that read no history get none.
+    assert host._history(Candidate("lookup"), PROMPTS[2]) is None

@@ -26,10 +26,12 @@ def write_csv(path: Path, records: Sequence[RunRecord]) -> Path:
         w.writerow(names)
         for r in records:
             row = []
-            # A record's fields are numbers, text and lists of numbers, so astuple copies them.
+            # A record's fields are numbers, text, lists of numbers and counts by name.
             for v in astuple(r):
                 if isinstance(v, list):
                     v = " ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in v)
+                elif isinstance(v, dict):
+                    v = " ".join(f"{k}={x}" for k, x in v.items())
                 elif isinstance(v, float):
                     v = f"{v:.6g}"
                 row.append("" if v is None else v)

@@ -11,14 +11,14 @@ from engine.sampling import SamplingParams
 from loading.options import LoadOptions
 
 __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
-           "DEFAULT_POLICY", "DRAFTERS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL", "PLAIN",
-           "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
+           "DEFAULT_POLICY", "DRAFTERS", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
+           "NEEDS_DRAFT_MODEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
 # a generation's mode and a token's origin (engine/drafters/base.py). The control policy that
 # runs the speculative path without drafting is "plain" too.
 # Drafters by the names users choose them by; `Pair` offers them under the same names.
-DRAFTERS = ("draft", PLAIN, "lookup", "hybrid", "early-exit")
+DRAFTERS = ("draft", PLAIN, "lookup", "suffix", "hybrid", "early-exit")
 # Drafters that need the separate draft model loaded.
 NEEDS_DRAFT_MODEL = ("draft", "hybrid")
 
@@ -33,6 +33,11 @@ SAMPLING = SamplingParams()
 DEFAULT_MAX_TOKENS = 256
 # The longest n-gram prompt lookup matches.
 LOOKUP_NGRAM = 3
+# The history of past prompts and answers that hybrid and suffix draft from: on unless turned
+# off (--no-history, the app's setting), and at most this many tokens per tokenizer and owner
+# (16 bytes each in memory, 4 on disk), least recently used first out.
+HISTORY = True
+HISTORY_TOKENS = 2_000_000
 
 # What a load checks and derives when not given (LoadOptions' own defaults).
 LOAD = LoadOptions()

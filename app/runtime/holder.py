@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Callable
 
 from app.runtime.tuned import PairingUse, for_load
+from app.runtime.defaults import HISTORY_TOKENS
 from app.runtime.queue import GenerationQueue
 from engine.backend import ModelConfig
 from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
+from loading.history import LOCAL, History, HistoryStore
 from loading.load import Loader, load_pair
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
@@ -56,8 +58,13 @@ class PairHolder:
     the generations of the page and, with `tandem ui --api`, of the API too."""
 
     def __init__(self, pair: Pair | None = None, loader: Loader | None = None,
-                 queue: GenerationQueue | None = None) -> None:
+                 queue: GenerationQueue | None = None,
+                 history_tokens: int | None = HISTORY_TOKENS) -> None:
         self.queue = queue or GenerationQueue()
+        # The history of past requests for the loaded target's vocabulary (loading/history.py),
+        # made at each load; `history_tokens` None turns it off (--no-history).
+        self.history_tokens = history_tokens
+        self.history: HistoryStore | None = None
         self._pair = pair
         # None: llama.cpp's (loading/load.py); tests pass fakes.
         self._loader = loader
@@ -121,6 +128,7 @@ class PairHolder:
                 self.status = LoadStatus(state=ERROR, message=message, target=names[0], draft=names[1])
             return message
         self.replace(pair)
+        self.history = self._history_store(target)
         self.pairing = use
         self._names = names
         self.status.step = len(steps)
@@ -170,6 +178,19 @@ class PairHolder:
             old.close()
         else:
             self._pair = pair
+
+    def _history_store(self, target: ModelConfig) -> HistoryStore | None:
+        if not self.history_tokens:
+            return None
+        try:
+            return HistoryStore.for_model(target.path, self.history_tokens)
+        except (TandemError, OSError):
+            # A target whose vocabulary cannot be read has no history to key; it runs without.
+            return None
+
+    def history_for(self, owner: str = LOCAL) -> History | None:
+        """Owner's history of past requests, None when history is off."""
+        return History(self.history, owner) if self.history is not None else None
 
     def wait(self, timeout: float | None = None) -> LoadStatus:
         thread = self._thread

@@ -119,6 +119,12 @@ class Access:
         return lines
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The key a request carries ('Authorization: Bearer KEY'), or None."""
+    scheme, _, given = (authorization or "").partition(" ")
+    return given.strip() or None if scheme.lower() == "bearer" else None
+
+
 def split_host(value: str) -> tuple[str, int | None] | None:
     """(name, port) of a Host header or an --allowed-hosts entry, lower-cased, IPv6 without its
     brackets; None when it is not a host name with an optional port."""

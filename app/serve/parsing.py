@@ -25,7 +25,7 @@ COMMON_FIELDS = ("model", "max_tokens", "max_completion_tokens", "temperature", 
                  "min_p", "seed", "stop", "stream", "stream_options", "n", "speculative")
 CHAT_FIELDS = ("messages", *COMMON_FIELDS)
 COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS)
-SPECULATIVE_FIELDS = ("drafter", "policy", "gamma")
+SPECULATIVE_FIELDS = ("drafter", "policy", "gamma", "history")
 MESSAGE_FIELDS = ("role", "content")
 ROLES = ("system", "user", "assistant")
 # The deepest nesting a body may have: a request is four levels deep (body, messages, a message,
@@ -46,6 +46,9 @@ class GenerationRequest:
     policy: str | None
     stream: bool
     include_usage: bool
+    # Whether the request drafts from and is added to the caller's history of past requests
+    # (`speculative.history`, default true; the server's --no-history overrides it).
+    history: bool = True
 
     @property
     def raw(self) -> bool:
@@ -105,6 +108,7 @@ def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], drafters: Se
     stream = boolean(body, "stream", False)
     include_usage = _stream_options(body.get("stream_options"), stream)
     drafter, policy, gamma = _speculative(body.get("speculative"), drafters, default_drafter)
+    history = boolean(body.get("speculative") or {}, "history", True, name="speculative.history")
     try:
         params = SamplingParams(
             temperature=number(body, "temperature", 0.0, low=0.0),
@@ -118,7 +122,7 @@ def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], drafters: Se
         raise BadRequestError(str(exc)) from None
     return GenerationRequest(kind=kind, model=model, prompt=prompt, config=config,
                              drafter=drafter, policy=policy, stream=stream,
-                             include_usage=include_usage)
+                             include_usage=include_usage, history=history)
 
 
 def _messages(value: Any) -> tuple[dict, ...]:

@@ -100,6 +100,10 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
         "drafted_tokens": stats.drafted_tokens,
         "accepted_tokens": stats.accepted_tokens,
         "acceptance_rate": round(stats.acceptance_rate, 4),
+        # Per drafting part: the draft model, prompt lookup ("prompt-lookup"), the caller's
+        # history of past requests ("suffix").
+        "by_source": {k: {"drafted": v, "accepted": stats.accepted_by.get(k, 0)}
+                      for k, v in stats.drafted_by.items()},
         "target_calls": stats.target_calls,
         "rounds": stats.rounds,
         "tokens_per_s": round(stats.tokens_per_s, 3),

@@ -24,6 +24,8 @@ from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, p
 from app.runtime.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
 from app.serve.stream import ClosingStreamingResponse, Job, run_to_end, stream_events
+from app.serve.access import bearer_token
+from loading.history import LOCAL, owner_for_key
 from app.runtime.holder import READY, NotReadyError, PairHolder
 from engine.pair import Pair
 
@@ -40,6 +42,12 @@ MAX_DRAIN_BYTES = 64 * 1024 * 1024
 JSON_MEDIA_TYPE = "application/json"
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+def history_owner(request: Request) -> str:
+    """Whose history a request uses: its API key's (by hash), else the local one."""
+    key = bearer_token(request.headers.get("authorization"))
+    return owner_for_key(key) if key else LOCAL
 
 
 def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
@@ -126,7 +134,8 @@ def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
         check_max_tokens(pair, body)
         await to_thread.run_sync(check_fits, pair, req)
         try:
-            job = Job(pair, req, queue)
+            # Each API key drafts from, and adds to, a history of its own.
+            job = Job(pair, req, queue, holder.history_for(history_owner(request)))
         except QueueFullError as exc:
             raise UnavailableError(str(exc), code="queue_full",
                                    headers={"Retry-After": str(exc.retry_after)}) from None

@@ -23,6 +23,7 @@ from app.runtime.queue import GenerationQueue
 from app.serve.responses import DONE, Formatter, sse
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.pair import Pair
+from loading.history import History
 
 log = logging.getLogger("tandem.serve")
 
@@ -33,10 +34,13 @@ WAIT_STEP_S = 0.25
 class Job:
     """One request that holds a queue ticket: waits its turn, runs, and gives the ticket back."""
 
-    def __init__(self, pair: Pair, request: GenerationRequest, queue: GenerationQueue) -> None:
+    def __init__(self, pair: Pair, request: GenerationRequest, queue: GenerationQueue,
+                 history: History | None = None) -> None:
         self.pair = pair
         self.request = request
         self.queue = queue
+        # The caller's history of past requests (one per API key), None when off.
+        self.history = history if request.history else None
         self.ticket: int | None = queue.join()
 
     async def turn(self, gone: Callable[[], Awaitable[bool]] | None = None) -> bool:
@@ -55,6 +59,9 @@ class Job:
                 event = await to_thread.run_sync(next, events, None)
                 if event is None:
                     return
+                if isinstance(event, DoneEvent) and self.history is not None:
+                    # The engine added the prompt and answer before it said it was done.
+                    await to_thread.run_sync(self.history.save)
                 yield event
         finally:
             events.close()
@@ -63,7 +70,8 @@ class Job:
         r = self.request
         # Built with the slot held: the adaptive policy calibrates under the pair's lock.
         policy = None if r.policy is None else self.pair.make_policy(r.policy, r.drafter, r.config.gamma)
-        return self.pair.generate(r.prompt, r.config, drafter=r.drafter, raw=r.raw, policy=policy)
+        return self.pair.generate(r.prompt, r.config, drafter=r.drafter, raw=r.raw, policy=policy,
+                                  history=self.history.index if self.history else None)
 
     def close(self) -> None:
         if self.ticket is not None:

@@ -14,13 +14,14 @@ import gradio as gr
 
 from app.runtime.tuned import chosen_acceptance, stale_line
 from app.ui import controls, metrics
-from app.runtime.defaults import PLAIN
+from app.runtime.defaults import HISTORY, PLAIN
 from app.runtime.holder import PairHolder
 from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
 from engine.stats import GenerationStats
+from loading.history import History
 
 MIN_REFRESH_S = 0.15
 
@@ -46,9 +47,11 @@ def stats_payload(stats: GenerationStats, text: str) -> dict:
 
 
 def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
-            settings: controls.Settings) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
+            settings: controls.Settings, remember: bool = HISTORY
+            ) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
     """Yield (history, token view, metrics panel, stats, textbox) while the answer streams,
-    once this answer's turn in the holder's queue (shared with the API) has come."""
+    once this answer's turn in the holder's queue (shared with the API) has come. `remember`:
+    draft from the history of past requests and add this one to it."""
     if not message or not message.strip():
         raise gr.Error("type a message first")
     try:
@@ -57,19 +60,22 @@ def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
         raise gr.Error(str(exc)) from None
     try:
         holder.queue.wait(ticket)
-        yield from _answer(holder, flags, session, message, history, settings)
+        yield from _answer(holder, flags, session, message, history, settings,
+                           holder.history_for() if remember else None)
     finally:
         holder.queue.leave(ticket)
 
 
 def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
-            settings: controls.Settings) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
+            settings: controls.Settings, past: History | None
+            ) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
     try:
         pair = holder.pair
         config = settings.config(gamma=0 if settings.drafter == PLAIN else None)
         policy = settings.policy_for(settings.drafter)
         messages = to_messages(history) + [{"role": "user", "content": message}]
-        events = watch(pair.generate(messages, config, drafter=settings.drafter, policy=policy),
+        events = watch(pair.generate(messages, config, drafter=settings.drafter, policy=policy,
+                                     history=past.index if past else None),
                        chosen_acceptance(holder.pairing, settings.drafter))
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
@@ -96,6 +102,8 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
             elif isinstance(ev, StaleDraftEvent):
                 gr.Warning(stale_line(ev))
             elif isinstance(ev, DoneEvent):
+                if past is not None:
+                    past.save()
                 history[-1] = {"role": "assistant", "content": ev.text}
                 yield (history, metrics.token_view(pieces), metrics.live_panel(ev.stats, done=True),
                        stats_payload(ev.stats, ev.text), "")
@@ -128,6 +136,12 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
                 clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
             with gr.Accordion("settings", open=False, elem_id="chat-settings"):
                 widgets = controls.build(drafters, default_drafter, "chat")
+                with gr.Row():
+                    remember = gr.Checkbox(
+                        value=HISTORY, label="learn from past requests", elem_id="chat-history",
+                        info="hybrid and suffix copy from your earlier prompts and answers, "
+                             "kept on this machine only (off: neither read nor added to)")
+                    forget = gr.Button("clear history", size="sm", elem_id="chat-forget")
         with gr.Column(scale=2):
             panel = gr.HTML(metrics.live_panel(None), elem_id="chat-metrics")
             tokens = gr.HTML(metrics.token_view([]), elem_id="chat-tokens")
@@ -136,24 +150,33 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
 
     def on_send(message_text: str, history: list[dict], drafter: str, policy: str, gamma: float,
                 temperature: float, top_k: float, top_p: float, min_p: float, seed: float | None,
-                max_tokens: float, request: gr.Request):
+                max_tokens: float, remember_value: bool, request: gr.Request):
         try:
             settings = controls.Settings.from_values(drafter, policy, gamma, temperature, top_k,
                                                      top_p, min_p, seed, max_tokens)
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
-        yield from respond(holder, flags, request.session_hash or "", message_text, history or [], settings)
+        yield from respond(holder, flags, request.session_hash or "", message_text, history or [],
+                           settings, bool(remember_value))
 
     def on_stop(request: gr.Request) -> None:
         flags.stop(request.session_hash or "")
 
-    inputs = [message, chatbot, *widgets]
+    def on_forget() -> None:
+        store = holder.history
+        if store is None:
+            raise gr.Error("history is off (--no-history) or no model is loaded")
+        store.clear()
+        gr.Info("history cleared")
+
+    inputs = [message, chatbot, *widgets, remember]
     outputs = [chatbot, tokens, panel, stats, message]
     send.click(on_send, inputs, outputs, api_name="chat", concurrency_id="generation",
                concurrency_limit=1, show_progress="hidden")
     message.submit(on_send, inputs, outputs, api_visibility="private", concurrency_id="generation",
                    concurrency_limit=1, show_progress="hidden")
     stop.click(on_stop, None, None, api_name="stop", queue=False)
+    forget.click(on_forget, None, None, api_visibility="private", queue=False)
     clear.click(lambda: ([], metrics.token_view([]), metrics.live_panel(None), None), None,
                 [chatbot, tokens, panel, stats], api_name="clear", queue=False)
     return {"drafter": widgets[0], "chatbot": chatbot}

@@ -25,10 +25,15 @@ from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
 from engine.drafters.base import PLAIN, plain_alias
+from engine.drafters.history_index import HistoryIndex
+from engine.drafters.suffix import MIN_SHARE, SUFFIX
 from engine.sampling import SamplingParams
 
 QWEN_VOCAB = 151_936
 BANK = 64
+# The suffix drafter's history in the overhead runs: issue 30's size for the lookup's bound.
+HISTORY_TOKENS = 10_000_000
+HISTORY_LABEL = "history"
 
 MODES = {
     "greedy": SamplingParams(temperature=0.0, seed=0),
@@ -42,7 +47,12 @@ MODES = {
 # nothing: what is timed is its bookkeeping, not its choices).
 PATHS = (("plain", PLAIN, 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"),
          ("prompt lookup, γ 4", "lookup", 4, "fixed"), ("hybrid, γ 4", "hybrid", 4, "fixed"),
-         ("default: hybrid, adaptive ≤ 8", "hybrid", 8, "adaptive"))
+         ("default: hybrid, adaptive ≤ 8", "hybrid", 8, "adaptive"),
+         (f"suffix, γ 4, {HISTORY_LABEL}", SUFFIX, 4, "fixed"),
+         (f"default, {HISTORY_LABEL}", "hybrid", 8, "adaptive"))
+# Paths that draft from a history of past requests (the suffix drafter's index, filled with
+# `history_tokens` tokens of Zipf-distributed documents).
+HISTORY_PATHS = {p[0] for p in PATHS if HISTORY_LABEL in p[0]}
 
 
 def llm_like_bank(n_vocab: int, seed: int, slots: int = BANK) -> np.ndarray:
@@ -107,16 +117,70 @@ class OverheadRow:
     acceptance: float  # accepted / drafted (nan for plain)
 
 
+class FrozenHistory(HistoryIndex):
+    """A history that keeps what it holds: the overhead runs time a round's lookup, not the
+    index growing by each answer (`HistoryTiming.add_ms` measures that)."""
+
+    def add(self, document: Sequence[int]) -> None:
+        pass
+
+
+def zipf_history(n_tokens: int, n_vocab: int, seed: int = 2, doc: int = 2_000) -> HistoryIndex:
+    """`n_tokens` tokens of Zipf(1.2)-distributed ids in documents of `doc` tokens: frequent ids
+    repeat as in text, so a lookup finds many matches to compare."""
+    rng = np.random.default_rng(seed)
+    ids = (rng.zipf(1.2, size=n_tokens) - 1) % n_vocab
+    index = FrozenHistory(capacity=2 * n_tokens + 1_000)
+    starts = np.arange(0, n_tokens, doc)
+    index._load_documents([ids[s:s + doc] for s in starts], np.arange(len(starts)), len(starts))
+    return index
+
+
+@dataclass(frozen=True)
+class HistoryTiming:
+    tokens: int
+    lookups: int
+    found: float  # share of lookups that matched
+    median_ms: float
+    p90_ms: float
+    add_ms: float  # adding a 512-token document (after a generation)
+
+
+def time_history(history: HistoryIndex, n_vocab: int, lookups: int = 400,
+                 seed: int = 3) -> HistoryTiming:
+    """A round's lookup (`match`, 8 tokens wanted) after contexts that are Zipf text like the
+    history's; then the time to add one 512-token document to it."""
+    rng = np.random.default_rng(seed)
+    held = history.n_tokens
+    times, found = [], 0
+    for _ in range(lookups):
+        context = ((rng.zipf(1.2, size=64) - 1) % n_vocab).tolist()
+        t0 = time.perf_counter()
+        found += len(history.match(context, 8, MIN_SHARE)) > 0
+        times.append(time.perf_counter() - t0)
+    doc = (rng.zipf(1.2, size=512) - 1) % n_vocab
+    t0 = time.perf_counter()
+    # The base class's add, which FrozenHistory skips: last, after every lookup was timed.
+    HistoryIndex.add(history, doc.tolist())
+    add_ms = (time.perf_counter() - t0) * 1e3
+    ms = np.array(times) * 1e3
+    return HistoryTiming(held, lookups, found / lookups, float(np.median(ms)),
+                         float(np.percentile(ms, 90)), add_ms)
+
+
 def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: str, gamma: int,
-            policy_name: str, params: SamplingParams, max_tokens: int, prompt: str
-            ) -> tuple[float, int, int, int, int]:
+            policy_name: str, params: SamplingParams, max_tokens: int, prompt: str,
+            history: HistoryIndex | None = None) -> tuple[float, int, int, int, int]:
     """One generation: (engine seconds, committed tokens, rounds, drafted, accepted)."""
     config = GenerationConfig(params=params, gamma=gamma, max_tokens=max_tokens)
     policy = pair.make_policy(policy_name, drafter, gamma) if gamma else None
     target.decode_s = draft.decode_s = 0.0
     t0 = time.perf_counter()
     rounds = drafted = accepted = tokens = 0
-    for ev in pair.generate(prompt, config, drafter=drafter, raw=True, policy=policy):
+    # Only a history path names it: research/overhead_tree.py runs this harness on trees from
+    # before the history.
+    extra = {"history": history} if history is not None else {}
+    for ev in pair.generate(prompt, config, drafter=drafter, raw=True, policy=policy, **extra):
         if isinstance(ev, RoundEvent):
             rounds += 1
             drafted += ev.round.drafted
@@ -129,8 +193,10 @@ def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: 
 
 def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int = 5,
                  modes: Sequence[str] = tuple(MODES), paths: Sequence[str] = (),
-                 noise: float = 0.5) -> list[OverheadRow]:
-    """Every path x mode, `repeats` generations each, interleaved so drift hits all alike."""
+                 noise: float = 0.5, history_tokens: int = HISTORY_TOKENS
+                 ) -> tuple[list[OverheadRow], HistoryTiming | None]:
+    """Every path x mode, `repeats` generations each, interleaved so drift hits all alike;
+    and, when a path drafts from a history, that history's lookup and add times."""
     bank = llm_like_bank(n_vocab, seed=0)
     draft_bank = bank + np.random.default_rng(1).standard_normal(bank.shape,
                                                                  dtype=np.float32) * noise
@@ -139,6 +205,8 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
     pair = Pair(target, draft)
     wanted = {plain_alias(p) for p in paths}
     chosen = [p for p in PATHS if not wanted or p[0] in wanted or p[1] in wanted]
+    history = (zipf_history(history_tokens, n_vocab)
+               if any(p[0] in HISTORY_PATHS for p in chosen) else None)
     # A prompt that repeats, so prompt lookup finds matches as it would in code.
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a"
     samples: dict[tuple[str, str], list[tuple[float, int, int, int, int]]] = {}
@@ -146,7 +214,8 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
         for label, drafter, gamma, policy in chosen:
             for mode in modes:
                 got = measure(pair, target, draft, drafter, gamma, policy, MODES[mode],
-                              max_tokens, prompt)
+                              max_tokens, prompt,
+                              history if label in HISTORY_PATHS else None)
                 samples.setdefault((label, mode), []).append(got)
     rows = []
     for (label, mode), runs in samples.items():
@@ -160,10 +229,11 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
         rows.append(OverheadRow(label, mode, per_token, per_round, tokens / max(n_rounds, 1),
                                 accepted / drafted if drafted else float("nan")))
     pair.close()
-    return rows
+    return rows, (time_history(history, n_vocab) if history is not None else None)
 
 
-def markdown(rows: Sequence[OverheadRow], n_vocab: int, machine: str) -> str:
+def markdown(rows: Sequence[OverheadRow], n_vocab: int, machine: str,
+             history: HistoryTiming | None = None) -> str:
     lines = [f"Engine time per committed token (ms), instant backends at {n_vocab:,} tokens; "
              f"{machine}", "",
              "| path | sampling | ms / token | ms / round | tokens / round | acceptance |",
@@ -172,4 +242,9 @@ def markdown(rows: Sequence[OverheadRow], n_vocab: int, machine: str) -> str:
         acc = "—" if r.acceptance != r.acceptance else f"{r.acceptance:.2f}"
         lines.append(f"| {r.path} | {r.mode} | {r.ms_per_token:.3f} | {r.ms_per_round:.3f} | "
                      f"{r.tokens_per_round:.2f} | {acc} |")
+    if history is not None:
+        lines += ["", f"History lookup ({history.tokens:,} tokens, {history.lookups} lookups of "
+                  f"Zipf text, {history.found:.0%} matched): median {history.median_ms:.3f} ms, "
+                  f"p90 {history.p90_ms:.3f} ms a round; adding a 512-token answer "
+                  f"{history.add_ms:.1f} ms."]
     return "\n".join(lines)

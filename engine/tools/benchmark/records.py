@@ -56,6 +56,9 @@ class RunRecord:
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     acceptance_by_position: list[float] = field(default_factory=list)
+    # Drafted and accepted tokens per drafting part ("draft-model", "prompt-lookup", "suffix").
+    drafted_by: dict[str, int] = field(default_factory=dict)
+    accepted_by: dict[str, int] = field(default_factory=dict)
     # Origin of every output token ("draft" = an accepted drafted token).
     origins: list[str] = field(default_factory=list)
     # Drafted, including tokens the policy trimmed before verification.
@@ -99,6 +102,7 @@ def record_from_stats(stats: GenerationStats, *, order: int, prompt_id: str, cat
         prefill_ms=stats.prefill_ms, ttft_ms=stats.ttft_ms, total_ms=stats.total_time_ms,
         decode_ms=stats.decode_time_ms, tokens_per_s=stats.tokens_per_s,
         finish_reason=stats.finish_reason, drafted_at=list(stats.drafted_at),
+        drafted_by=dict(stats.drafted_by), accepted_by=dict(stats.accepted_by),
         accepted_at=list(stats.accepted_at),
         acceptance_by_position=list(stats.acceptance_by_position),
         origins=list(stats.origins))

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from engine.tools.benchmark.records import RunRecord, pair_with_median, record_from_stats
 from engine.tools.benchmark.suite import SuitePrompt
 from engine.drafters.base import PLAIN, plain_alias
+from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
@@ -29,15 +30,24 @@ from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 
 
+# How a configuration that drafts from a history is spelled: DRAFTER+history.
+HISTORY_MARK = "+history"
+# A benchmark's histories hold every prompt and answer of the run.
+HISTORY_CAP = 50_000_000
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     """One speculative configuration: a drafter, a gamma and a gamma policy; `opening` sets the
-    adaptive controller's plain opening tokens (None: its default)."""
+    adaptive controller's plain opening tokens (None: its default); `history`: the drafter
+    drafts from a history of the run's earlier prompts and answers (its own, empty at the
+    start, grown in prompt order; spelled DRAFTER+history)."""
 
     drafter: str
     gamma: int
     policy: str = "fixed"
     opening: int | None = None
+    history: bool = False
 
     def __post_init__(self) -> None:
         if self.opening is not None and self.policy != "adaptive":
@@ -50,14 +60,14 @@ class SpecConfig:
     def item(self) -> str:
         """The config as `tandem bench --configs` spells it."""
         tail = f":{self.opening}" if self.opening is not None else ""
-        return f"{self.drafter}:{self.policy}:{self.gamma}{tail}"
+        return f"{self.drafter}{HISTORY_MARK if self.history else ''}:{self.policy}:{self.gamma}{tail}"
 
     @property
     def label(self) -> str:
         tail = "" if self.policy == "fixed" else f" {self.policy}"
         if self.opening is not None:
             tail += f" open={self.opening}"
-        return f"{self.drafter} g={self.gamma}{tail}"
+        return f"{self.drafter}{HISTORY_MARK if self.history else ''} g={self.gamma}{tail}"
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,7 @@ def cold_start(pair: Pair) -> None:
 
 
 def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecConfig | None,
-         max_tokens: int, order: int) -> RunRecord:
+         max_tokens: int, order: int, history: HistoryIndex | None = None) -> RunRecord:
     # Calibration first (the adaptive policy reads it, and every speculative run pads its
     # batches by it): it touches the caches.
     if config:
@@ -116,14 +126,18 @@ def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecCo
                            max_tokens=max_tokens)
     done = None
     for ev in pair.generate(prompt.prompt, gen, drafter=config.drafter if config else PLAIN,
-                            policy=policy):
+                            policy=policy, history=history):
         if isinstance(ev, DoneEvent):
             done = ev
     assert done is not None
-    return record_from_stats(done.stats, order=order, prompt_id=prompt.id,
-                             category=prompt.category,
-                             config=config.label if config else "baseline",
-                             policy=config.policy if config else PLAIN, params=params)
+    record = record_from_stats(done.stats, order=order, prompt_id=prompt.id,
+                               category=prompt.category,
+                               config=config.label if config else "baseline",
+                               policy=config.policy if config else PLAIN, params=params)
+    if config is not None and config.history:
+        # Its own line in the gamma sweep, apart from the same drafter without a history.
+        record.drafter += HISTORY_MARK
+    return record
 
 
 def warm_up(pair: Pair, plan: BenchPlan) -> None:
@@ -153,22 +167,33 @@ def run_benchmark(pair: Pair, plan: BenchPlan, progress: Progress | None = None)
     records: list[RunRecord] = []
     total = plan.total_runs
     group = 0
+    # Each history configuration's own history of the prompts so far (their first runs').
+    histories = {c: HistoryIndex() for c in plan.configs if c.history}
     for i, prompt in enumerate(plan.prompts):
         for j, sampling in enumerate(plan.samplings):
             params = replace(sampling, seed=None if sampling.greedy
                              else plan.seed * 1_000_003 + i * 101 + j)
             by_config: dict[SpecConfig | None, list[RunRecord]] = {}
+            grown: dict[SpecConfig, HistoryIndex] = {}
             for _ in range(plan.repeats):
                 runs: list[SpecConfig | None] = [None, *plan.configs]
                 if group % 2:
                     runs = [*plan.configs, None]
                 group += 1
                 for config in runs:
-                    rec = _one(pair, prompt, params, config, plan.max_tokens, len(records))
+                    # Every repetition drafts from the history as it was before this prompt
+                    # (a repetition is not a regeneration); the first one's answer is kept.
+                    history = None
+                    if config is not None and config.history:
+                        history = HistoryIndex.restore(histories[config].state(), HISTORY_CAP)
+                        grown.setdefault(config, history)
+                    rec = _one(pair, prompt, params, config, plan.max_tokens, len(records),
+                               history)
                     records.append(rec)
                     by_config.setdefault(config, []).append(rec)
                     if progress is not None:
                         progress(len(records), total, rec)
+            histories.update(grown)
             baselines = by_config.pop(None)
             for rec in baselines[1:]:
                 rec.role = "baseline-repeat"

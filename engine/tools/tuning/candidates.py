@@ -1,7 +1,8 @@
 """The configurations `tandem tune` measures: the draft as given, its requantizations to Q8_0,
 Q4_K and Q4_0 (llama.cpp's quantizer), its trimmed output head, hybrid (prompt lookup, else the
-draft), early exit at two depths of the target, prompt lookup alone; "plain" (plain decoding) is
-the reference every one of them is measured against."""
+draft), early exit at two depths of the target, prompt lookup alone, and suffix (the prompt, then
+a history of the run's earlier prompts and answers, as the user's history would be); "plain"
+(plain decoding) is the reference every one of them is measured against."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,6 +36,11 @@ class Candidate:
         return "-".join(parts)
 
     @property
+    def reads_history(self) -> bool:
+        """Measured drafting from a history of the run's earlier prompts and answers."""
+        return self.drafter == "suffix"
+
+    @property
     def needs_draft(self) -> bool:
         return self.drafter in ("draft", "hybrid")
 
@@ -50,6 +56,7 @@ def default_candidates(has_draft: bool, n_layer: int, policy: str = "adaptive",
         out += [Candidate("draft", draft_quant=q, policy=policy, gamma=gamma) for q in QUANTS]
         out.append(Candidate("draft", draft_vocab="trim", policy=policy, gamma=gamma))
     out.append(Candidate("lookup", policy=policy, gamma=gamma))
+    out.append(Candidate("suffix", policy=policy, gamma=gamma))
     depths = sorted({max(1, min(n_layer - 1, round(n_layer * f))) for f in EARLY_EXIT_FRACTIONS})
     out += [Candidate("early-exit", early_exit_layers=k, policy=policy, gamma=gamma)
             for k in depths if n_layer > 1]
