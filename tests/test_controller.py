@@ -566,3 +566,24 @@ def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():
               if type(ev).__name__ == "RoundEvent"]
     assert all(r.copied for r in rounds if r.drafted)
     assert sum(r.drafted for r in rounds) > 0
+
+
+def test_the_model_after_a_copy_needs_the_resumption_margin():
+    """Carrying on needs a smaller predicted saving than starting again; a copy round does not
+    count as the model carrying on (its estimate and its catch-up were not just tested)."""
+    from engine.stats import RoundStats
+    c = AdaptiveController(max_gamma=8, draft_ms=draft_table(20.0), verify_ms=VERIFY,
+                           opening=(), probe_every=10**6)
+    c.estimator.model.tries[:] = 3.0
+    c.estimator.model.hits[:] = 3.0 * 0.55
+
+    def after(decision: Decision) -> int:
+        c.update(decision, RoundStats(index=1, gamma=decision.gamma, drafted=2, accepted=1,
+                                      kind="correction", committed=2, draft_ms=0.0,
+                                      verify_ms=130.0, source=decision.source or "m"))
+        c.estimator.model.tries[:] = 3.0
+        c.estimator.model.hits[:] = 3.0 * 0.55
+        return c.best_gamma(False)
+
+    assert after(Decision(2, copying=True, source="suffix")) == 0
+    assert after(Decision(2)) == 2

@@ -145,6 +145,10 @@ def test_hybrid_with_a_history_copies_before_the_model_drafts():
     assert with_history.copies([0, 1, 2]) and not with_history.samples([0, 1, 2], SamplingParams(temperature=1.0))
     assert with_history.propose([0, 1, 2], 2, SamplingParams(), Rng(0)).tokens.tolist() == [3, 4]
     assert hybrid.copier is hybrid.lookup  # the pair's own drafter is unchanged
+    # A round priced as a copy never falls back to the model: when the copy's stop declines its
+    # first token, it drafts nothing.
+    none = with_history.propose([0, 1, 2], 2, SamplingParams(), Rng(0), keep=lambda own, sure: False)
+    assert len(none) == 0 and none.source == "suffix"
 
 
 # Exactness ----------------------------------------------------------------------------------

@@ -57,9 +57,10 @@ class AdaptiveController(GammaPolicy):
         self.copy_name = copy_name
         self.costs: CostModel | None = None
         self.estimator = AcceptanceEstimator(max_gamma, c)
-        # Whether the last round drafted, how many plain rounds have run since one did, and
-        # the plain rounds to wait before the next probe.
-        self.speculating = False
+        # Which part the last round gave gamma to ((copying, source), None when it was plain), how
+        # many plain rounds have run since one drafted, and the plain rounds to wait before the
+        # next probe.
+        self.speculating: tuple[bool, str] | None = None
         self.zero_run = 0
         self.interval = c.probe_every
         # Rounds and committed tokens so far in this answer.
@@ -160,8 +161,11 @@ class AdaptiveController(GammaPolicy):
         c = self.constants
         hopeful, hopeful_ms = self.predict(copying, behind, c.hope, source)
         # Starting again after plain rounds bets on an estimate partly made of the target's
-        # confidence, so it needs a larger predicted saving than carrying on does.
-        margin = c.margin if self.speculating else c.resume_margin
+        # confidence, so it needs a larger predicted saving than carrying on does; so does the
+        # model after a copy (its estimate and its catch-up were not just tested).
+        carrying_on = self.speculating is not None and (copying or
+                                                        self.speculating == (False, ""))
+        margin = c.margin if carrying_on else c.resume_margin
         for e, m in ((hopeful, hopeful_ms), (expected, ms)):
             g = int(np.argmax(e[1:] / m[1:])) + 1
             if self._pays(g, expected, ms, margin):
@@ -294,7 +298,7 @@ class AdaptiveController(GammaPolicy):
         if r.index > 0:
             # The first decode after a prefill is slow: not a cost any later round pays.
             costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
-        self.speculating = r.gamma > 0
+        self.speculating = (decision.copying, decision.source) if r.gamma > 0 else None
         if r.gamma == 0:
             self.zero_run += 1
         else:

@@ -64,9 +64,11 @@ class HybridDrafter(Drafter):
 
     def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
-        found = self.copier.propose(context, gamma, params, rng, keep)
-        if len(found):
-            return found
+        # The round was priced as a copy when the copier has a match (`copy_source`): it copies,
+        # or drafts nothing if the copy's own stop declines its first token; never the model,
+        # whose decodes and catch-up the decision did not pay for.
+        if self.copier.match_source(context) is not None:
+            return self.copier.propose(context, gamma, params, rng, keep)
         return self.model.propose(context, gamma, params, rng, keep)
 
     def feedback(self, proposal: Proposal, n_accepted: int) -> None:
