@@ -2,7 +2,10 @@
 configuration the median speedup over the interleaved plain run, p10 and the share below 0.95x,
 and the default's median against the better of plain and the best fixed gamma.
 
-  .venv/bin/python research/bench_tables.py RUNS.json [RUNS.json ...]
+  .venv/bin/python research/bench_tables.py RUNS.json [RUNS.json ...] [--default CONFIG]
+
+The default is the first adaptive configuration unless --default names one; the reference is
+the better of plain decoding and the best fixed gamma.
 """
 from __future__ import annotations
 
@@ -20,13 +23,21 @@ def _read(path: str) -> bytes:
     return gzip.decompress(data) if path.endswith(".gz") else data
 
 
-def main(paths: list[str]) -> int:
-    runs = [r for p in paths for r in json.loads(_read(p))["runs"]
+POLICY_WORDS = (" adaptive", " plain", " heuristic")
+
+
+def main(args: list[str]) -> int:
+    default_label = None
+    if "--default" in args:
+        i = args.index("--default")
+        default_label, args = args[i + 1], args[:i] + args[i + 2:]
+    runs = [r for p in args for r in json.loads(_read(p))["runs"]
             if r["role"] == "speculative"]
     configs = sorted({r["config"] for r in runs}, key=lambda c: ("adaptive" in c, c))
     cats = sorted({r["category"] for r in runs})
-    default = next(c for c in configs if "adaptive" in c)
-    fixed = [c for c in configs if c != default]
+    default = default_label or next(c for c in configs if "adaptive" in c)
+    # The reference: fixed gammas only (a control or another adaptive run is not one).
+    fixed = [c for c in configs if not any(w in c for w in POLICY_WORDS)]
 
     def speeds(config: str, cat: str | None = None) -> np.ndarray:
         return np.array([r["speedup"] for r in runs

@@ -108,46 +108,50 @@ def test_state_round_trips_and_a_malformed_state_is_refused():
 
 def test_the_context_is_searched_first_and_the_history_second():
     h = HistoryIndex()
-    h.add([4, 5, 6, 1])
+    h.add([3, 4, 5, 6, 1, 2, 0, 6])
     d = SuffixDrafter(lookup(), h, is_eog=lambda t: t == EOG)
     rng, params = Rng(0), SamplingParams()
     # "4 5" is in the context: copy from it.
     p = d.propose([4, 5, 2, 4, 5], 3, params, rng)
     assert p.tokens.tolist() == [2, 4, 5] and p.source == "prompt-lookup" and p.copied
     assert d.copy_source([4, 5, 2, 4, 5]) == "prompt-lookup"
-    # Only the history has "0 4 5": copy from it, at most twice the match length.
-    p = d.propose([0, 4, 5], 3, params, rng)
-    assert p.tokens.tolist() == [6, 1] and p.source == "suffix" and p.copied
-    assert d.copy_source([0, 4, 5]) == "suffix"
+    # Only the history has "3 4 5 6": copy from it.
+    p = d.propose([0, 3, 4, 5, 6], 3, params, rng)
+    assert p.tokens.tolist() == [1, 2, 0] and p.source == "suffix" and p.copied
+    assert d.copy_source([0, 3, 4, 5, 6]) == "suffix"
+    # A match shorter than four tokens is too common in a large history to draft from.
+    assert h.match([0, 4, 5, 6], 3).tokens == [1, 2, 0]
+    assert d.match_source([0, 4, 5, 6]) is None
     # Neither: nothing to copy; alone the drafter still copies (a plain round), in hybrid the
     # model drafts.
     assert len(d.propose([0, 3], 3, params, rng)) == 0
     assert d.match_source([0, 3]) is None and d.copy_source([0, 3]) == "prompt-lookup"
     # The policy's keep reads the history's shares as the draft's own probabilities.
     seen = []
-    p = d.propose([0, 4, 5], 3, params, rng, keep=lambda own, sure: seen.append((list(own), sure))
-                  or len(own) < 1)
-    assert p.tokens.tolist() == [6] and seen == [([], 1.0), ([1.0], 1.0)]
+    p = d.propose([0, 3, 4, 5, 6], 3, params, rng,
+                  keep=lambda own, sure: seen.append((list(own), sure)) or len(own) < 1)
+    assert p.tokens.tolist() == [1] and seen == [([], 1.0), ([1.0], 1.0)]
     # Accepted copies keep their document from eviction.
     stamp = h.stamps[0]
-    d.feedback(d.propose([0, 4, 5], 3, params, rng), 1)
+    d.feedback(d.propose([0, 3, 4, 5, 6], 3, params, rng), 1)
     assert h.stamps[0] > stamp
 
 
 def test_hybrid_with_a_history_copies_before_the_model_drafts():
     h = HistoryIndex()
-    h.add([1, 2, 3, 4])
+    h.add([5, 6, 0, 1, 2, 3, 4])
     model = DraftModelDrafter(TableFake(seed=1, eog=EOG))
     hybrid = HybridDrafter(lookup(), model)
-    assert hybrid.copy_source([0, 1, 2]) is None
+    ctx = [6, 0, 1, 2]
+    assert hybrid.copy_source(ctx) is None
     with_history = hybrid.with_history(h)
-    assert with_history.copy_source([0, 1, 2]) == "suffix"
-    assert with_history.copies([0, 1, 2]) and not with_history.samples([0, 1, 2], SamplingParams(temperature=1.0))
-    assert with_history.propose([0, 1, 2], 2, SamplingParams(), Rng(0)).tokens.tolist() == [3, 4]
+    assert with_history.copy_source(ctx) == "suffix"
+    assert with_history.copies(ctx) and not with_history.samples(ctx, SamplingParams(temperature=1.0))
+    assert with_history.propose(ctx, 2, SamplingParams(), Rng(0)).tokens.tolist() == [3, 4]
     assert hybrid.copier is hybrid.lookup  # the pair's own drafter is unchanged
     # A round priced as a copy never falls back to the model: when the copy's stop declines its
     # first token, it drafts nothing.
-    none = with_history.propose([0, 1, 2], 2, SamplingParams(), Rng(0), keep=lambda own, sure: False)
+    none = with_history.propose(ctx, 2, SamplingParams(), Rng(0), keep=lambda own, sure: False)
     assert len(none) == 0 and none.source == "suffix"
 
 
@@ -161,7 +165,8 @@ def history() -> HistoryIndex:
     are drafted, disagree, and carry shares below 1."""
     h = HistoryIndex()
     rng = np.random.default_rng(3)
-    for d in ([6, 2, 4, 1, 3], [6, 2, 4, 5, 0], [6, 2, 1, 1, 1]):
+    for d in ([4, 5, 6, 2, 4, 1, 3, 0], [4, 5, 6, 2, 4, 5, 0, 1], [4, 5, 6, 2, 1, 1, 1, 4],
+              [5, 6, 2, 4, 1, 0, 2, 3], [6, 2, 4, 1, 3, 3, 5, 0]):
         h.add(d)
     for _ in range(6):
         h.add(rng.integers(0, EOG, 8))

@@ -262,12 +262,13 @@ class HistoryIndex:
 
     # Reading ------------------------------------------------------------------------------
 
-    def match(self, context: Sequence[int], want: int, min_share: float = 0.0) -> HistoryMatch:
+    def match(self, context: Sequence[int], want: int, min_share: float = 0.0,
+              min_length: int = MATCH_MIN) -> HistoryMatch:
         """Up to `want` tokens continuing the longest earlier match of `context`'s suffix (at least
-        MATCH_MIN tokens long), each the most frequent next token among the matches still agreeing,
-        stopping before a token whose cumulative share falls below `min_share`."""
+        `min_length` tokens long), each the most frequent next token among the matches still
+        agreeing, stopping before a token whose cumulative share falls below `min_share`."""
         n = len(context)
-        if want < 1 or n < MATCH_MIN:
+        if want < 1 or n < max(min_length, MATCH_MIN):
             return NO_MATCH
         recent = [int(t) for t in context[max(0, n - MATCH_MAX):]]
         with self._lock:
@@ -290,7 +291,7 @@ class HistoryIndex:
         same = seen == np.array(recent[::-1], dtype=np.int64)[None, :]
         lengths = np.logical_and.accumulate(same, axis=1).sum(axis=1)
         best = int(lengths.max())
-        if best < MATCH_MIN:
+        if best < max(min_length, MATCH_MIN):
             return NO_MATCH
         chosen = cand[lengths == best]
         idx = np.minimum(chosen[:, None] + np.arange(1, want + 1, dtype=np.int64)[None, :],

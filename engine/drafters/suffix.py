@@ -29,6 +29,11 @@ MIN_SHARE = 0.1
 # A copy from the history drafts at most this many tokens per token matched (its
 # max_spec_factor): a short match is a weak bet.
 SPEC_FACTOR = 2.0
+# The shortest match the history drafts from. In a history of millions of tokens nearly every
+# 2-gram has occurred, so a 2-token match says little, and it would turn almost every round
+# into a copy (hybrid's model would never draft); the context, a few thousand tokens, keeps
+# prompt lookup's 2. Four is the index's finer key (engine/drafters/history_index.py).
+HISTORY_MATCH_MIN = 4
 
 
 class SuffixDrafter(Drafter):
@@ -73,7 +78,7 @@ class SuffixDrafter(Drafter):
         key = tuple(int(t) for t in context[-MATCH_MAX:])
         if self._last is not None and self._last[0] == key:
             return self._last[1]
-        match = self.history.match(context, self.max_draft, self.min_share)
+        match = self.history.match(context, self.max_draft, self.min_share, HISTORY_MATCH_MIN)
         self._last = (key, match)
         return match
 
