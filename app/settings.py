@@ -85,8 +85,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 def add_speculation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculation")
     g.add_argument("--drafter", choices=DRAFTERS, type=plain_alias, default=None,
-                   help="who drafts: the draft model, prompt lookup, suffix (the prompt, then "
-                   "your past requests), hybrid (a copy from either, else the draft model), "
+                   help="who drafts: the draft model, prompt lookup, suffix (the longer match in "
+                   "the prompt or your past requests), hybrid (a copy from either, else the draft model), "
                    f"early-exit (the target's first layers), or {PLAIN} "
                    f"(default: {DEFAULT_DRAFTER}, or {PLAIN} with --draft none)")
     g.add_argument("--policy", choices=POLICIES, default=None,

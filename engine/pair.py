@@ -5,8 +5,8 @@ them; tests pass fakes). llama.cpp contexts are not thread-safe, so a lock seria
 generations: a second caller waits its turn instead of corrupting the KV caches.
 
 Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
-when a draft is loaded, "lookup" and "suffix" (the context, then the history of past requests
-when a generation is given one) always, "early-exit" once the loading step added the target's
+when a draft is loaded, "lookup" and "suffix" (the longer match in the context or, when a generation is
+given one, the history of past requests) always, "early-exit" once the loading step added the target's
 first k layers (loading.load.add_early_exit). The default is hybrid when a draft is loaded
 (plain decoding otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
 slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
@@ -95,7 +95,8 @@ class Pair:
                                     is_eog=target.is_eog), model)
         self._drafters["lookup"] = PromptLookupDrafter(ngram_max=lookup_ngram,
                                                        is_eog=target.is_eog)
-        # The context, then the history of past requests when a generation is given one.
+        # The longer match in the context or the history of past requests, when a generation is
+        # given one.
         self._drafters[SUFFIX] = SuffixDrafter(
             PromptLookupDrafter(ngram_max=max(lookup_ngram, 2), ngram_min=2,
                                 is_eog=target.is_eog), is_eog=target.is_eog)

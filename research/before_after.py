@@ -28,11 +28,14 @@ def worker() -> None:
     from engine.generator import GenerationConfig
     from engine.sampling import SamplingParams
     from models import embedded
-    # Imported here, from the tree on PYTHONPATH; a tree from before the loading layer loads
-    # with Pair.load.
+    # Imported here, from the tree on PYTHONPATH: loading/load.py since issue 27,
+    # loading/pair.py before it, and Pair.load before the loading layer.
     try:
         from loading.options import LoadOptions
-        from loading.load import load_pair
+        try:
+            from loading.load import load_pair
+        except ImportError:
+            from loading.pair import load_pair
     except ImportError:
         from engine.pair import LoadOptions, Pair
         load_pair = Pair.load

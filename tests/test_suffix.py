@@ -106,7 +106,7 @@ def test_state_round_trips_and_a_malformed_state_is_refused():
 
 # The drafter --------------------------------------------------------------------------------
 
-def test_the_context_is_searched_first_and_the_history_second():
+def test_the_longer_match_wins_and_the_context_wins_a_tie():
     h = HistoryIndex()
     h.add([3, 4, 5, 6, 1, 2, 0, 6])
     d = SuffixDrafter(lookup(), h, is_eog=lambda t: t == EOG)
@@ -119,6 +119,9 @@ def test_the_context_is_searched_first_and_the_history_second():
     p = d.propose([0, 3, 4, 5, 6], 3, params, rng)
     assert p.tokens.tolist() == [1, 2, 0] and p.source == "suffix" and p.copied
     assert d.copy_source([0, 3, 4, 5, 6]) == "suffix"
+    # The context matches "5 6" (two tokens), the history "3 4 5 6" (four): the history's.
+    assert d.copy_source([5, 6, 2, 3, 4, 5, 6]) == "suffix"
+    assert d.propose([5, 6, 2, 3, 4, 5, 6], 3, params, rng).tokens.tolist() == [1, 2, 0]
     # A match shorter than four tokens is too common in a large history to draft from.
     assert h.match([0, 4, 5, 6], 3).tokens == [1, 2, 0]
     assert d.match_source([0, 4, 5, 6]) is None

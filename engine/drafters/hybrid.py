@@ -1,7 +1,7 @@
 """Hybrid drafting: copy when a copying drafter finds a match, else ask the model.
 
-The copying part is prompt lookup (the context), or the suffix drafter (the context, then the
-history of past requests, engine/drafters/suffix.py) when the generation is given a history.
+The copying part is prompt lookup (the context), or the suffix drafter (the longer match
+in the context or the history of past requests, engine/drafters/suffix.py) when the generation is given a history.
 A copy is free and, when it matches (code edits, quoted text, repeated requests), often right
 for many tokens; the model covers everything else. `Proposal.copied` says which one drafted each
 round. Which one drafts depends on the committed text (and the history as the generation began)

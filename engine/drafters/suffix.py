@@ -1,5 +1,6 @@
-"""Suffix drafting: copy from the current context first (prompt lookup), then from the history
-of past prompts and answers (engine/drafters/history_index.py), as suffix decoding does.
+"""Suffix drafting: copy the continuation of the longest match of the text's end, from the
+current context (prompt lookup) or from the history of past prompts and answers
+(engine/drafters/history_index.py), as suffix decoding does; the context wins a tie.
 
 No model runs, so a round costs only its verify. The history's continuation comes with each
 token's share among the earlier occurrences that reached it (the suffix tree's child frequency):
@@ -37,8 +38,8 @@ HISTORY_MATCH_MIN = 4
 
 
 class SuffixDrafter(Drafter):
-    """`lookup` copies from the context; `history`, when given, is searched when it finds
-    nothing. Without a history it is prompt lookup under another name."""
+    """`lookup` copies from the context; `history`, when given, when its match is longer.
+    Without a history it is prompt lookup under another name."""
 
     uses_history = True
 
@@ -66,8 +67,16 @@ class SuffixDrafter(Drafter):
         return SuffixDrafter(self.lookup, history, self.is_eog, self.max_draft, self.min_share,
                              self.spec_factor)
 
-    def _from_context(self, context: Sequence[int]) -> bool:
-        return self.lookup.match_source(context) is not None
+    def _context_match(self, context: Sequence[int]) -> int:
+        """How many tokens the context's own match covers (prompt lookup's n-gram, extended
+        back as far as it agrees, up to MATCH_MAX); 0 when it has none."""
+        n, start, length = self.lookup.find(context, 1)
+        if not length:
+            return 0
+        i, j = start - n - 1, len(context) - n - 1
+        while n < MATCH_MAX and i >= 0 and context[i] == context[j]:
+            n, i, j = n + 1, i - 1, j - 1
+        return n
 
     def _history_match(self, context: Sequence[int]) -> HistoryMatch:
         """The history's continuation of `context` (at most `max_draft` tokens), kept for the
@@ -83,11 +92,13 @@ class SuffixDrafter(Drafter):
         return match
 
     def match_source(self, context: Sequence[int]) -> str | None:
-        """The source with something to copy after `context`: the context first, then the
-        history; None when neither has."""
-        if self._from_context(context):
-            return self.lookup.name
-        return self.name if len(self._history_match(context)) else None
+        """The source with the longer match of `context`'s end: the history when its match
+        is longer, else the context (which also wins a tie); None when neither has one."""
+        in_context = self._context_match(context)
+        history = self._history_match(context)
+        if len(history) and history.length > in_context:
+            return self.name
+        return self.lookup.name if in_context else None
 
     def copy_source(self, context: Sequence[int]) -> str | None:
         # Alone, every round copies (or drafts nothing); which source it copies from has
@@ -100,9 +111,8 @@ class SuffixDrafter(Drafter):
 
     def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
-        found = self.lookup.propose(context, gamma, params, rng, keep)
-        if len(found) or self.history is None or gamma <= 0:
-            return found
+        if gamma <= 0 or self.match_source(context) != self.name:
+            return self.lookup.propose(context, gamma, params, rng, keep)
         match = self._history_match(context)
         limit = min(len(match), gamma, max(1, int(self.spec_factor * match.length)))
         tokens: list[int] = []

@@ -1,7 +1,7 @@
 """The configurations `tandem tune` measures: the draft as given, its requantizations to Q8_0,
 Q4_K and Q4_0 (llama.cpp's quantizer), its trimmed output head, hybrid (prompt lookup, else the
-draft), early exit at two depths of the target, prompt lookup alone, and suffix (the prompt, then
-a history of the run's earlier prompts and answers, as the user's history would be); "plain"
+draft), early exit at two depths of the target, prompt lookup alone, and suffix (the longer match in
+the prompt or a history of the run's earlier prompts and answers, as the user's history would be); "plain"
 (plain decoding) is the reference every one of them is measured against."""
 from __future__ import annotations
 
