@@ -14,7 +14,7 @@ from app.reports import bench_files, bench_markdown
 from app.reports.machine import command_line, machine_line, run_context
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
-                          model_configs)
+                          model_configs, print_plan)
 from engine.tools.benchmark import overhead
 from engine.tools.benchmark.aggregate import summarize
 from engine.tools.benchmark.runner import HISTORY_MARK, BenchPlan, SpecConfig, run_benchmark
@@ -69,7 +69,7 @@ def _load_pair(args: argparse.Namespace, drafters: list[str], chosen: str | None
     """The pair for bench (several drafters) or exactness (one, `chosen`)."""
     tcfg, dcfg = model_configs(args, chosen)
     pair = load_pair(tcfg, dcfg, load_options(args, drafters, early_exit_layers=early_exit_layers),
-                     lookup_ngram=lookup_ngram, **draft_stops(args))
+                     lookup_ngram=lookup_ngram, announce=print_plan, **draft_stops(args))
     return pair, tcfg, dcfg
 
 
@@ -78,8 +78,8 @@ def _model_words(args: argparse.Namespace) -> list[str]:
     for flag, value in (("--target", args.target), ("--draft", args.draft),
                         ("--threads", args.threads), ("--ctx", args.ctx),
                         ("--batch", None if args.batch == 512 else args.batch),
-                        ("--gpu-layers", args.gpu_layers or None),
-                        ("--draft-gpu-layers", args.draft_gpu_layers or None)):
+                        ("--gpu-layers", args.gpu_layers),
+                        ("--draft-gpu-layers", args.draft_gpu_layers)):
         if value is not None:
             words += [flag, str(value)]
     for flag, paths in (("--lora", args.lora), ("--draft-lora", args.draft_lora)):

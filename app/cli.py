@@ -14,7 +14,7 @@ from app.serve_cli import register as register_serve
 from app.runtime.defaults import PLAIN
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
                           drafter_name, generation_config, history_store, load_options,
-                          model_configs, policy_name)
+                          model_configs, policy_name, print_plan)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
@@ -38,7 +38,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     drafter = drafter_name(args)
     expected = expected_acceptance(use, running_name(args, dcfg, read_info(tcfg.path).n_layer))
     pair = load_pair(tcfg, dcfg, load_options(args, [drafter], early_exit_layers=args.early_exit_layers),
-                     lookup_ngram=args.lookup_ngram, **draft_stops(args))
+                     lookup_ngram=args.lookup_ngram, announce=print_plan, **draft_stops(args))
     try:
         # Refuse a prompt the context cannot hold before calibrating for it.
         pair.prompt_tokens(args.prompt, raw=args.raw)

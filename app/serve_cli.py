@@ -16,7 +16,7 @@ from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION,
                               parse_origins)
 from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
-                          history_store, load_options, model_configs)
+                          history_store, load_options, model_configs, print_plan)
 from engine.errors import SettingsError
 from loading.load import load_pair
 
@@ -42,10 +42,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(line, flush=True)
     options = (load_options(args, [use.drafter], early_exit_layers=args.early_exit_layers)
                if use.applied else load_options(args))
-    pair = load_pair(tcfg, dcfg, options, **draft_stops(args))
+    plans = []
+    pair = load_pair(tcfg, dcfg, options, announce=lambda p: (plans.append(p), print_plan(p)),
+                     **draft_stops(args))
     pair.preferred_drafter = use.drafter
     holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
                         else args.history_tokens)
+    holder.offload = plans[0].offload
     holder.history = history_store(args, tcfg)
     return serve(holder, access)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Sequence
 
 from engine.backend import ModelConfig
@@ -9,7 +10,7 @@ from engine.errors import SettingsError
 from engine.generator import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
-                                  DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, HISTORY,
+                                  DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, GPU_LAYERS, HISTORY,
                                   HISTORY_TOKENS, LOAD, LOOKUP_NGRAM,
                                   NEEDS_DRAFT_MODEL, PLAIN, POLICIES, SAMPLING,
                                   plain_alias)
@@ -17,9 +18,11 @@ from engine.rpc import parse_endpoints
 from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.history import HistoryStore
+from loading.plan import LoadPlan
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from models import embedded, stores
 from models.cli import add_models_dir_arg
+from models.offload import gpu_layers
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -38,10 +41,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch", type=int, default=512,
                    help="most tokens per llama.cpp decode; longer batches are split (default 512, "
                    "capped at the context length)")
-    g.add_argument("--gpu-layers", type=int, default=0,
-                   help="target layers on the GPU (-ngl; -1 or more than the model has: all)")
-    g.add_argument("--draft-gpu-layers", type=int, default=0,
-                   help="draft layers on the GPU (-ngld; -1 or more than the model has: all)")
+    g.add_argument("--gpu-layers", type=gpu_layers, default=GPU_LAYERS, metavar="auto|all|N",
+                   help="target layers on the GPU (-ngl): auto places as many as fit once the "
+                   "draft is placed; all (or -1) every one; a number is taken as given "
+                   f"(default {GPU_LAYERS})")
+    g.add_argument("--draft-gpu-layers", type=gpu_layers, default=GPU_LAYERS, metavar="auto|all|N",
+                   help="draft layers on the GPU (-ngld): auto puts the draft whole on the GPU "
+                   f"when it fits; all (or -1); a number (default {GPU_LAYERS})")
     g.add_argument("--lora", action="append", default=[], metavar="PATH",
                    help="GGUF LoRA adapter applied to the target (repeatable)")
     g.add_argument("--lora-scale", type=float, default=1.0,
@@ -140,6 +146,12 @@ def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_e
                        early_exit_layers=early_exit_layers,
                        draft_quant=args.draft_quant or LOAD.draft_quant,
                        draft_vocab=args.draft_vocab or LOAD.draft_vocab)
+
+
+def print_plan(plan: LoadPlan) -> None:
+    """Where the load puts everything, once, in one line (load_pair's `announce`)."""
+    if plan.offload is not None:
+        print(f"offload: {plan.offload.line()}", file=sys.stderr, flush=True)
 
 
 def policy_name(args: argparse.Namespace) -> str:

@@ -135,7 +135,7 @@ def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from app.settings import draft_stops, generation_config, model_configs
+    from app.settings import draft_stops, generation_config, model_configs, print_plan
     from engine.tools.tuning.candidates import default_candidates
     from engine.tools.tuning.decide import categories
     from loading.options import LoadOptions
@@ -162,9 +162,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise SettingsError(f"unknown candidate {unknown[0]!r}; choose from {', '.join(known)}")
         candidates = [known[w] for w in wanted]
     # The draft as given: tuning decides whether a requantized or trimmed one is faster.
+    plans = []
     pair = load_pair(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
                                              draft_quant="off"),
-                     lookup_ngram=args.lookup_ngram, **draft_stops(args))
+                     lookup_ngram=args.lookup_ngram,
+                     announce=lambda p: (plans.append(p), print_plan(p)), **draft_stops(args))
+    # The configs as placed: the record names the device the target ran on.
+    tcfg, dcfg = plans[0].target, plans[0].draft
     print(f"tuning {len(candidates)} candidates on {len(prompts)} prompts "
           f"({', '.join(dict.fromkeys(p.category for p in prompts))}), budget "
           f"{args.budget_minutes:g} min, load {os.getloadavg()[0]:.2f}", file=sys.stderr)

@@ -13,7 +13,7 @@ from app.serve.access import KEY_FILE_OPTION, KEY_OPTION, Access
 from app.runtime.queue import GenerationQueue
 from app.serve_cli import (access_from_args, add_api_args, add_network_args, api_key,
                            checked_max_queue)
-from app.settings import add_history_args, add_model_args, load_options, model_configs
+from app.settings import add_history_args, add_model_args, load_options, model_configs, print_plan
 from engine.errors import SettingsError
 from models import stores
 
@@ -31,7 +31,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # The page's Models tab searches the --models-dir folders too.
     stores.extend_models_dirs(args.models_dir)
     holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)),
-                        history_tokens=None if args.no_history else args.history_tokens)
+                        history_tokens=None if args.no_history else args.history_tokens,
+                        announce=print_plan)
     options = load_options(args, early_exit=args.early_exit,
                            early_exit_layers=args.early_exit_layers)
     holder.prepare_async(lambda: model_configs(args), options)

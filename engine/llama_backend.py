@@ -1,4 +1,5 @@
-"""The llama.cpp backend: the only module in Tandem that imports `llama_cpp`.
+"""The llama.cpp backend: with engine/llama/ (the device registry), the only code in Tandem that
+imports `llama_cpp`.
 
 Logits are requested per row of a batch (llama_batch.logits flags) and copied only for those
 rows; `logits_all` stays off, since a 151,936-token vocabulary times n_ctx floats would cost
@@ -23,6 +24,7 @@ from typing import Any, Callable, Sequence, cast
 
 import llama_cpp
 import numpy as np
+import psutil
 from llama_cpp import _internals as llama_internals
 from llama_cpp import llama as llama_module
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -30,6 +32,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from engine.backend import F32, ModelConfig
 from engine.errors import DecodeError, ModelFileError, SettingsError
 from engine.isolated import IsolatedBackend
+from engine.llama import devices
 from engine.rpc import WorkerError, probe_all
 
 
@@ -67,7 +70,11 @@ def quiet_llama_cpp() -> None:
 quiet_llama_cpp()
 
 
-def default_threads() -> int:
+def default_threads(on_gpu: bool = False) -> int:
+    """Every core on the CPU; on a GPU the physical cores, as llama.cpp's own default (there the
+    CPU threads mostly wait on the device, and a thread per hyperthread only spins)."""
+    if on_gpu:
+        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
     return max(1, os.cpu_count() or 1)
 
 
@@ -145,12 +152,16 @@ class LlamaBackend:
         path = Path(config.path)
         if not path.is_file():
             raise ModelFileError(f"model file not found: {path}")
-        threads = config.n_threads or default_threads()
-        gpu_layers = config.n_gpu_layers
+        gpu_layers = config.n_gpu_layers or 0
         if config.rpc:
             add_rpc_workers(config.rpc)
             # Every layer on the workers unless told otherwise (llama.cpp's -ngl).
             gpu_layers = gpu_layers or -1
+        # A model with layers on a GPU: flash attention (llama.cpp's default "auto" turns it on
+        # where the device runs it; llama-cpp-python offers only on or off), and the threads
+        # llama.cpp uses there. On the CPU both stay as measured there.
+        on_gpu = gpu_layers != 0 and not config.rpc and bool(devices.gpus())
+        threads = config.n_threads or default_threads(on_gpu)
         self.name = config.name or path.name
         self.config = config
         # What this backend owns, freed in reverse order by `close` (or by a failed __init__).
@@ -159,7 +170,7 @@ class LlamaBackend:
             self._model = self._owned.enter_context(LoadedModel(
                 path, n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
                 n_threads=threads, n_threads_batch=threads, n_gpu_layers=gpu_layers,
-                logits_all=False))
+                flash_attn=on_gpu, logits_all=False))
             llm = self._model.loaded
             self.n_vocab: int = self._model.n_vocab
             # llama.cpp pads a small context up (16 became 256); the context asked for is the

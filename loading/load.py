@@ -27,8 +27,11 @@ from loading.derived.vocab_trim import derive_trimmed
 from loading.options import LoadOptions
 from loading.plan import LoadPlan, plan_load
 from models.gguf_info import read_info
+from models.machine import Machine
 
 Loader = Callable[[ModelConfig], Backend]
+# Hears the plan once it is made, before anything loads (the commands print its offload line).
+Announce = Callable[[LoadPlan], None]
 # Hears each model's config just before it is loaded (the app's progress steps).
 Progress = Callable[[ModelConfig], None]
 
@@ -48,11 +51,15 @@ def _loader(loader: Loader | None, progress: Progress | None = None) -> Loader:
 def load_pair(target: ModelConfig, draft: ModelConfig | None,
               options: LoadOptions = LoadOptions(), loader: Loader | None = None,
               p_min: float = 0.0, lookup_ngram: int = 3, quantizer: Quantizer | None = None,
-              chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None) -> Pair:
-    """Plan the load (check the files, decide the derivations), then execute it; `p_min`,
-    `lookup_ngram` and `chain_min` go to Pair, `quantizer` stands in for llama.cpp's when
-    deriving a requantized draft."""
-    return execute(plan_load(target, draft, options), loader, p_min=p_min,
+              chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None,
+              announce: Announce | None = None, machine: Machine | None = None) -> Pair:
+    """Plan the load (check the files, place the models, decide the derivations), then execute
+    it; `p_min`, `lookup_ngram` and `chain_min` go to Pair, `quantizer` stands in for llama.cpp's
+    when deriving a requantized draft, `machine` for the devices llama.cpp reports."""
+    plan = plan_load(target, draft, options, machine=machine)
+    if announce is not None:
+        announce(plan)
+    return execute(plan, loader, p_min=p_min,
                    lookup_ngram=lookup_ngram, quantizer=quantizer, chain_min=chain_min,
                    progress=progress)
 
@@ -83,7 +90,8 @@ def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
                     chain_min=chain_min,
                     draft_path=(trimmed or draft).path if draft is not None else None)
         if plan.early_exit_layers is not None:
-            add_early_exit(pair, target, plan.early_exit_layers, load)
+            add_early_exit(pair, target, plan.early_exit_layers, load,
+                           gpu_layers=plan.early_exit_gpu_layers)
         # Loaded whole: the pair owns the backends now, and closes them with itself.
         owned.pop_all()
     return pair
@@ -101,14 +109,16 @@ def _load_trimmed(source: str, trimmed: ModelConfig, load: Loader) -> Backend:
 
 
 def add_early_exit(pair: Pair, target: ModelConfig, layers: int | None = None,
-                   loader: Loader | None = None) -> None:
+                   loader: Loader | None = None, gpu_layers: int | None = None) -> None:
     """Derive (or reuse) the first-`layers` GGUF of `target`, the pair's target file (default:
-    three quarters of its layers), load it and add it to `pair` as drafter "early-exit"."""
+    three quarters of its layers), load it and add it to `pair` as drafter "early-exit", with
+    the GPU layers the plan gave it (None: the target's)."""
     if layers is None:
         layers = default_layers(read_info(target.path).n_layer)
     path = derive_early_exit(target.path, layers)
     # An adapted target drafts through its own first layers, adapter included.
     lora = tuple((str(adapter_for_layers(p, layers)), s) for p, s in target.lora)
-    backend = _loader(loader)(replace(target, path=str(path), lora=lora))
+    gpu = target.n_gpu_layers if gpu_layers is None else gpu_layers
+    backend = _loader(loader)(replace(target, path=str(path), lora=lora, n_gpu_layers=gpu))
     pair.add_drafter("early-exit", early_exit_drafter(backend, p_min=pair.p_min,
                                                       chain_min=pair.chain_min), backend=backend)

@@ -23,7 +23,9 @@ from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
-from loading.load import Loader, load_pair
+from loading.load import Announce, Loader, load_pair
+from loading.plan import LoadPlan
+from models.offload import OffloadPlan
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
 
@@ -59,8 +61,13 @@ class PairHolder:
 
     def __init__(self, pair: Pair | None = None, loader: Loader | None = None,
                  queue: GenerationQueue | None = None,
-                 history_tokens: int | None = HISTORY_TOKENS) -> None:
+                 history_tokens: int | None = HISTORY_TOKENS,
+                 announce: Announce | None = None) -> None:
         self.queue = queue or GenerationQueue()
+        # Where the loaded pair's layers went (models/offload.py), for the header and the API;
+        # `announce` hears each load's plan too (`tandem ui` prints its line).
+        self.offload: OffloadPlan | None = None
+        self._announce = announce
         # The history of past requests for the loaded target's vocabulary (loading/history.py),
         # made at each load; `history_tokens` None turns it off (--no-history).
         self.history_tokens = history_tokens
@@ -116,7 +123,15 @@ class PairHolder:
 
         try:
             options, use = for_load(target, draft, options)
-            pair = load_pair(target, draft, options, loader=self._loader, progress=staged)
+            plans: list[LoadPlan] = []
+
+            def heard(plan: LoadPlan) -> None:
+                plans.append(plan)
+                if self._announce is not None:
+                    self._announce(plan)
+
+            pair = load_pair(target, draft, options, loader=self._loader, progress=staged,
+                             announce=heard)
             pair.preferred_drafter = use.drafter
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
@@ -128,6 +143,7 @@ class PairHolder:
                 self.status = LoadStatus(state=ERROR, message=message, target=names[0], draft=names[1])
             return message
         self.replace(pair)
+        self.offload = plans[0].offload
         self.history = self._history_store(target)
         self.pairing = use
         self._names = names

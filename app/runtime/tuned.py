@@ -118,7 +118,7 @@ def running_name(args: argparse.Namespace, dcfg: ModelConfig | None, n_layer: in
     vocab = args.draft_vocab or LOAD.draft_vocab
     if drafter in NEEDS_DRAFT_MODEL and dcfg is not None:
         quant = resolve_quant(args.draft_quant or LOAD.draft_quant, read_info(dcfg.path),
-                              dcfg.n_gpu_layers) or "off"
+                              dcfg.n_gpu_layers or 0) or "off"
         if drafter == "hybrid":
             # Tuning measures hybrid on the draft as given only.
             return "hybrid" if quant == "off" and vocab == "full" else ""

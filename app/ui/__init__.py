@@ -43,6 +43,8 @@ def status_banner(holder: PairHolder) -> str:
                 f'Models tab, or restart with <code>tandem ui --target PATH --draft PATH</code>.</span></div>')
     if s.state == READY:
         extra = f" · the last load failed: {html.escape(s.error)}" if s.error else ""
+        if holder.offload is not None:
+            extra += f'<br><span id="tandem-offload">{html.escape(holder.offload.line())}</span>'
         return (f'<div id="tandem-status" data-state="ready" style="font-size:.85em;opacity:.85">'
                 f'target <b>{html.escape(s.target)}</b> · draft <b>{html.escape(s.draft)}</b> · '
                 f'{html.escape(s.message)}{extra}</div>')

@@ -23,8 +23,8 @@ from app.runtime.holder import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
 from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
-from loading import load as loading
-from models import budget, catalog, compat, disk_pairs, found, hub, machine, stores
+from loading import devices, load as loading
+from models import budget, catalog, compat, disk_pairs, found, hub, machine, offload, stores
 from models.store import store_dir
 
 MIB = 1 << 20
@@ -158,10 +158,11 @@ class FoundList:
 def _fit_html(target: ModelChoice, draft: ModelChoice, n_ctx: int) -> tuple[str, bool]:
     tpath, dpath = target.local_path(), draft.local_path()
     if tpath is not None and dpath is not None:
-        report = budget.estimate_pair(tpath, dpath, n_ctx=n_ctx)
+        report, plan = offload.plan_pair(tpath, dpath, devices.detect(), n_ctx=n_ctx)
         verdict = {"fits": "fits", "fits with offload": "fits with GPU offload"}.get(report.verdict, "does not fit")
         advice = "".join(f"<li>{html.escape(s)}</li>" for s in report.suggestions)
         return (f"<p><b>Memory: {verdict}</b> (from the GGUF headers)</p>"
+                f"<p id='tandem-offload-plan'>GPU: {html.escape(plan.line())}</p>"
                 f"<pre style='font-size:.8em'>{html.escape(report.text())}</pre>"
                 + (f"<p>What to do instead:</p><ul>{advice}</ul>" if advice and not report.ok else ""), report.ok)
     sizes = [target.approx_size(), draft.approx_size()]

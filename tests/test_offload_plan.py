@@ -1,0 +1,174 @@
+"""The offload plan against made-up devices: no GPU, 3, 6, 8 and 24 GiB cards, a 16 GiB Mac;
+pairs shaped like Qwen2.5 7B, 14B and 0.5B, and the embedded pair; a context long enough for the
+KV cache to decide. Nothing loads: the plan is data from headers (or layouts) and a `Machine`."""
+from __future__ import annotations
+
+import pytest
+
+from engine.backend import ModelConfig
+from loading.options import LoadOptions
+from loading.plan import plan_load
+from models.budget import Layout
+from models.machine import GPU_MARGIN, Machine, parse_size, what_if
+from models.offload import gpu_layers, plan_pair
+from engine.errors import SettingsError
+from tests import tinygguf
+
+GIB = 1 << 30
+HOST = Machine(64 * GIB, 60 * GIB)
+NO_GPU = Machine(64 * GIB, 60 * GIB, gpu_note="this llama.cpp is built for the CPU only; "
+                 "scripts/run builds llama.cpp for CUDA where nvcc is installed")
+
+
+def card(gib: float, free: float | None = None) -> Machine:
+    size = int(gib * GIB)
+    return Machine(64 * GIB, 60 * GIB, f"Test GPU {gib:g} GiB",
+                   int((free if free is not None else gib) * GIB), size)
+
+
+def qwen(name: str, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int,
+         file_bytes: int, n_vocab: int = 152064, tied: bool = False) -> Layout:
+    """A Q4_K_M Qwen2.5 of these shapes: Q4_K token embeddings (4.5 bits), a Q6_K output
+    matrix (6.56 bits; a tied one is the embeddings again) and the rest split over the blocks."""
+    embd = n_vocab * n_embd * 9 // 16
+    output = embd if tied else n_vocab * n_embd * 105 // 128
+    per_layer = (file_bytes - embd - (0 if tied else output)) // n_layer
+    return Layout(name, n_layer, n_embd, n_head, n_head_kv, head_dim, head_dim, n_vocab,
+                  (per_layer,) * n_layer, (per_layer,) * n_layer, output, 0, embd, quant="Q4_K_M")
+
+
+Q7B = qwen("qwen2.5-7b-q4_k_m", 28, 3584, 28, 4, 128, 4_683_073_952)
+Q14B = qwen("qwen2.5-14b-q4_k_m", 48, 5120, 40, 8, 128, 8_988_110_976)
+Q05B = qwen("qwen2.5-0.5b-q4_k_m", 24, 896, 14, 2, 64, 397_808_192, n_vocab=151936, tied=True)
+# The embedded pair: Qwen2.5-Coder-1.5B Q4_K_M and the 0.5B as shipped (Q5_0/Q8_0, 6.2 bits).
+EMB_T = qwen("coder-1.5b-q4_k_m", 28, 1536, 12, 2, 128, 1_117_320_768, n_vocab=151936, tied=True)
+EMB_D = qwen("coder-0.5b-q5_0", 24, 896, 14, 2, 64, 491_400_064, n_vocab=151936, tied=True)
+
+
+def whole(p, layout: Layout) -> bool:
+    return p.placed == layout.n_layer and p.gpu_layers == layout.n_layer + 1
+
+
+def test_no_gpu_places_nothing_and_says_why():
+    report, plan = plan_pair(Q7B, Q05B, NO_GPU)
+    assert report.target.gpu_layers == report.draft.gpu_layers == 0 and plan.used == 0
+    line = plan.line()
+    assert "target 0/28, draft 0/24 layers on a GPU" in line and "CPU only" in line
+    assert "scripts/run" in line
+
+
+def test_7b_and_05b_fit_whole_on_a_24_gib_card():
+    report, plan = plan_pair(Q7B, Q05B, card(24))
+    t, d = plan.placement("target"), plan.placement("draft")
+    assert whole(t, Q7B) and whole(d, Q05B) and report.verdict == "fits"
+    assert plan.used <= 24 * GIB - GPU_MARGIN
+    assert plan.line().startswith("target 28/28 layers on Test GPU 24 GiB (")
+    assert "draft 24/24 layers on GPU" in plan.line() and "1.0 GiB margin" in plan.line()
+
+
+def test_7b_on_a_6_gib_card_puts_the_draft_whole_and_the_target_partly():
+    report, plan = plan_pair(Q7B, Q05B, card(6))
+    t, d = plan.placement("target"), plan.placement("draft")
+    assert whole(d, Q05B) and 0 < t.placed < Q7B.n_layer
+    assert plan.used <= 6 * GIB - GPU_MARGIN
+    # One more target layer would not fit: the plan fills the card up to its margin.
+    more, _ = plan_pair(Q7B, Q05B, card(6), gpu_layers=t.gpu_layers + 1,
+                        draft_gpu_layers=d.gpu_layers)
+    assert more.gpu_needed > 6 * GIB - GPU_MARGIN
+
+
+def test_14b_does_not_fit_whole_the_draft_goes_first():
+    _, plan = plan_pair(Q14B, Q05B, card(8))
+    t, d = plan.placement("target"), plan.placement("draft")
+    assert whole(d, Q05B) and 0 < t.placed < Q14B.n_layer
+    assert f"target {t.placed}/48 layers" in plan.line() and "draft 24/24" in plan.line()
+
+
+def test_the_embedded_pair_on_a_3_gib_card_and_on_an_8_gib_card():
+    _, small = plan_pair(EMB_T, EMB_D, card(3))
+    assert whole(small.placement("draft"), EMB_D)
+    assert 0 < small.placement("target").placed < EMB_T.n_layer
+    _, eight = plan_pair(EMB_T, EMB_D, what_if(HOST, gpu_memory=parse_size("8GiB")))
+    assert whole(eight.placement("target"), EMB_T) and whole(eight.placement("draft"), EMB_D)
+
+
+def test_a_16_gib_mac_shares_its_memory():
+    mac = what_if(HOST, unified_memory=16 * GIB)
+    assert mac.unified and mac.ram_total == 16 * GIB and mac.gpu_free == 12 * GIB
+    _, plan = plan_pair(Q7B, Q05B, mac)
+    assert whole(plan.placement("target"), Q7B) and whole(plan.placement("draft"), Q05B)
+    assert "(unified memory)" in plan.line()
+    # A 14B does not fit Metal's share less the margin: the draft whole, the target partly.
+    _, big = plan_pair(Q14B, Q05B, mac)
+    assert whole(big.placement("draft"), Q05B)
+    assert 0 < big.placement("target").placed < Q14B.n_layer
+
+
+def test_a_long_context_lets_the_kv_cache_decide():
+    short_r, short = plan_pair(Q7B, Q05B, card(12), n_ctx=4096)
+    long_r, long = plan_pair(Q7B, Q05B, card(12), n_ctx=32768)
+    assert whole(short.placement("target"), Q7B)
+    t = long.placement("target")
+    assert 0 < t.placed < Q7B.n_layer
+    # The weights alone would fit: what crowds them out is the cache and its attention buffer.
+    assert long_r.target.weights_gpu < short_r.target.weights_gpu
+    assert t.kv + t.compute > t.weights / 2
+
+
+def test_a_number_given_is_never_changed():
+    report, plan = plan_pair(Q7B, Q05B, card(24), gpu_layers=10)
+    assert report.target.gpu_layers == 10 and plan.placement("target").placed == 10
+    assert whole(plan.placement("draft"), Q05B)
+    report, _ = plan_pair(Q7B, Q05B, card(6), draft_gpu_layers=0)
+    assert report.draft.gpu_layers == 0 and report.target.gpu_layers > 0
+    report, _ = plan_pair(Q7B, Q05B, card(24), gpu_layers=-1, draft_gpu_layers=-1)
+    assert report.target.gpu_layers == 29 and report.draft.gpu_layers == 25
+
+
+def test_option_values_and_sizes():
+    assert gpu_layers("auto") is None and gpu_layers("ALL") == -1 and gpu_layers("12") == 12
+    with pytest.raises(ValueError):
+        gpu_layers("most")
+    assert parse_size("8GiB") == parse_size("8 GB") == parse_size("8g") == 8 * GIB
+    assert parse_size("512MiB") == 512 << 20 and parse_size("1.5G") == 3 * GIB // 2
+    for bad in ("eight", "0GiB", "8XB"):
+        with pytest.raises(SettingsError):
+            parse_size(bad)
+    with pytest.raises(SettingsError, match="not both"):
+        what_if(HOST, gpu_memory=GIB, unified_memory=GIB)
+
+
+@pytest.fixture
+def tiny_pair(tmp_path):
+    t = tinygguf.write(tmp_path / "t.gguf", n_layer=8, n_embd=64, n_head=8, n_head_kv=2)
+    d = tinygguf.write(tmp_path / "d.gguf", n_layer=2, n_embd=32, n_head=4, n_head_kv=2)
+    return str(t), str(d)
+
+
+def test_the_load_plan_resolves_auto_and_keeps_numbers(tiny_pair):
+    t, d = tiny_pair
+    plan = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256), machine=card(8))
+    assert plan.target.n_gpu_layers == 9 and plan.draft.n_gpu_layers == 3
+    assert plan.offload.line().startswith("target 8/8 layers on Test GPU 8 GiB")
+    # A draft on the GPU keeps its file: no CPU requantization.
+    assert plan.draft_quant is None
+    given = plan_load(ModelConfig(t, n_ctx=256, n_gpu_layers=3),
+                      ModelConfig(d, n_ctx=256, n_gpu_layers=0), machine=card(8))
+    assert given.target.n_gpu_layers == 3 and given.draft.n_gpu_layers == 0
+    cpu = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256), machine=NO_GPU)
+    assert cpu.target.n_gpu_layers == 0 and cpu.draft.n_gpu_layers == 0
+    assert "CPU only" in cpu.offload.line() and cpu.draft_quant == "q4_0"
+
+
+def test_the_early_exit_drafter_gets_the_room_left(tiny_pair):
+    t, d = tiny_pair
+    options = LoadOptions(early_exit=True, check_budget=False)
+    plan = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256), options,
+                     machine=card(8))
+    ee = plan.offload.placement("early exit")
+    assert ee is not None and ee.n_layer == 6 and plan.early_exit_gpu_layers == 7
+    given = plan_load(ModelConfig(t, n_ctx=256, n_gpu_layers=2), ModelConfig(d, n_ctx=256),
+                      options, machine=card(8))
+    assert given.early_exit_gpu_layers == 2
+    cpu = plan_load(ModelConfig(t, n_ctx=256), None, options, machine=NO_GPU)
+    assert cpu.early_exit_gpu_layers == 0
