@@ -43,12 +43,11 @@ llama_cmake_args() {
   echo "$args"
 }
 
-# The GPU backend to build, as CMake flags (nothing: CPU only). CUDA where nvcc is installed (on PATH or in
-# $CUDA_HOME/bin) and
-# nvidia-smi sees a card, compiled for that card's own compute capability only (all
-# architectures take most of an hour; one a few minutes); a card without nvcc gets a CPU build
-# and one line on what to install. Vulkan (AMD and Intel GPUs) where glslc and the Vulkan
-# headers are ($VULKAN_SDK, else /usr).
+# The GPU backend to build, as CMake flags (nothing: CPU only). CUDA where nvcc is installed
+# (on PATH or in $CUDA_HOME/bin) and nvidia-smi sees a card, compiled for that card's own compute
+# capability only (every architecture takes most of an hour; one a few minutes); a card without
+# nvcc gets a CPU build and one line on what to install. Vulkan (AMD and Intel GPUs) where
+# glslc and the Vulkan headers are ($VULKAN_SDK, else /usr).
 llama_gpu_args() {
   local nvcc caps
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
