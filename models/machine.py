@@ -58,7 +58,7 @@ class Machine:
             return f"{ram}; {self.gpu_name} shares it (unified memory, up to {self.gpu_free / gib:.1f} GiB for Metal)"
         if self.has_gpu:
             return f"{ram}; {self.gpu_name} {self.gpu_free / gib:.1f} of {self.gpu_total / gib:.1f} GiB free"
-        return f"{ram}; no GPU" + (f" ({self.gpu_note})" if self.gpu_note else "")
+        return f"{ram}; no GPU"
 
 
 def _nvidia() -> tuple[str, int, int] | None:
@@ -147,11 +147,11 @@ def what_if(base: Machine, gpu_memory: int | None = None,
                             "--unified-memory (Apple Silicon), not both")
     gib = 1 << 30
     if gpu_memory is not None:
-        return Machine(base.ram_total, base.ram_available, f"a {gpu_memory / gib:g} GiB GPU",
+        return Machine(base.ram_total, base.ram_available, f"{gpu_memory / gib:g} GiB GPU (what-if)",
                        gpu_memory, gpu_memory, cpu_repacks=base.cpu_repacks)
     if unified_memory is not None:
         metal = int(unified_memory * METAL_SHARE)
         return Machine(unified_memory, unified_memory,
-                       f"a {unified_memory / gib:g} GiB Apple Silicon Mac (Metal)", metal, metal,
+                       f"{unified_memory / gib:g} GiB Apple Silicon Mac (what-if, Metal)", metal, metal,
                        unified=True)
     return base

@@ -86,8 +86,10 @@ def test_a_full_store_through_the_command_line_is_one_error_line(tmp_path, store
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = cli_main(["generate", "--prompt", "hi", "--target", str(source), "--draft",
                        str(source), "--draft-quant", "q4_0"])
+    # The offload plan's line comes first, at load; then one error line.
     lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), lines
+    assert rc == 2 and len(lines) == 2 and lines[0].startswith("offload: "), lines
+    assert lines[1].startswith("error:"), lines
     assert "No space left on device" in err.getvalue() and leftovers(store) == []
 
 
@@ -259,4 +261,6 @@ def test_output_closed_by_its_reader_is_one_error_line(tmp_path):
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(ClosedPipe()):
         rc = cli_main(["generate", "--prompt", "hi", "--target", str(source), "--draft", "none",
                        "--max-tokens", "5"])
-    assert rc == 2 and err.getvalue().strip() == "error: the output was closed before the answer ended"
+    plan, error = err.getvalue().strip().splitlines()
+    assert rc == 2 and plan.startswith("offload: ")
+    assert error == "error: the output was closed before the answer ended"

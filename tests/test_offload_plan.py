@@ -3,7 +3,17 @@ pairs shaped like Qwen2.5 7B, 14B and 0.5B, and the embedded pair; a context lon
 KV cache to decide. Nothing loads: the plan is data from headers (or layouts) and a `Machine`."""
 from __future__ import annotations
 
+import contextlib
+import io
+from pathlib import Path
+from unittest import mock
+
 import pytest
+
+from app.cli import main as cli_main
+from app.runtime.holder import PairHolder
+from app.ui import status_banner
+from engine import llama_backend
 
 from engine.backend import ModelConfig
 from loading.options import LoadOptions
@@ -13,6 +23,7 @@ from models.machine import GPU_MARGIN, Machine, parse_size, what_if
 from models.offload import gpu_layers, plan_pair
 from engine.errors import SettingsError
 from tests import tinygguf
+from tests.fakes import FakeBackend
 
 GIB = 1 << 30
 HOST = Machine(64 * GIB, 60 * GIB)
@@ -179,3 +190,41 @@ def test_the_early_exit_drafter_gets_the_room_left(tiny_pair):
     assert given.early_exit_gpu_layers == 2
     cpu = plan_load(ModelConfig(t, n_ctx=256), None, options, machine=NO_GPU)
     assert cpu.early_exit_gpu_layers == 0
+
+
+def test_every_command_prints_the_plan_once_and_loads_as_planned(tiny_pair, monkeypatch):
+    t, _ = tiny_pair
+    vocab_pair = [tinygguf.write(Path(t).parent / f"{r}.gguf", tokens=tinygguf.vocab(64),
+                                 n_layer=4) for r in ("t2", "d2")]
+    loaded: list[ModelConfig] = []
+
+    def fake_load(config: ModelConfig) -> FakeBackend:
+        loaded.append(config)
+        return FakeBackend(eog=59)
+    monkeypatch.setattr("loading.devices.detect", lambda: card(8))
+    err = io.StringIO()
+    with mock.patch.object(llama_backend, "load", fake_load), \
+            contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = cli_main(["generate", "--prompt", "hi", "--target", str(vocab_pair[0]),
+                       "--draft", str(vocab_pair[1]), "--max-tokens", "3", "--no-history"])
+    lines = [ln for ln in err.getvalue().splitlines() if ln.startswith("offload: ")]
+    assert rc == 0 and len(lines) == 1, err.getvalue()
+    assert lines[0].startswith("offload: target 4/4 layers on Test GPU 8 GiB")
+    assert [c.n_gpu_layers for c in loaded] == [5, 5]
+
+
+def test_the_holder_keeps_the_plan_for_the_header_and_the_api(tiny_pair, monkeypatch):
+    vocab_pair = [tinygguf.write(Path(tiny_pair[0]).parent / f"{r}.gguf",
+                                 tokens=tinygguf.vocab(64)) for r in ("t3", "d3")]
+    monkeypatch.setattr("loading.devices.detect", lambda: NO_GPU)
+    heard = []
+    holder = PairHolder(loader=lambda c: FakeBackend(eog=59), history_tokens=None,
+                        announce=heard.append)
+    assert holder.load(ModelConfig(str(vocab_pair[0]), n_ctx=256),
+                       ModelConfig(str(vocab_pair[1]), n_ctx=256)) is None
+    assert len(heard) == 1 and holder.offload is heard[0].offload
+    assert "CPU only" in status_banner(holder)
+    models = holder.offload.as_dict()["models"]
+    assert [(m["role"], m["layers_placed"], m["layers_total"]) for m in models] == [
+        ("target", 0, 2), ("draft", 0, 2)]
+    holder.close()
