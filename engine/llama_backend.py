@@ -24,7 +24,6 @@ from typing import Any, Callable, Sequence, cast
 
 import llama_cpp
 import numpy as np
-import psutil
 from llama_cpp import _internals as llama_internals
 from llama_cpp import llama as llama_module
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -70,11 +69,7 @@ def quiet_llama_cpp() -> None:
 quiet_llama_cpp()
 
 
-def default_threads(on_gpu: bool = False) -> int:
-    """Every core on the CPU; on a GPU the physical cores, as llama.cpp's own default (there the
-    CPU threads mostly wait on the device, and a thread per hyperthread only spins)."""
-    if on_gpu:
-        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
@@ -157,11 +152,11 @@ class LlamaBackend:
             add_rpc_workers(config.rpc)
             # Every layer on the workers unless told otherwise (llama.cpp's -ngl).
             gpu_layers = gpu_layers or -1
-        # A model with layers on a GPU: flash attention (llama.cpp's default "auto" turns it on
-        # where the device runs it; llama-cpp-python offers only on or off), and the threads
-        # llama.cpp uses there. On the CPU both stay as measured there.
+        # A model with layers on a GPU gets flash attention (llama.cpp's default "auto" turns it
+        # on where the device runs it; llama-cpp-python offers only on or off); on the CPU it
+        # stays off, as every CPU figure was measured. (The plan sizes the threads for a GPU.)
         on_gpu = gpu_layers != 0 and not config.rpc and bool(devices.gpus())
-        threads = config.n_threads or default_threads(on_gpu)
+        threads = config.n_threads or default_threads()
         self.name = config.name or path.name
         self.config = config
         # What this backend owns, freed in reverse order by `close` (or by a failed __init__).

@@ -30,7 +30,7 @@ from models import budget
 from models.budget import Layout, WorkerMemory
 from models.compat import compare, require
 from models.gguf_info import GGUFInfo, read_info
-from models.machine import Machine
+from models.machine import Machine, physical_cores
 from models.offload import OffloadPlan, first_layers, from_report, place_after, placement
 
 # Probes a target's RPC workers for their memory (engine/rpc.py; tests script the workers).
@@ -125,10 +125,14 @@ def _placed(report: budget.BudgetReport, target: ModelConfig, tinfo: GGUFInfo,
 
 def _resolved(config: ModelConfig, placed: int) -> ModelConfig:
     """`config` with its GPU layers decided: a number given stays; "auto" on workers is all of
-    them, else what the plan placed."""
-    if config.n_gpu_layers is not None:
-        return config
-    return replace(config, n_gpu_layers=-1 if config.rpc else placed)
+    them, else what the plan placed. A model with layers on this machine's GPU runs, unless
+    told, on llama.cpp's threads for it (the physical cores: there the CPU mostly waits on the
+    device and a thread per hyperthread only spins); on the CPU, Tandem's every core."""
+    if config.n_gpu_layers is None:
+        config = replace(config, n_gpu_layers=-1 if config.rpc else placed)
+    if config.n_threads is None and placed and not config.rpc:
+        config = replace(config, n_threads=physical_cores())
+    return config
 
 
 def _place_early_exit(plan: OffloadPlan, m: Machine, target: ModelConfig, tinfo: GGUFInfo,

@@ -125,6 +125,11 @@ def detect() -> Machine:
     return Machine(vm.total, vm.available, cpu_repacks=_cpu_repacks())
 
 
+def physical_cores() -> int:
+    """Cores without their hyperthreads: llama.cpp's default thread count (-t)."""
+    return max(1, psutil.cpu_count(logical=False) or psutil.cpu_count() or 1)
+
+
 def parse_size(text: str) -> int:
     """Bytes of a size like "8GiB", "8 GB", "8G" or "512MiB". GPUs are sold in binary units
     (an "8 GB" card holds 8 GiB), so GB and GiB are both 2**30."""

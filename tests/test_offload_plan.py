@@ -19,7 +19,7 @@ from engine.backend import ModelConfig
 from loading.options import LoadOptions
 from loading.plan import plan_load
 from models.budget import Layout
-from models.machine import GPU_MARGIN, Machine, parse_size, what_if
+from models.machine import GPU_MARGIN, Machine, parse_size, physical_cores, what_if
 from models.offload import gpu_layers, plan_pair
 from engine.errors import SettingsError
 from tests import tinygguf
@@ -167,6 +167,8 @@ def test_the_load_plan_resolves_auto_and_keeps_numbers(tiny_pair):
     t, d = tiny_pair
     plan = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256), machine=card(8))
     assert plan.target.n_gpu_layers == 9 and plan.draft.n_gpu_layers == 3
+    # On a GPU, llama.cpp's threads (the physical cores), unless told.
+    assert plan.target.n_threads == plan.draft.n_threads == physical_cores()
     assert plan.offload.line().startswith("target 8/8 layers on Test GPU 8 GiB")
     # A draft on the GPU keeps its file: no CPU requantization.
     assert plan.draft_quant is None
@@ -176,6 +178,9 @@ def test_the_load_plan_resolves_auto_and_keeps_numbers(tiny_pair):
     cpu = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256), machine=NO_GPU)
     assert cpu.target.n_gpu_layers == 0 and cpu.draft.n_gpu_layers == 0
     assert "CPU only" in cpu.offload.line() and cpu.draft_quant == "q4_0"
+    assert cpu.target.n_threads is None
+    told = plan_load(ModelConfig(t, n_ctx=256, n_threads=3), None, machine=card(8))
+    assert told.target.n_threads == 3
 
 
 def test_the_early_exit_drafter_gets_the_room_left(tiny_pair):
