@@ -143,6 +143,17 @@ def test_a_number_given_is_never_changed():
     assert report.target.gpu_layers == 29 and report.draft.gpu_layers == 25
 
 
+def test_lora_adapters_sit_beside_the_layers_they_adapt():
+    adapter = 280 << 20
+    plain, _ = plan_pair(Q7B, Q05B, card(24))
+    adapted, plan = plan_pair(Q7B, Q05B, card(24), adapter_bytes=(adapter, 0))
+    assert adapted.target.weights_gpu == plain.target.weights_gpu + adapter
+    assert whole(plan.placement("target"), Q7B)
+    # On the CPU they stay in RAM.
+    cpu, _ = plan_pair(Q7B, Q05B, NO_GPU, adapter_bytes=(adapter, 0))
+    assert cpu.target.weights_cpu == plan_pair(Q7B, Q05B, NO_GPU)[0].target.weights_cpu + adapter
+
+
 def test_option_values_and_sizes():
     assert gpu_layers("auto") is None and gpu_layers("ALL") == -1 and gpu_layers("12") == 12
     with pytest.raises(ValueError):

@@ -219,4 +219,5 @@ class PairHolder:
             with self._pair.lock:
                 self._pair.close()
             self._pair = None
+        self.offload = None
         self.status = LoadStatus()
