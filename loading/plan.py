@@ -31,7 +31,8 @@ from models.budget import Layout, WorkerMemory
 from models.compat import compare, require
 from models.gguf_info import GGUFInfo, read_info
 from models.machine import Machine, physical_cores
-from models.offload import OffloadPlan, first_layers, from_report, place_after, placement
+from models.offload import (OffloadPlan, Placement, first_layers, from_report, place_after,
+                            placement)
 
 # Probes a target's RPC workers for their memory (engine/rpc.py; tests script the workers).
 Probe = Callable[[Sequence[str]], Sequence[WorkerMemory]]
@@ -106,19 +107,21 @@ def _placed(report: budget.BudgetReport, target: ModelConfig, tinfo: GGUFInfo,
     lt = Layout.from_info(tinfo)
     ld = Layout.from_info(dinfo) if dinfo is not None else None
     if target.rpc:
-        if target.n_gpu_layers is None:
-            target = replace(target, n_gpu_layers=-1)
         plan = from_report(report, lt, None, target_on="RPC workers")
-        if draft is not None and ld is not None:
+        if draft is not None and ld is not None and not draft.rpc:
             alone = budget.estimate_pair(ld, None, machine=m, n_ctx=draft.n_ctx,
-                                         gpu_layers=None if draft.rpc else draft.n_gpu_layers,
-                                         n_ubatch=draft.n_batch)
+                                         gpu_layers=draft.n_gpu_layers, n_ubatch=draft.n_batch)
             plan = replace(plan, models=plan.models + (placement("draft", ld, alone.target),))
             draft = _resolved(draft, alone.target.gpu_layers)
-        return target, draft, plan
-    plan = from_report(report, lt, ld)
+    else:
+        plan = from_report(report, lt, ld)
     target = _resolved(target, report.target.gpu_layers)
-    if draft is not None:
+    if draft is not None and ld is not None and draft.rpc:
+        # A draft on workers of its own: all its layers there, none of this machine's GPU.
+        plan = replace(plan, models=tuple(p for p in plan.models if p.role != "draft") + (
+            Placement("draft", ld.name, ld.n_layer + 1, ld.n_layer, on="RPC workers"),))
+        draft = _resolved(draft, ld.n_layer + 1)
+    elif draft is not None and not target.rpc:
         draft = _resolved(draft, report.draft.gpu_layers)
     return target, draft, plan
 
@@ -154,5 +157,7 @@ def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
           "adapter_bytes": (adapter_bytes(target.lora),
                             adapter_bytes(draft.lora) if draft is not None else 0)}
     if draft is not None:
-        kw |= {"draft_n_ctx": draft.n_ctx, "draft_gpu_layers": draft.n_gpu_layers}
+        # A draft on its own RPC workers takes nothing of this machine's GPU.
+        layers = 0 if draft.rpc and draft.n_gpu_layers is None else draft.n_gpu_layers
+        kw |= {"draft_n_ctx": draft.n_ctx, "draft_gpu_layers": layers}
     return kw

@@ -244,3 +244,22 @@ def test_the_holder_keeps_the_plan_for_the_header_and_the_api(tiny_pair, monkeyp
     assert [(m["role"], m["layers_placed"], m["layers_total"]) for m in models] == [
         ("target", 0, 2), ("draft", 0, 2)]
     holder.close()
+
+
+class Worker:
+    def __init__(self, endpoint: str, free: int) -> None:
+        self.endpoint, self.free, self.total = endpoint, free, free
+
+
+def test_rpc_workers_hold_the_target_and_the_draft_is_planned_here(tiny_pair):
+    t, d = tiny_pair
+    plan = plan_load(ModelConfig(t, n_ctx=256, rpc=("10.0.0.2:50052",)),
+                     ModelConfig(d, n_ctx=256), probe=lambda eps: [Worker(eps[0], 8 * GIB)],
+                     machine=card(8))
+    assert plan.target.n_gpu_layers == -1 and plan.draft.n_gpu_layers == 3
+    assert plan.offload.placement("target").on == "RPC workers"
+    assert plan.offload.line().startswith("target 8/8 layers on RPC workers")
+    own = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256, rpc=("10.0.0.3:50052",)),
+                    machine=card(8))
+    assert own.draft.n_gpu_layers == -1 and own.offload.placement("draft").on == "RPC workers"
+    assert own.target.n_gpu_layers == 9
