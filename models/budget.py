@@ -8,7 +8,9 @@ tests/test_models_budget.py):
 - KV cache: n_ctx (padded to 256) x layers x (K + V widths) x bytes per element of the KV type;
   sliding-window layers keep only window + n_ubatch cells.
 - compute buffer: the largest of the logits phase (n_vocab x n_ubatch f32) and the attention phase
-  (one f32 n_kv x n_ubatch score matrix per head plus the mask), plus a few activation rows.
+  (one f32 n_kv x n_ubatch score matrix per head plus the mask), plus a few activation rows. With
+  flash attention, which the backend turns on for a model with layers on a GPU, no score matrix
+  is made: the attention phase is its activation rows.
 - output buffer: n_vocab f32 logits for one sequence (the engine does not keep all logits).
 - RPC workers (`--rpc`): llama.cpp gives each worker a run of layers in proportion to the free
   memory it reports (the output matrix counts as one more layer and goes last); each worker then
@@ -113,7 +115,7 @@ def _kv_bytes(n_elems: int, kv_type: str) -> int:
 
 
 def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16", gpu_layers: int = 0,
-                   n_ubatch: int = 512, repack: bool = False) -> Breakdown:
+                   n_ubatch: int = 512, repack: bool = False, flash_attn: bool = False) -> Breakdown:
     """Bytes llama.cpp allocates for one model loaded with these settings."""
     if kv_type not in KV_TYPES:
         raise SettingsError(f"unknown KV cache type {kv_type!r}; use one of {', '.join(KV_TYPES)}")
@@ -140,7 +142,7 @@ def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16
     ub = min(n_ubatch, n_ctx)
     rows = layout.n_embd * ub * f32
     logits = layout.n_vocab * ub * f32 + 3 * rows
-    attention = (layout.n_head + 1) * n_kv * ub * f32 + 6 * rows
+    attention = (0 if flash_attn else (layout.n_head + 1) * n_kv * ub * f32) + 6 * rows
     comp_cpu = max(0 if output_on_gpu else logits, attention if g < n else 0, rows)
     comp_gpu = max(logits if output_on_gpu else 0, attention if g else 0)
     out = layout.n_vocab * f32
@@ -258,14 +260,17 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
         draft_gpu_layers = 0
 
     def est(g: int, dg: int, ctx: int = n_ctx, kv: str = kv_type) -> tuple[Breakdown, Breakdown]:
+        # The backend turns flash attention on for a model with layers on a GPU.
         t = _with_adapter(estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv,
                                          gpu_layers=_all_as(g, lt), n_ubatch=n_ubatch,
-                                         repack=m.cpu_repacks), lt, adapter_bytes[0])
+                                         repack=m.cpu_repacks, flash_attn=m.has_gpu and g != 0),
+                          lt, adapter_bytes[0])
         if draft is None:
             return t, Breakdown("draft", ld.name, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         dctx = max(256, d_ctx * ctx // n_ctx)
         d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=_all_as(dg, ld),
-                           n_ubatch=n_ubatch, repack=m.cpu_repacks)
+                           n_ubatch=n_ubatch, repack=m.cpu_repacks,
+                           flash_attn=m.has_gpu and dg != 0)
         return t, _with_adapter(d, ld, adapter_bytes[1])
 
     if gpu_layers is None or draft_gpu_layers is None:

@@ -162,7 +162,8 @@ def place_after(plan: OffloadPlan, m: Machine, role: str, layout: Layout, *, n_c
     given. `ram_used` is what the models before it take of RAM (unified memory shares it)."""
     def est(g: int):
         return estimate_model(layout, role=role, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=g,
-                              n_ubatch=n_ubatch, repack=m.cpu_repacks)
+                              n_ubatch=n_ubatch, repack=m.cpu_repacks,
+                              flash_attn=m.has_gpu and g != 0)
 
     if not m.has_gpu:
         chosen = 0
