@@ -18,7 +18,7 @@ from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.history import HistoryStore
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
-from models import embedded, stores
+from models import embedded, other_stores
 from models.cli import add_models_dir_arg
 
 
@@ -167,7 +167,7 @@ def model_configs(args: argparse.Namespace,
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
-    target, target_name = (stores.resolve(args.target, args.models_dir) if args.target
+    target, target_name = (other_stores.resolve(args.target, args.models_dir) if args.target
                            else (embedded_target, ""))
     tcfg = ModelConfig(path=str(target), n_ctx=args.ctx, n_threads=args.threads,
                        n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
@@ -176,7 +176,7 @@ def model_configs(args: argparse.Namespace,
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
-    draft, draft_name = (stores.resolve(draft_arg, args.models_dir) if draft_arg is not None
+    draft, draft_name = (other_stores.resolve(draft_arg, args.models_dir) if draft_arg is not None
                          else (embedded_draft, ""))
     return tcfg, ModelConfig(path=str(draft), n_ctx=args.ctx, n_threads=args.threads,
                              n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,

@@ -27,7 +27,7 @@ import numpy as np
 from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
 from models.gguf_info import read_info
-from models.store import tandem_home
+from models.tandem_store import tandem_home
 
 FORMAT = 1
 LOCAL = "local"
