@@ -19,6 +19,7 @@ from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.history import HistoryStore
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from models import embedded, other_stores
+from models.gguf_info import GGUFInfo
 from models.cli import add_models_dir_arg
 
 
@@ -110,11 +111,12 @@ def add_history_args(g) -> None:
                    f"used first out (default {HISTORY_TOKENS:,})")
 
 
-def history_store(args: argparse.Namespace, target: ModelConfig) -> HistoryStore | None:
-    """The history store for `target`'s vocabulary (add_history_args), None with --no-history."""
+def history_store(args: argparse.Namespace, target: GGUFInfo) -> HistoryStore | None:
+    """The history store for the vocabulary of `target` (its header, read by the load's plan;
+    add_history_args), None with --no-history."""
     if args.no_history:
         return None
-    return HistoryStore.for_model(target.path, args.history_tokens)
+    return HistoryStore.for_model(target, args.history_tokens)
 
 
 def add_draft_stop_args(g) -> None:

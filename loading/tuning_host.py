@@ -23,6 +23,7 @@ from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import derive_quantized
 from loading.derived.vocab_trim import derive_trimmed
 from loading.load import Loader, add_early_exit
+from models.gguf_info import read_info
 
 # A short unmeasured generation per candidate first: page faults and first-call costs.
 WARMUP_TEXT = "Say hello."
@@ -66,10 +67,11 @@ class PairHost(TuneHost):
         if c.draft_quant != "off":
             cfg = replace(cfg, path=str(derive_quantized(cfg.path, c.draft_quant)))
         if c.draft_vocab == "trim":
-            trimmed = replace(cfg, path=str(derive_trimmed(cfg.path)))
+            source = read_info(cfg.path)
+            trimmed = replace(cfg, path=str(derive_trimmed(cfg.path, info=source)))
             inner = self.loader(trimmed)
             try:
-                backend = load_trimmed(cfg.path, trimmed.path, inner)
+                backend = load_trimmed(source, trimmed.path, inner)
             except Exception:
                 inner.close()
                 raise

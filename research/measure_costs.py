@@ -108,8 +108,9 @@ def decode(models: list[tuple[str, Callable[[], object]]]) -> None:
 def _trimmed(source: Path):
     from loading.derived.embeddings import load_trimmed
     from loading.derived.vocab_trim import derive_trimmed
+    from models.gguf_info import read_info
     path = derive_trimmed(source)
-    return load_trimmed(source, path, load(path))
+    return load_trimmed(read_info(source), path, load(path))
 
 
 def target_texts(target: Path) -> list[tuple[str, list[int], list[int]]]:

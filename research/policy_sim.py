@@ -74,9 +74,10 @@ def _draft_backend(draft: Path, vocab: str):
         return LlamaBackend(ModelConfig(path=str(source), n_ctx=4096, n_threads=2))
     from loading.derived.embeddings import load_trimmed
     from loading.derived.vocab_trim import derive_trimmed
+    from models.gguf_info import read_info
     trimmed = derive_trimmed(source)
     inner = LlamaBackend(ModelConfig(path=str(trimmed), n_ctx=4096, n_threads=2))
-    return load_trimmed(source, trimmed, inner)
+    return load_trimmed(read_info(source), trimmed, inner)
 
 
 def _draft_columns(recs: list[dict], vocab: str) -> dict:

@@ -23,7 +23,9 @@ from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
-from loading.load import Loader, load_pair
+from loading.load import Loader, execute
+from loading.plan import plan_load
+from models.gguf_info import GGUFInfo
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
 
@@ -116,7 +118,8 @@ class PairHolder:
 
         try:
             options, use = for_load(target, draft, options)
-            pair = load_pair(target, draft, options, loader=self._loader, progress=staged)
+            plan = plan_load(target, draft, options)
+            pair = execute(plan, loader=self._loader, progress=staged)
             pair.preferred_drafter = use.drafter
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
@@ -128,7 +131,7 @@ class PairHolder:
                 self.status = LoadStatus(state=ERROR, message=message, target=names[0], draft=names[1])
             return message
         self.replace(pair)
-        self.history = self._history_store(target)
+        self.history = self._history_store(plan.target_info)
         self.pairing = use
         self._names = names
         self.status.step = len(steps)
@@ -179,14 +182,10 @@ class PairHolder:
         else:
             self._pair = pair
 
-    def _history_store(self, target: ModelConfig) -> HistoryStore | None:
+    def _history_store(self, target: GGUFInfo) -> HistoryStore | None:
         if not self.history_tokens:
             return None
-        try:
-            return HistoryStore.for_model(target.path, self.history_tokens)
-        except (TandemError, OSError):
-            # A target whose vocabulary cannot be read has no history to key; it runs without.
-            return None
+        return HistoryStore.for_model(target, self.history_tokens)
 
     def history_for(self, owner: str = LOCAL) -> History | None:
         """Owner's history of past requests, None when history is off."""
