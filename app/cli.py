@@ -20,6 +20,7 @@ from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
+from engine.llama.quiet import quiet_llama
 from engine.staleness import StaleDraftEvent, watch
 from loading.load import execute
 from loading.plan import plan_load
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    quiet_llama()
     try:
         return int(args.func(args) or 0)
     except TandemError as exc:

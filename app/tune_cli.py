@@ -99,7 +99,7 @@ def table_lines(results, cats: list[str]) -> list[str]:
 
 
 def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
-    from engine.llama_backend import default_threads
+    from engine.llama.backend import default_threads
     from engine.tools.tuning.decide import OVERALL, choose, row
     from models.tuned import PairingRecord
     from app.reports.machine import _cpu_model

@@ -47,7 +47,7 @@ def ui_access(args: argparse.Namespace) -> Access:
 
 def serve_app(holder, access: Access, api: bool) -> int:
     """Serve the page (and the API) over `holder` until Ctrl-C, then close the pair. The lines
-    below are printed while the models may still be loading (engine/llama_backend.py keeps the
+    below are printed while the models may still be loading (engine/llama/backend.py keeps the
     process's streams where they are)."""
     from app.serve.routes import api_router
     from app.serve.server import launch

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Callable
 
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.backend import Backend, ModelConfig
 from engine.drafters.early_exit import early_exit_drafter
 from engine.pair import DEFAULT_CHAIN_MIN, Pair
@@ -35,7 +35,7 @@ Progress = Callable[[ModelConfig], None]
 
 def _loader(loader: Loader | None, progress: Progress | None = None) -> Loader:
     # llama.cpp's by default, looked up at the call so a test may stand in for it.
-    chosen = loader or llama_backend.load
+    chosen = loader or llama.load
     if progress is None:
         return chosen
 

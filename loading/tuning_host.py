@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.backend import ModelConfig
 from engine.tools.benchmark.runner import HISTORY_CAP, cold_start
 from engine.tools.benchmark.suite import SuitePrompt
@@ -38,7 +38,7 @@ class PairHost(TuneHost):
         self.draft = draft
         self.max_tokens = max_tokens
         self.stop = stop
-        self.loader = loader or llama_backend.load
+        self.loader = loader or llama.load
         self._names: dict[Candidate, str] = {}
         # A history per candidate that reads one: the first run of every prompt so far.
         self._histories: dict[Candidate, HistoryIndex] = {}

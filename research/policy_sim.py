@@ -68,7 +68,7 @@ def _draft_backend(draft: Path, vocab: str):
     """The draft as the engine loads it by default (its Q4_0 copy), its vocabulary trimmed when
     `vocab` is "trim"."""
     from loading.derived.quantized import derive_quantized
-    from engine.llama_backend import LlamaBackend
+    from engine.llama.backend import LlamaBackend
     source = derive_quantized(draft, "q4_0")
     if vocab == "full":
         return LlamaBackend(ModelConfig(path=str(source), n_ctx=4096, n_threads=2))
@@ -99,7 +99,7 @@ def _draft_columns(recs: list[dict], vocab: str) -> dict:
 
 def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -> None:
     from engine.tools.benchmark.suite import load_suite
-    from engine.llama_backend import LlamaBackend
+    from engine.llama.backend import LlamaBackend
     from engine.pair import Pair
     from engine.sampling import top_probability
     from models.embedded import ensure

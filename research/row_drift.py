@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from engine.backend import ModelConfig
-from engine.llama_backend import LlamaBackend
+from engine.llama.backend import LlamaBackend
 from engine.sampling import SamplingParams, probabilities
 from engine.session import Session
 from models import embedded

@@ -301,7 +301,7 @@ def test_load_pair_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_
 
 @pytest.mark.real
 def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedded_paths):
-    from engine.llama_backend import load
+    from engine.llama.backend import load
 
     layers = default_layers(read_info(embedded_paths[0]).n_layer)
     path = derive_early_exit(embedded_paths[0], layers)

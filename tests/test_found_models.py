@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 
 from app.cli import main as cli_main
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from models import disk_pairs, found, other_stores
@@ -158,7 +158,7 @@ def test_generate_loads_found_models_by_name_where_they_lie(machine):
     before = files()
     configs: list[ModelConfig] = []
     try:
-        with mock.patch.object(llama_backend, "load", fake_load(configs)):
+        with mock.patch.object(llama, "load", fake_load(configs)):
             rc, out, err = run_cli(["generate", "--prompt", "hi", "--target", BIG, "--draft", "tiny",
                                     "--draft-quant", "off", "--max-tokens", "4", "--json"])
     finally:

@@ -13,7 +13,7 @@ import pytest
 
 from app import serve_cli
 from app.cli import build_parser, main as cli_main
-from engine import llama_backend
+from engine.llama import backend as llama
 from models import gguf_info
 from tests import tinygguf
 from tests.fakes import FakeBackend
@@ -48,7 +48,7 @@ def fake_load(config):
 @pytest.mark.parametrize("drafter", ["hybrid", "early-exit"])
 def test_generate_parses_each_header_once(headers, files, drafter):
     target, draft = files
-    with mock.patch.object(llama_backend, "load", fake_load), \
+    with mock.patch.object(llama, "load", fake_load), \
             contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         rc = cli_main(["generate", "--prompt", "hi", "--target", str(target), "--draft",
                        str(draft), "--drafter", drafter, "--max-tokens", "4", "--ctx", "256"])
@@ -68,7 +68,7 @@ def test_serve_parses_each_header_once(headers, files, monkeypatch):
     monkeypatch.setattr(serve_cli, "serve", serve)
     args = build_parser().parse_args(["serve", "--target", str(target), "--draft", str(draft),
                                       "--ctx", "256"])
-    with mock.patch.object(llama_backend, "load", fake_load), \
+    with mock.patch.object(llama, "load", fake_load), \
             contextlib.redirect_stdout(io.StringIO()):
         assert args.func(args) == 0
     assert served == [True]

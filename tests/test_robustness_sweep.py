@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app.cli import main as cli_main
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.generator import GenerationConfig
@@ -233,7 +233,7 @@ def test_cli_settings_and_inputs_end_in_an_answer_or_one_error_line(gguf_pair, a
     out, err = io.StringIO(), io.StringIO()
     # The CLI's load as it is (file, compatibility and budget checks on the tiny GGUFs), with
     # fake models in place of llama.cpp's.
-    with mock.patch.object(llama_backend, "load", fake_loader), \
+    with mock.patch.object(llama, "load", fake_loader), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = cli_main(argv)

@@ -14,7 +14,7 @@ from app.cli import main
 from engine.backend import ModelConfig
 from engine.events import DoneEvent, TokenEvent
 from engine.generator import GenerationConfig, generate
-from engine.llama_backend import load
+from engine.llama.backend import load
 from loading.load import load_pair
 from engine.rpc import WorkerError
 from engine.tools.exactness.greedy import check_near_tie

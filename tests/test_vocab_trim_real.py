@@ -9,7 +9,7 @@ from engine.backend import ModelConfig
 from engine.trimmed_backend import TrimmedBackend
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.llama_backend import load
+from engine.llama.backend import load
 from engine.control.policy import FixedGamma
 from engine.sampling import SamplingParams
 from loading.derived.embeddings import load_trimmed

@@ -9,7 +9,7 @@ from typing import Sequence
 import gguf
 import numpy as np
 
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.backend import F32
 from engine.trimmed_backend import EmbeddingBackend, Tokenizer, TrimmedBackend
 from engine.errors import ModelFileError
@@ -42,5 +42,5 @@ def load_trimmed(source: GGUFInfo, trimmed: str | Path, inner: EmbeddingBackend,
     """Wrap `inner` (the loaded trimmed file) with the embeddings and tokenizer of `source`
     (the untrimmed draft's header, read once by the load's plan)."""
     if vocab is None:
-        vocab = llama_backend.Vocabulary(source.path)
+        vocab = llama.Vocabulary(source.path)
     return TrimmedBackend(inner, kept_ids(trimmed), EmbeddingTable(source), vocab)

@@ -29,7 +29,7 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.errors import ModelFileError, SettingsError
 from loading.derived.files import derive
 from loading.derived.gguf_copy import DROP, kept, write_copy
@@ -115,7 +115,7 @@ def tag(rank_keep: int) -> str:
 
 
 def _llama_selection(source: Path, rank_keep: int) -> I32:
-    vocab = llama_backend.Vocabulary(source)
+    vocab = llama.Vocabulary(source)
     try:
         corpus = (t for f in corpus_files() for t in vocab.tokenize(f.read_bytes()))
         return select_tokens(vocab.n_vocab, vocab.piece, vocab.is_control, corpus, rank_keep)
