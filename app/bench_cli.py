@@ -257,9 +257,8 @@ def cmd_exactness(args: argparse.Namespace) -> int:
             def tick(label: str) -> None:
                 bar.set_description_str(label, refresh=False)
                 bar.update(1)
-            with pair.lock:
-                # Batches padded as every speculative generation pads them (engine/widths.py).
-                widths = pair.use_widths(name, args.gamma)
+            # Batches padded as every speculative generation pads them (engine/widths.py).
+            widths = pair.use_widths(name, args.gamma)
             report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts, tick=tick,
                                    policy=policy, widths=widths)
     finally:

@@ -71,7 +71,11 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     rounds.drafter.prefill(context)
     answer.prefilled()
     decision = None
-    while not answer.finish and (room := answer.room(len(context))) >= 0:
+    while not answer.finish:
+        room = answer.room(len(context))
+        if room < 0:
+            answer.end_at_length()
+            break
         result = run_round(rounds, context, room, stats.rounds)
         yield from answer.commit(result, context)
         stats.record_round(result.stats, max(result.stats.drafted, len(stats.drafted_at)))

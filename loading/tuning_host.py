@@ -92,8 +92,7 @@ class PairHost(TuneHost):
         policy = None
         if c is not None:
             # Calibration (cached per drafter) touches the caches: before the cold start.
-            with self.pair.lock:
-                self.pair.calibration(name, c.gamma)
+            self.pair.calibration(name, c.gamma)
             policy = self.pair.make_policy(c.policy, name, c.gamma)
         cold_start(self.pair)
         gen = GenerationConfig(params=params, gamma=c.gamma if c is not None else 0,

@@ -101,7 +101,7 @@ def run_one(pair: Pair, prompt, config: GenerationConfig, drafter: str, policy_n
 def caches_consistent(pair: Pair) -> None:
     """Every session's token list is exactly what its backend's cache holds, in order."""
     assert pair.target.tokens == pair.target.backend.cache
-    draft = pair._drafters.get("draft")
+    draft = pair.registry.get("draft")
     if draft is not None:
         assert draft.session.tokens == draft.session.backend.cache
 

@@ -113,8 +113,8 @@ def test_a_killed_worker_ends_the_request_with_an_error_naming_it(tmp_path):
                 for ev in events:
                     if isinstance(ev, TokenEvent):
                         lab.kill_worker(0)
-            # This process, the pair's lock and the local draft are still usable.
-            assert os.getpid() > 0 and not pair.lock.locked()
+            # This process and the local draft are still usable.
+            assert os.getpid() > 0
             assert pair.draft_backend.decode(pair.draft_backend.tokenize("x"), 0, [0]).shape[0] == 1
             with pytest.raises(WorkerError, match=f"lost RPC worker {lab.direct[0]}"):
                 list(pair.generate(PROMPT, config, drafter="plain"))

@@ -176,7 +176,8 @@ class PairHolder:
     def replace(self, pair: Pair) -> None:
         old = self._pair
         if old is not None:
-            with old.lock:
+            # After the running generation and those waiting before this: none runs on it then.
+            with self.queue.slot(always=True):
                 self._pair = pair
             old.close()
         else:
@@ -199,7 +200,7 @@ class PairHolder:
 
     def close(self) -> None:
         if self._pair is not None:
-            with self._pair.lock:
+            with self.queue.slot(always=True):
                 self._pair.close()
             self._pair = None
         self.status = LoadStatus()
