@@ -17,7 +17,8 @@ from engine.events import Event, RoundEvent
 from engine.limits import check_prompt_fits
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.round import NoDrafter, Rounds, VerifyRule, run_round
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import GenerationStats
 

@@ -31,7 +31,7 @@ from engine.tools.benchmark.suite import load_suite  # noqa: E402
 from loading.derived.quantized import derive_quantized  # noqa: E402
 from engine.llama.backend import LlamaBackend  # noqa: E402
 from engine.pair import Pair  # noqa: E402
-from engine.sampling import top_probability  # noqa: E402
+from engine.confidence import top_probability  # noqa: E402
 from models.embedded import ensure  # noqa: E402
 
 TEXT = "Write a Python function that parses a CSV file and returns a list of dicts. " * 8

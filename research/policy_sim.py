@@ -83,7 +83,7 @@ def _draft_backend(draft: Path, vocab: str):
 def _draft_columns(recs: list[dict], vocab: str) -> dict:
     """Teacher-force the draft over each record's text: its greedy token and untempered top
     probability at every position, and its batch costs."""
-    from engine.sampling import top_probability
+    from engine.confidence import top_probability
     from models.embedded import ensure
     db = _draft_backend(ensure()[1], vocab)
     for r in recs:
@@ -101,7 +101,7 @@ def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -
     from engine.tools.benchmark.suite import load_suite
     from engine.llama.backend import LlamaBackend
     from engine.pair import Pair
-    from engine.sampling import top_probability
+    from engine.confidence import top_probability
     from models.embedded import ensure
 
     target, _ = ensure()

@@ -20,7 +20,8 @@ import numpy as np
 
 from engine.backend import ModelConfig
 from engine.llama.backend import LlamaBackend
-from engine.sampling import SamplingParams, probabilities
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 from models import embedded
 

@@ -19,7 +19,9 @@ from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.pair import Pair
 from engine.control.registry import make_policy
-from engine.sampling import Rng, SamplingParams, probabilities
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 from loading.derived.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
                                         derive_early_exit)

@@ -22,7 +22,8 @@ from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.sampling import SamplingParams, probabilities
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from tests.exact_law import TableFake, VirtualClock
 from tests.old_shortcuts import OldTrim
 

@@ -11,7 +11,8 @@ from engine.backend import ModelConfig
 from engine.errors import ModelFileError, SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from loading.derived.files import file_sha256
 from loading.derived.quantized import bits_per_weight, derive_quantized, resolve
 from models.gguf_info import read_info

@@ -18,7 +18,8 @@ from engine.llama.backend import load
 from loading.load import load_pair
 from engine.rpc import WorkerError
 from engine.tools.exactness.greedy import check_near_tie
-from engine.sampling import SamplingParams, probabilities
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 from models.rpc_server import WorkerBuildError, find_rpc_server
 from tests.realmodels import embedded_pair
