@@ -16,7 +16,8 @@ import gguf
 
 from engine.errors import ModelFileError
 
-_SCALARS: dict[int, str] = {
+# struct formats of GGUF's scalar value types (also used to write them, loading/derived/gguf_copy.py).
+SCALARS: dict[int, str] = {
     gguf.GGUFValueType.UINT8: "<B", gguf.GGUFValueType.INT8: "<b",
     gguf.GGUFValueType.UINT16: "<H", gguf.GGUFValueType.INT16: "<h",
     gguf.GGUFValueType.UINT32: "<I", gguf.GGUFValueType.INT32: "<i",
@@ -119,8 +120,8 @@ class _Cursor:
     def value(self, vtype: int, key: str) -> Any:
         if vtype == gguf.GGUFValueType.STRING:
             return self.string()
-        if vtype in _SCALARS:
-            return self.take(_SCALARS[vtype])
+        if vtype in SCALARS:
+            return self.take(SCALARS[vtype])
         if vtype == gguf.GGUFValueType.ARRAY:
             itype = self.take("<I")
             n = self.take("<Q")
@@ -129,8 +130,8 @@ class _Cursor:
                 return n
             if itype == gguf.GGUFValueType.STRING:
                 return [self.string() for _ in range(n)]
-            if itype in _SCALARS:
-                fmt = _SCALARS[itype]
+            if itype in SCALARS:
+                fmt = SCALARS[itype]
                 size = struct.calcsize(fmt)
                 if self.pos + size * n > len(self.data):
                     raise _Truncated
@@ -146,8 +147,8 @@ class _Cursor:
                 self.pos += 8 + self.take("<Q")
             if self.pos > len(self.data):
                 raise _Truncated
-        elif itype in _SCALARS:
-            self.pos += struct.calcsize(_SCALARS[itype]) * n
+        elif itype in SCALARS:
+            self.pos += struct.calcsize(SCALARS[itype]) * n
         else:
             for _ in range(n):
                 self.value(itype, "")

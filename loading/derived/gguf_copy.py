@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 
 from models.gguf_file import GGUFFile
-from models.gguf_info import TensorInfo
+from models.gguf_info import SCALARS, TensorInfo
 
 # A value in `changed`: leave this key out of the copy.
 DROP = object()
@@ -21,15 +21,6 @@ DROP = object()
 Added = tuple[str, Any, gguf.GGUFValueType, "gguf.GGUFValueType | None"]
 # (source tensor, its shape in the copy, its stored bytes in the copy)
 Tensor = tuple[TensorInfo, tuple[int, ...], np.ndarray]
-
-_SCALARS: dict[int, str] = {
-    gguf.GGUFValueType.UINT8: "<B", gguf.GGUFValueType.INT8: "<b",
-    gguf.GGUFValueType.UINT16: "<H", gguf.GGUFValueType.INT16: "<h",
-    gguf.GGUFValueType.UINT32: "<I", gguf.GGUFValueType.INT32: "<i",
-    gguf.GGUFValueType.FLOAT32: "<f", gguf.GGUFValueType.BOOL: "<?",
-    gguf.GGUFValueType.UINT64: "<Q", gguf.GGUFValueType.INT64: "<q",
-    gguf.GGUFValueType.FLOAT64: "<d",
-}
 
 
 def kept(t: TensorInfo, source: GGUFFile) -> Tensor:
@@ -49,10 +40,10 @@ def _value(vtype: int, value: Any, itype: int | None = None) -> bytes:
         assert itype is not None
         items = list(value)
         head = struct.pack("<IQ", itype, len(items))
-        if itype in _SCALARS:
-            return head + struct.pack("<" + _SCALARS[itype][1] * len(items), *items)
+        if itype in SCALARS:
+            return head + struct.pack("<" + SCALARS[itype][1] * len(items), *items)
         return head + b"".join(_value(itype, v) for v in items)
-    return struct.pack(_SCALARS[vtype], value)
+    return struct.pack(SCALARS[vtype], value)
 
 
 def _entry(key: str, vtype: int, value: Any, itype: int | None = None) -> bytes:
