@@ -91,4 +91,6 @@ def main(n_contexts: int) -> None:
 
 
 if __name__ == "__main__":
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     main(int(sys.argv[1]) if len(sys.argv) > 1 else len(TEXTS))

@@ -143,4 +143,6 @@ def write(out: Path, runs: list[dict], rtts: list[float]) -> None:
 
 
 if __name__ == "__main__":
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     sys.exit(main())
