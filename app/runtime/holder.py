@@ -4,8 +4,8 @@ shown in the page when loading fails.
 
 Loading runs in a thread so the page comes up at once and shows progress instead of a browser
 spinner; a failed load leaves the holder in the "error" state with the one-line reason, which
-every tab shows instead of going dead. Swapping takes the old pair's lock first, so a pair is
-never closed under a running generation.
+every tab shows instead of going dead. Swapping (and closing) takes a turn in the generation
+queue first, never refused, so a pair is never closed under a running generation.
 """
 from __future__ import annotations
 
