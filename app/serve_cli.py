@@ -18,7 +18,8 @@ from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
                           history_store, load_options, model_configs, print_plan)
 from engine.errors import SettingsError
-from loading.load import load_pair
+from loading.load import execute
+from loading.plan import plan_load
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -42,14 +43,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(line, flush=True)
     options = (load_options(args, [use.drafter], early_exit_layers=args.early_exit_layers)
                if use.applied else load_options(args))
-    plans = []
-    pair = load_pair(tcfg, dcfg, options, announce=lambda p: (plans.append(p), print_plan(p)),
-                     **draft_stops(args))
+    plan = plan_load(tcfg, dcfg, options)
+    print_plan(plan)
+    pair = execute(plan, **draft_stops(args))
     pair.preferred_drafter = use.drafter
     holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
                         else args.history_tokens)
-    holder.offload = plans[0].offload
-    holder.history = history_store(args, tcfg)
+    holder.offload = plan.offload
+    holder.history = history_store(args, plan.target_info)
     return serve(holder, access)
 
 

@@ -20,7 +20,8 @@ from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.history import HistoryStore
 from loading.plan import LoadPlan
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
-from models import embedded, stores
+from models import embedded, other_stores
+from models.gguf_info import GGUFInfo
 from models.cli import add_models_dir_arg
 from models.offload import gpu_layers
 
@@ -116,11 +117,12 @@ def add_history_args(g) -> None:
                    f"used first out (default {HISTORY_TOKENS:,})")
 
 
-def history_store(args: argparse.Namespace, target: ModelConfig) -> HistoryStore | None:
-    """The history store for `target`'s vocabulary (add_history_args), None with --no-history."""
+def history_store(args: argparse.Namespace, target: GGUFInfo) -> HistoryStore | None:
+    """The history store for the vocabulary of `target` (its header, read by the load's plan;
+    add_history_args), None with --no-history."""
     if args.no_history:
         return None
-    return HistoryStore.for_model(target.path, args.history_tokens)
+    return HistoryStore.for_model(target, args.history_tokens)
 
 
 def add_draft_stop_args(g) -> None:
@@ -179,7 +181,7 @@ def model_configs(args: argparse.Namespace,
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
-    target, target_name = (stores.resolve(args.target, args.models_dir) if args.target
+    target, target_name = (other_stores.resolve(args.target, args.models_dir) if args.target
                            else (embedded_target, ""))
     tcfg = ModelConfig(path=str(target), n_ctx=args.ctx, n_threads=args.threads,
                        n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
@@ -188,7 +190,7 @@ def model_configs(args: argparse.Namespace,
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
-    draft, draft_name = (stores.resolve(draft_arg, args.models_dir) if draft_arg is not None
+    draft, draft_name = (other_stores.resolve(draft_arg, args.models_dir) if draft_arg is not None
                          else (embedded_draft, ""))
     return tcfg, ModelConfig(path=str(draft), n_ctx=args.ctx, n_threads=args.threads,
                              n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,

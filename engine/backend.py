@@ -1,4 +1,4 @@
-"""The small interface every model backend offers; only `llama_backend` talks to llama.cpp.
+"""The small interface every model backend offers; only engine/llama/ talks to llama.cpp.
 
 A backend is one model with one KV cache (one sequence). It knows nothing of positions beyond
 what it is told: the `Session` that owns it decides where tokens go and when to roll back.

@@ -3,7 +3,7 @@
 llama.cpp does not report a bad setting or an oversized batch as an error: it aborts the process
 (`GGML_ASSERT(n_tokens_all <= cparams.n_batch)` took down `tandem generate --ctx 16`). So every
 setting is checked here before a model loads, and every decode is checked against the context's
-real limits before the call (engine/llama_backend.py, engine/session.py).
+real limits before the call (engine/llama/backend.py, engine/session.py).
 """
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ from tqdm import tqdm
 
 from engine.errors import HubError, ModelFileError, SettingsError
 from models import (budget, catalog, compat, disk_pairs, embedded, found, hub, machine, offload,
-                    registry, stores)
+                    other_stores, registry)
 from models.found import size_text
-from models.store import store_dir
+from models.tandem_store import store_dir
 
 PAIRS_CTX = 4096
 
@@ -158,9 +158,9 @@ def resolve_model(spec: str, role: str, models_dirs: Sequence[str] = ()) -> Path
     p = Path(spec).expanduser()
     if p.is_file():
         return p
-    on_disk = stores.find(spec, models_dirs)
+    on_disk = other_stores.find(spec, models_dirs)
     if on_disk is not None:
-        return stores.usable_path(on_disk)
+        return other_stores.usable_path(on_disk)
     if spec.endswith(".gguf") and ":" not in spec:
         return p
     pair = next((x for x in catalog.load_catalog() if x.id == spec), None)

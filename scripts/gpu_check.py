@@ -6,7 +6,7 @@ files) measures a real pair's shapes: Qwen2.5-7B (28 blocks, 3584 wide, 18,944 F
 4 KV heads) as the target and Qwen2.5-0.5B (24 blocks, 896 wide, tied embeddings) as its draft,
 one byte-level BPE tokenizer of 151,936 tokens for both. Each is written as F16, streamed
 tensor by tensor (a 7B is 15 GB: never all in memory), then Q4_K_M-quantized by llama.cpp's
-own quantizer (engine/llama_backend.py `quantize`). `--tiny` writes a pair of the same family
+own quantizer (engine/llama/quantize.py). `--tiny` writes a pair of the same family
 small enough for a CPU test. Values come from one seeded pool of normals, cycled per tensor.
 
     python scripts/gpu_check.py write OUT_DIR [--tiny] [--threads N]
@@ -27,7 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.llama_backend import quantize  # noqa: E402  (after the repository is on the path)
+from engine.llama.quantize import quantize  # noqa: E402  (after the repository is on the path)
+from engine.llama.quiet import quiet_llama  # noqa: E402
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
             "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("files", nargs="*", metavar="KEY=FILE")
     r.set_defaults(func=cmd_report)
     args = p.parse_args(argv)
+    quiet_llama()
     return int(args.func(args))
 
 

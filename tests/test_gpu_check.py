@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.backend import ModelConfig
-from engine.llama_backend import LlamaBackend, quantize
+from engine.llama.backend import LlamaBackend
+from engine.llama.quantize import quantize
 from models.gguf_info import read_info
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import pytest
 from app.cli import main as cli_main
 from app.runtime.holder import PairHolder
 from app.ui import status_banner, wizard
-from engine import llama_backend
+from engine.llama import backend as llama_backend
 
 from engine.backend import ModelConfig
 from loading.options import LoadOptions

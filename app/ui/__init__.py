@@ -2,9 +2,9 @@
 
 `build_app(holder)` builds the Blocks without launching; `page_mounter` hands app/serve/server.py
 `launch(...)` what puts it on its app, behind the same guard as the API.
-Every generation shares one queue slot (concurrency id "generation", limit 1), so a second
-user waits in the queue instead of competing for the cores; `pair.lock` guards the llama.cpp
-contexts underneath in any case.
+Every generation takes its turn in the holder's queue (app/runtime/queue.py, shared with the
+API), so a second user waits there instead of competing for the cores; Gradio does not limit
+those events itself.
 """
 from __future__ import annotations
 

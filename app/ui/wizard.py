@@ -24,8 +24,9 @@ from engine.backend import ModelConfig
 from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
 from loading import devices, load as loading
-from models import budget, catalog, compat, disk_pairs, found, hub, machine, offload, stores
-from models.store import store_dir
+from models import (budget, catalog, compat, disk_pairs, found, hub, machine, offload,
+                    other_stores)
+from models.tandem_store import store_dir
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -40,11 +41,11 @@ class ModelChoice:
     def label(self) -> str:
         return f"{self.repo}/{self.file}" if self.repo else self.file
 
-    def located(self) -> stores.Located | None:
+    def located(self) -> other_stores.Located | None:
         """The model found on this machine that this choice names (not a path nor a hub file)."""
         if not self.file or self.repo or Path(self.file).expanduser().is_file():
             return None
-        item = stores.find(self.file)
+        item = other_stores.find(self.file)
         return item if item is not None and not item.problem else None
 
     def found_name(self) -> str:

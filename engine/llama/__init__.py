@@ -1,1 +1,1 @@
-"""llama.cpp through llama-cpp-python: the one package of Tandem that imports `llama_cpp`."""
+"""llama.cpp through llama-cpp-python's low-level API: the only package that imports `llama_cpp`."""
