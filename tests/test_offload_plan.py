@@ -132,12 +132,13 @@ def test_a_long_context_lets_the_kv_cache_decide():
     # attention on the GPU no score matrix grows with it).
     s = short.placement("target")
     assert long_r.target.weights_gpu < short_r.target.weights_gpu
-    assert t.kv * s.placed == 8 * s.kv * t.placed and t.compute < 64 << 20
+    assert t.kv * s.placed == 8 * s.kv * t.placed and t.compute == s.compute
 
 
 def test_a_number_given_is_never_changed():
     report, plan = plan_pair(Q7B, Q05B, card(24), gpu_layers=10)
-    assert report.target.gpu_layers == 10 and plan.placement("target").placed == 10
+    # llama.cpp's -ngl 10: the output matrix and nine blocks.
+    assert report.target.gpu_layers == 10 and plan.placement("target").placed == 9
     assert whole(plan.placement("draft"), Q05B)
     report, _ = plan_pair(Q7B, Q05B, card(6), draft_gpu_layers=0)
     assert report.draft.gpu_layers == 0 and report.target.gpu_layers > 0
