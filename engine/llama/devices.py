@@ -17,11 +17,16 @@ import llama_cpp
 
 # enum ggml_backend_dev_type (ggml-backend.h), by value.
 DEVICE_TYPES = ("cpu", "gpu", "igpu", "accel", "meta")
+# The Metal backend's registry name (ggml-metal.cpp GGML_METAL_NAME). Its device says "gpu", not
+# "igpu", though on Apple Silicon it draws on the host's memory.
+METAL = "MTL"
 
 
 class _Caps(ctypes.Structure):
+    """struct ggml_backend_dev_caps (five bools in the ggml of llama-cpp-python 0.3.36)."""
     _fields_ = [("async_", ctypes.c_bool), ("host_buffer", ctypes.c_bool),
-                ("buffer_from_host_ptr", ctypes.c_bool), ("events", ctypes.c_bool)]
+                ("buffer_from_host_ptr", ctypes.c_bool), ("events", ctypes.c_bool),
+                ("mmap_support", ctypes.c_bool)]
 
 
 class _Props(ctypes.Structure):
@@ -35,13 +40,19 @@ class _Props(ctypes.Structure):
 class Device:
     """One device of llama.cpp's registry: `kind` is "gpu" (dedicated memory), "igpu" (an
     integrated GPU in host memory), "cpu" or "accel"; `backend` its registry's name ("CUDA",
-    "Metal", "Vulkan", "RPC", ...)."""
+    "MTL" (Metal), "Vulkan", "RPC", ...)."""
     name: str
     description: str
     kind: str
     backend: str
     free: int
     total: int
+
+    @property
+    def unified(self) -> bool:
+        """Whether it draws on the host's memory: an integrated GPU, or Metal (Apple Silicon;
+        its free memory is recommendedMaxWorkingSetSize less what is allocated)."""
+        return self.kind == "igpu" or self.backend == METAL
 
 
 def _lib() -> ctypes.CDLL:
@@ -85,7 +96,7 @@ def devices() -> list[Device]:
 
 def backends() -> list[str]:
     """The backends this llama.cpp was built with, by their registry names ("CPU", "CUDA",
-    "Metal", "Vulkan", "RPC", "BLAS", ...)."""
+    "MTL" (Metal), "Vulkan", "RPC", "BLAS", ...)."""
     lib = _lib()
     return [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
             for i in range(lib.ggml_backend_reg_count())]

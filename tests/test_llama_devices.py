@@ -1,0 +1,70 @@
+"""ggml's device registry read through ctypes (engine/llama/devices.py) checked against the
+library itself: the struct ggml_backend_dev_props this ctypes layout describes must be the one
+the library fills, or a GPU build reads its memory from the wrong bytes. The CPU device is in
+every build, so the check runs here; each field is compared with its own accessor."""
+from __future__ import annotations
+
+import ctypes
+
+from engine.llama import devices
+
+
+def _cpu_device(lib: ctypes.CDLL) -> int:
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        props = devices._Props()
+        lib.ggml_backend_dev_get_props(dev, ctypes.byref(props))
+        if props.type == devices.DEVICE_TYPES.index("cpu"):
+            return dev
+    raise AssertionError("llama.cpp's registry has no CPU device")
+
+
+def test_props_are_exactly_the_size_the_library_fills():
+    # ggml_backend_dev_get_props first zeroes sizeof(struct ggml_backend_dev_props) bytes: in a
+    # buffer filled with a marker, exactly ctypes' size must be cleared, the bytes after kept.
+    lib = devices._lib()
+    size = ctypes.sizeof(devices._Props)
+    buf = (ctypes.c_ubyte * (size + 16))(*([0xAB] * (size + 16)))
+    lib.ggml_backend_dev_get_props(_cpu_device(lib), ctypes.cast(buf, ctypes.POINTER(devices._Props)))
+    assert 0xAB not in bytes(buf)[:size] and set(bytes(buf)[size:]) == {0xAB}
+
+
+def test_each_field_matches_its_accessor():
+    lib = devices._lib()
+    dev = _cpu_device(lib)
+    sz = ctypes.c_size_t
+    lib.ggml_backend_dev_name.argtypes = lib.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_name.restype = lib.ggml_backend_dev_description.restype = ctypes.c_char_p
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(sz), ctypes.POINTER(sz)]
+    lib.ggml_backend_dev_memory.restype = None
+    props = devices._Props()
+    lib.ggml_backend_dev_get_props(dev, ctypes.byref(props))
+    free, total = sz(), sz()
+    lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    assert props.name == lib.ggml_backend_dev_name(dev) == b"CPU"
+    assert props.description == lib.ggml_backend_dev_description(dev)
+    assert props.type == lib.ggml_backend_dev_type(dev) == 0
+    # Free memory moves between two calls; the total does not.
+    assert props.memory_total == total.value > 0 and 0 < props.memory_free <= total.value
+    # The CPU backend's capabilities (ggml-cpu.cpp): buffers from host pointers and mmap only.
+    caps = props.caps
+    assert (caps.async_, caps.host_buffer, caps.buffer_from_host_ptr, caps.events,
+            caps.mmap_support) == (False, False, True, False, True)
+
+
+def test_the_registry_lists_the_cpu_once_and_gpus_only_of_gpu_backends():
+    found = devices.devices()
+    assert [d.kind for d in found if d.backend == "CPU"] == ["cpu"]
+    # A CPU-only build (this venv's) has neither; a GPU build names its GPUs' backends.
+    assert {d.backend for d in devices.gpus()} <= set(devices.gpu_backends())
+    assert all(d.kind in ("gpu", "igpu") for d in devices.gpus())
+
+
+def test_metal_and_integrated_gpus_share_the_hosts_memory():
+    # Metal's device reports type GPU, not IGPU; its registry is named "MTL".
+    metal = devices.Device("MTL0", "Apple M2", "gpu", "MTL", 12 << 30, 12 << 30)
+    card = devices.Device("CUDA0", "NVIDIA H200", "gpu", "CUDA", 140 << 30, 141 << 30)
+    igpu = devices.Device("Vulkan0", "Intel Arc", "igpu", "Vulkan", 8 << 30, 16 << 30)
+    assert metal.unified and igpu.unified and not card.unified
