@@ -68,3 +68,20 @@ def test_metal_and_integrated_gpus_share_the_hosts_memory():
     card = devices.Device("CUDA0", "NVIDIA H200", "gpu", "CUDA", 140 << 30, 141 << 30)
     igpu = devices.Device("Vulkan0", "Intel Arc", "igpu", "Vulkan", 8 << 30, 16 << 30)
     assert metal.unified and igpu.unified and not card.unified
+
+
+def test_the_gpus_a_load_uses_are_chosen_as_llama_cpp_chooses_them():
+    cuda = devices.Device("CUDA0", "RTX 4090", "gpu", "CUDA", 22 << 30, 24 << 30, "0000:01:00.0")
+    # The same card through the Vulkan backend of a build with both, and a laptop's iGPU.
+    same = devices.Device("Vulkan0", "RTX 4090", "gpu", "Vulkan", 22 << 30, 24 << 30, "0000:01:00.0")
+    igpu = devices.Device("Vulkan1", "Radeon 780M", "igpu", "Vulkan", 30 << 30, 60 << 30, "0000:c1:00.0")
+    rpc = devices.Device("RPC[10.0.0.2:50052]", "", "gpu", "RPC", 8 << 30, 8 << 30)
+    cpu = devices.Device("CPU", "AMD", "cpu", "CPU", 60 << 30, 64 << 30)
+    assert devices.offload_targets([cpu, rpc, cuda, same, igpu]) == [cuda]
+    # Two cards without ids are both used.
+    other = devices.Device("CUDA1", "RTX 4090", "gpu", "CUDA", 22 << 30, 24 << 30)
+    assert devices.offload_targets([cuda, other]) == [cuda, other]
+    # An iGPU alone is used; one backend's iGPUs only (one chip seen by two backends).
+    sycl = devices.Device("SYCL0", "Radeon 780M", "igpu", "SYCL", 30 << 30, 60 << 30)
+    assert devices.offload_targets([cpu, igpu, sycl]) == [igpu]
+    assert devices.offload_targets([cpu, rpc]) == []

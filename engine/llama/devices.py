@@ -47,6 +47,8 @@ class Device:
     backend: str
     free: int
     total: int
+    # The PCI bus id where the backend knows it ("" if not): one card seen by two backends.
+    device_id: str = ""
 
     @property
     def unified(self) -> bool:
@@ -90,7 +92,7 @@ def devices() -> list[Device]:
         kind = DEVICE_TYPES[props.type] if 0 <= props.type < len(DEVICE_TYPES) else "other"
         out.append(Device(_text(props.name), _text(props.description), kind,
                           _text(lib.ggml_backend_reg_name(reg)) if reg else "",
-                          int(props.memory_free), int(props.memory_total)))
+                          int(props.memory_free), int(props.memory_total), _text(props.device_id)))
     return out
 
 
@@ -114,4 +116,20 @@ def gpu_backends() -> list[str]:
 
 def gpus() -> list[Device]:
     """The devices llama.cpp offloads layers to (GPUs, integrated or not), RPC workers left out."""
-    return [d for d in devices() if d.kind in ("gpu", "igpu") and d.backend not in HOST_BACKENDS]
+    return offload_targets(devices())
+
+
+def offload_targets(found: list[Device]) -> list[Device]:
+    """The GPUs of `found` a load uses, chosen as llama.cpp chooses them (llama.cpp
+    llama_model_load): each dedicated GPU once (a card two backends see shares its device id),
+    RPC workers left out; integrated GPUs only where there is no dedicated one, and only those
+    of the first one's backend."""
+    cards: list[Device] = []
+    for d in found:
+        if d.kind == "gpu" and d.backend not in HOST_BACKENDS and not (
+                d.device_id and any(c.device_id == d.device_id for c in cards)):
+            cards.append(d)
+    if cards:
+        return cards
+    igpus = [d for d in found if d.kind == "igpu" and d.backend not in HOST_BACKENDS]
+    return [d for d in igpus if d.backend == igpus[0].backend]
