@@ -273,3 +273,40 @@ def test_the_models_tab_shows_the_plan_before_loading(tiny_pair, monkeypatch):
     html, ok = wizard._fit_html(wizard.ModelChoice("", tiny_pair[0]),
                                 wizard.ModelChoice("", tiny_pair[1]), 256)
     assert ok and "tandem-offload-plan" in html and "target 8/8 layers on Test GPU 3 GiB" in html
+
+
+def test_a_pair_on_the_gpu_is_released_before_the_next_plan_reads_free_memory(tiny_pair, monkeypatch):
+    # The registry reports what the loaded pair left free: planned beside it, the next pair
+    # would get only that. So the holder closes a pair with GPU layers before planning; a pair
+    # on the CPU stays in service until the new one is up (and after a failed load).
+    vocab_pair = [tinygguf.write(Path(tiny_pair[0]).parent / f"{r}.gguf",
+                                 tokens=tinygguf.vocab(64)) for r in ("t4", "d4")]
+    events: list[str] = []
+
+    class Tracked(FakeBackend):
+        def close(self) -> None:
+            events.append("closed")
+            super().close()
+
+    def loader(config: ModelConfig) -> FakeBackend:
+        events.append("loaded")
+        return Tracked(eog=59)
+
+    def detect() -> Machine:
+        events.append("planned")
+        return card(8)
+
+    monkeypatch.setattr("loading.devices.detect", detect)
+    holder = PairHolder(loader=loader, history_tokens=None)
+    configs = (ModelConfig(str(vocab_pair[0]), n_ctx=256), ModelConfig(str(vocab_pair[1]), n_ctx=256))
+    assert holder.load(*configs) is None and holder.offload is not None and holder.offload.used
+    events.clear()
+    assert holder.load(*configs) is None
+    assert events[:3] == ["closed", "closed", "planned"] and events.count("loaded") == 2
+    # On the CPU the old pair is kept until the new one is up.
+    monkeypatch.setattr("loading.devices.detect", lambda: (events.append("planned"), NO_GPU)[1])
+    holder.load(*configs)
+    events.clear()
+    assert holder.load(*configs) is None
+    assert events[0] == "planned" and events[-2:] == ["closed", "closed"]
+    holder.close()
