@@ -59,12 +59,17 @@ class Layout:
     sliding_window: int | None = None
     n_swa_layers: int = 0
     quant: str = "?"
+    # A model without output.weight (tied embeddings) computes its logits with the token
+    # embeddings, which llama.cpp also loads on the output's device (TENSOR_DUPLICATED): a
+    # second copy there, while the first stays with the input on the CPU.
+    output_copy_bytes: int = 0
 
     @classmethod
     def from_info(cls, info: GGUFInfo) -> "Layout":
         layer = [0] * info.n_layer
         repack = [0] * info.n_layer
-        output = output_repack = other = 0
+        output = output_repack = other = embd = 0
+        tied = not any(t.name.startswith("output.weight") for t in info.tensors)
         for t in info.tensors:
             packs = t.type_name in REPACKED_TYPES and len(t.shape) == 2 and not t.name.startswith("token_embd")
             m = _BLOCK.match(t.name)
@@ -77,13 +82,14 @@ class Layout:
                 output_repack += t.n_bytes if packs else 0
             else:
                 other += t.n_bytes
+                embd += t.n_bytes if t.name.startswith("token_embd.weight") else 0
         n_swa = 0
         if info.sliding_window:
             # Gemma 2 alternates local/global layers; Gemma 3 has one global layer in six.
             n_swa = info.n_layer - info.n_layer // 6 if info.architecture.startswith("gemma3") else info.n_layer // 2
         return cls(info.path.name, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.head_dim_k,
                    info.head_dim_v, info.n_vocab, tuple(layer), tuple(repack), output, output_repack, other,
-                   info.sliding_window, n_swa, info.file_type)
+                   info.sliding_window, n_swa, info.file_type, embd if tied else 0)
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,7 @@ def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16
     on_gpu = range(n - g, n)
     w_gpu = sum(layout.layer_bytes[i] for i in on_gpu) + (layout.output_bytes if output_on_gpu else 0)
     w_cpu = sum(layout.layer_bytes) + layout.output_bytes + layout.other_bytes - w_gpu
+    w_gpu += layout.output_copy_bytes if output_on_gpu else 0
     rp = 0
     if repack:
         rp = sum(layout.layer_repack_bytes[: n - g]) + (0 if output_on_gpu else layout.output_repack_bytes)
@@ -426,7 +433,8 @@ def worker_split(target: ModelLike, workers: Sequence[WorkerMemory], *, n_ctx: i
     for i, w in enumerate(workers):
         mine = [il for il in range(n + 1) if owner[il] == i]
         blocks = [il for il in mine if il < n]
-        weights = sum(lt.layer_bytes[il] for il in blocks) + (lt.output_bytes if n in mine else 0)
+        weights = sum(lt.layer_bytes[il] for il in blocks) + (
+            lt.output_bytes + lt.output_copy_bytes if n in mine else 0)
         compute = max(attention if blocks else 0, logits if n in mine else 0)
         out.append(WorkerShare(w.endpoint, w.free, mine[0] if mine else 0,
                                mine[-1] + 1 if mine else 0, n, weights,

@@ -46,8 +46,11 @@ def test_gpu_layers_move_weights_and_kv(pair):
     full = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=99)
     assert cpu.weights_gpu == 0 and cpu.kv_gpu == 0
     assert half.kv_gpu == half.kv_cpu == cpu.kv_cpu // 2
-    assert half.weights_gpu == 4 * 64 * 64 * 4 + lay.output_bytes
-    assert half.weights_cpu + half.weights_gpu == cpu.weights_cpu
+    # Tied embeddings (no output.weight): the output matrix is a copy of them on the GPU.
+    out = lay.output_bytes + lay.output_copy_bytes
+    assert lay.output_bytes == 0 and lay.output_copy_bytes > 0
+    assert half.weights_gpu == 4 * 64 * 64 * 4 + out
+    assert half.weights_cpu + half.weights_gpu == cpu.weights_cpu + lay.output_copy_bytes
     assert full.kv_cpu == 0 and full.compute_gpu > 0 and full.compute_cpu < cpu.compute_cpu
 
 
@@ -58,7 +61,7 @@ def test_gpu_layers_count_the_output_matrix_first(pair):
     lay = Layout.from_info(read_info(pair[0]))
     n = lay.n_layer
     one = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=1)
-    assert one.weights_gpu == lay.output_bytes and one.kv_gpu == 0
+    assert one.weights_gpu == lay.output_bytes + lay.output_copy_bytes and one.kv_gpu == 0
     most = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=n)
     every = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=n + 1)
     assert most.weights_gpu == every.weights_gpu - lay.layer_bytes[0]

@@ -76,8 +76,10 @@ def worker():
         proc.wait(timeout=10)
 
 
-def test_ngl_places_the_output_matrix_first_as_the_budget_counts(tmp_path, worker):
-    f16 = gpu_check.write_model(tmp_path / "t.f16.gguf", gpu_check.TINY["target"], "tiny")
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_ngl_places_the_output_matrix_first_as_the_budget_counts(tmp_path, worker, role):
+    # The tiny draft has tied embeddings: its output matrix is a copy of the token embeddings.
+    f16 = gpu_check.write_model(tmp_path / "t.f16.gguf", gpu_check.TINY[role], "tiny")
     path = tmp_path / "t.Q4_K_M.gguf"
     quantize(f16, path, "q4_k", threads=1, pure=False)
     layout = Layout.from_info(read_info(path))
@@ -95,4 +97,5 @@ def test_ngl_places_the_output_matrix_first_as_the_budget_counts(tmp_path, worke
         assert abs(on_worker.get("KV", 0.0) - est.kv_gpu / MIB) < 0.006, (g, log)
     # -ngl 1 is the output matrix alone: the count the old reading (blocks first) got wrong.
     one = estimate_model(layout, role="target", n_ctx=256, gpu_layers=1)
-    assert one.weights_gpu == layout.output_bytes and one.kv_gpu == 0
+    assert one.weights_gpu == layout.output_bytes + layout.output_copy_bytes > 0
+    assert one.kv_gpu == 0 and (layout.output_copy_bytes > 0) == (role == "draft")
