@@ -17,6 +17,7 @@ from engine import llama_backend
 
 from engine.backend import ModelConfig
 from loading.options import LoadOptions
+from loading.load import execute
 from loading.plan import plan_load
 from models.budget import Layout
 from models.machine import GPU_MARGIN, Machine, parse_size, physical_cores, what_if
@@ -209,6 +210,27 @@ def test_the_early_exit_drafter_gets_the_room_left(tiny_pair):
     assert given.early_exit_gpu_layers == 2
     cpu = plan_load(ModelConfig(t, n_ctx=256), None, options, machine=NO_GPU)
     assert cpu.early_exit_gpu_layers == 0
+
+
+def test_every_model_loads_with_the_gpu_layers_its_plan_gave(tiny_pair, tmp_path, monkeypatch):
+    # Target, draft and the early-exit drafter (derived from the target) each reach the
+    # loader, which hands them to llama.cpp, with the count the plan placed.
+    monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
+    t, d = tiny_pair
+    options = LoadOptions(early_exit=True, check_budget=False)
+    plan = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256), options,
+                     machine=card(8))
+    loaded: list[ModelConfig] = []
+
+    def loader(config: ModelConfig) -> FakeBackend:
+        loaded.append(config)
+        return FakeBackend(eog=59)
+
+    execute(plan, loader).close()
+    assert plan.target.n_gpu_layers == 9 and plan.draft is not None
+    assert [c.n_gpu_layers for c in loaded] == [9, plan.draft.n_gpu_layers,
+                                                plan.early_exit_gpu_layers]
+    assert loaded[2].path != t and plan.early_exit_gpu_layers == 7
 
 
 def test_every_command_prints_the_plan_once_and_loads_as_planned(tiny_pair, monkeypatch):
