@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ctypes
 
+from engine import llama_backend
+from engine.backend import ModelConfig
+from engine.errors import ModelFileError
 from engine.llama import devices
 
 
@@ -85,3 +88,39 @@ def test_the_gpus_a_load_uses_are_chosen_as_llama_cpp_chooses_them():
     sycl = devices.Device("SYCL0", "Radeon 780M", "igpu", "SYCL", 30 << 30, 60 << 30)
     assert devices.offload_targets([cpu, igpu, sycl]) == [igpu]
     assert devices.offload_targets([cpu, rpc]) == []
+
+
+def _params_handed_to_llama(monkeypatch, tmp_path, gpus, **config) -> dict:
+    """The keyword arguments LlamaBackend gives llama-cpp-python's Llama, with `gpus` as the
+    registry's answer (the load itself is stopped there)."""
+    seen: dict = {}
+
+    def llama(**params):
+        seen.update(params)
+        raise RuntimeError("stopped by the test")
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF")
+    monkeypatch.setattr(llama_backend.llama_cpp, "Llama", llama)
+    monkeypatch.setattr(devices, "gpus", lambda: gpus)
+    monkeypatch.setattr(llama_backend, "add_rpc_workers", lambda endpoints: None)
+    try:
+        llama_backend.LlamaBackend(ModelConfig(str(path), n_ctx=256, **config))
+    except ModelFileError:
+        pass
+    return seen
+
+
+def test_gpu_layers_and_flash_attention_reach_llama_cpp(monkeypatch, tmp_path):
+    card = [devices.Device("CUDA0", "NVIDIA H200", "gpu", "CUDA", 140 << 30, 141 << 30)]
+    on_gpu = _params_handed_to_llama(monkeypatch, tmp_path, card, n_gpu_layers=29)
+    assert on_gpu["n_gpu_layers"] == 29 and on_gpu["flash_attn"] is True
+    # llama-cpp-python's defaults put the KV cache of offloaded layers beside them.
+    assert "offload_kqv" not in on_gpu and "split_mode" not in on_gpu
+    cpu_build = _params_handed_to_llama(monkeypatch, tmp_path, [], n_gpu_layers=29)
+    assert cpu_build["n_gpu_layers"] == 29 and cpu_build["flash_attn"] is False
+    none = _params_handed_to_llama(monkeypatch, tmp_path, card, n_gpu_layers=0)
+    assert none["n_gpu_layers"] == 0 and none["flash_attn"] is False
+    # On RPC workers every layer goes there unless told, without flash attention.
+    rpc = _params_handed_to_llama(monkeypatch, tmp_path, card, rpc=("10.0.0.2:50052",))
+    assert rpc["n_gpu_layers"] == -1 and rpc["flash_attn"] is False
