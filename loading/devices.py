@@ -11,9 +11,8 @@ def detect() -> Machine:
     """RAM and the GPUs this llama.cpp can place layers on, free memory as it reports it."""
     found = registry.gpus()
     if found:
-        # Metal on Apple Silicon and integrated GPUs draw on the host's memory.
-        return with_gpus([Gpu(d.description or d.name, d.free, d.total,
-                              unified=d.kind == "igpu" or d.backend == "Metal") for d in found])
+        return with_gpus([Gpu(d.description or d.name, d.free, d.total, unified=d.unified)
+                          for d in found])
     backends = registry.gpu_backends()
     if backends:
         return with_gpus([], f"llama.cpp's {', '.join(backends)} backend finds no device")

@@ -3,8 +3,9 @@
 The formulas follow what llama.cpp allocates (checked against its own buffer reports in
 tests/test_models_budget.py):
 - weights: every tensor, memory-mapped; on CPUs where llama.cpp repacks Q4_0/Q4_K/IQ4_NL matrices
-  for SIMD, those layers' copies come on top. Offloaded layers (the last `gpu_layers` blocks, and
-  the output matrix once gpu_layers exceeds the block count) live on the GPU instead.
+  for SIMD, those layers' copies come on top. Offloaded layers live on the GPU instead: llama.cpp
+  numbers the output matrix n_layer after the blocks and offloads from that end, so -ngl g puts
+  the output matrix and the last g - 1 blocks there (`blocks_on_gpu`; g = n_layer + 1 is all).
 - KV cache: n_ctx (padded to 256) x layers x (K + V widths) x bytes per element of the KV type;
   sliding-window layers keep only window + n_ubatch cells.
 - compute buffer: the largest of the logits phase (n_vocab x n_ubatch f32) and the attention phase
@@ -58,12 +59,17 @@ class Layout:
     sliding_window: int | None = None
     n_swa_layers: int = 0
     quant: str = "?"
+    # A model without output.weight (tied embeddings) computes its logits with the token
+    # embeddings, which llama.cpp also loads on the output's device (TENSOR_DUPLICATED): a
+    # second copy there, while the first stays with the input on the CPU.
+    output_copy_bytes: int = 0
 
     @classmethod
     def from_info(cls, info: GGUFInfo) -> "Layout":
         layer = [0] * info.n_layer
         repack = [0] * info.n_layer
-        output = output_repack = other = 0
+        output = output_repack = other = embd = 0
+        tied = not any(t.name.startswith("output.weight") for t in info.tensors)
         for t in info.tensors:
             packs = t.type_name in REPACKED_TYPES and len(t.shape) == 2 and not t.name.startswith("token_embd")
             m = _BLOCK.match(t.name)
@@ -76,13 +82,14 @@ class Layout:
                 output_repack += t.n_bytes if packs else 0
             else:
                 other += t.n_bytes
+                embd += t.n_bytes if t.name.startswith("token_embd.weight") else 0
         n_swa = 0
         if info.sliding_window:
             # Gemma 2 alternates local/global layers; Gemma 3 has one global layer in six.
             n_swa = info.n_layer - info.n_layer // 6 if info.architecture.startswith("gemma3") else info.n_layer // 2
         return cls(info.path.name, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.head_dim_k,
                    info.head_dim_v, info.n_vocab, tuple(layer), tuple(repack), output, output_repack, other,
-                   info.sliding_window, n_swa, info.file_type)
+                   info.sliding_window, n_swa, info.file_type, embd if tied else 0)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,15 @@ def _kv_bytes(n_elems: int, kv_type: str) -> int:
     return -(-n_elems // block) * size
 
 
+def blocks_on_gpu(gpu_layers: int, n_layer: int) -> int:
+    """The blocks llama.cpp offloads for -ngl `gpu_layers` (-1: all): the output matrix is its
+    layer n_layer and goes first (llama-model.cpp load_tensors: i_gpu_start = n_layer + 1 - ngl),
+    so any positive count places it and one block fewer than the count."""
+    if gpu_layers < 0:
+        return n_layer
+    return max(0, min(gpu_layers, n_layer + 1) - 1)
+
+
 def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16", gpu_layers: int = 0,
                    n_ubatch: int = 512, repack: bool = False, flash_attn: bool = False) -> Breakdown:
     """Bytes llama.cpp allocates for one model loaded with these settings."""
@@ -122,11 +138,12 @@ def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16
     if n_ctx < 1 or gpu_layers < 0 or n_ubatch < 1:
         raise SettingsError(f"context ({n_ctx}), GPU layers ({gpu_layers}) and batch ({n_ubatch}) must be positive")
     n = layout.n_layer
-    g = min(gpu_layers, n)
-    output_on_gpu = gpu_layers > n
+    g = blocks_on_gpu(gpu_layers, n)
+    output_on_gpu = gpu_layers > 0
     on_gpu = range(n - g, n)
     w_gpu = sum(layout.layer_bytes[i] for i in on_gpu) + (layout.output_bytes if output_on_gpu else 0)
     w_cpu = sum(layout.layer_bytes) + layout.output_bytes + layout.other_bytes - w_gpu
+    w_gpu += layout.output_copy_bytes if output_on_gpu else 0
     rp = 0
     if repack:
         rp = sum(layout.layer_repack_bytes[: n - g]) + (0 if output_on_gpu else layout.output_repack_bytes)
@@ -244,8 +261,8 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
     The draft's context defaults to the target's, as speculative decoding needs.
     `adapter_bytes` are the LoRA adapters' tensors of target and draft, counted with the layers
     they adapt (llama.cpp copies them in whole, beside those weights).
-    GPU layers: a number (llama.cpp's -ngl: the last blocks, the output matrix too once it
-    exceeds the block count; -1 all), or None, "auto": placed by `_auto_split` (the draft
+    GPU layers: a number (llama.cpp's -ngl: the output matrix and the last blocks, one fewer
+    than the number, `blocks_on_gpu`; -1 all), or None, "auto": placed by `_auto_split` (the draft
     first, then the target's layers) in what the GPU holds less its margin. A number given is
     never changed.
     """
@@ -295,7 +312,7 @@ def _auto_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine, g_given: in
                 dg_given: int | None) -> tuple[int, int]:
     """GPU layers for the models left on "auto" (None): the draft first, whole if it fits,
     since it decodes gamma times a round; then as many of the target's layers as fit, from the
-    output end, as llama.cpp offloads them (n_layer + 1 places the output matrix too). A number
+    output end, as llama.cpp offloads them (the output matrix first, n_layer + 1 is all). A number
     given stays. Where nothing fits, auto places nothing and the verdict says why."""
     drafts = [dg_given] if dg_given is not None else range(ld.n_layer + 1, -1, -1)
     targets = [g_given] if g_given is not None else range(lt.n_layer + 1, -1, -1)
@@ -314,7 +331,7 @@ def _all_as(layers: int, layout: Layout) -> int:
 def _with_adapter(b: Breakdown, layout: Layout, n_bytes: int) -> Breakdown:
     """A model's breakdown with its LoRA adapters' tensors beside the layers they adapt: on
     the GPU for the offloaded share of its blocks."""
-    on_gpu = n_bytes * min(b.gpu_layers, layout.n_layer) // max(layout.n_layer, 1)
+    on_gpu = n_bytes * blocks_on_gpu(b.gpu_layers, layout.n_layer) // max(layout.n_layer, 1)
     return replace(b, weights_cpu=b.weights_cpu + n_bytes - on_gpu,
                    weights_gpu=b.weights_gpu + on_gpu)
 
@@ -403,7 +420,7 @@ def worker_split(target: ModelLike, workers: Sequence[WorkerMemory], *, n_ctx: i
     for il in range(start, n + 1):
         frac = (il - start) / offload
         owner[il] = next((i for i, c in enumerate(cum) if c > frac), len(workers) - 1)
-    kv_all = estimate_model(lt, role="target", n_ctx=n_ctx, kv_type=kv_type, gpu_layers=n,
+    kv_all = estimate_model(lt, role="target", n_ctx=n_ctx, kv_type=kv_type, gpu_layers=n + 1,
                             n_ubatch=n_ubatch)
     per_layer_kv = kv_all.kv_gpu / max(n, 1)
     f32 = 4
@@ -416,7 +433,8 @@ def worker_split(target: ModelLike, workers: Sequence[WorkerMemory], *, n_ctx: i
     for i, w in enumerate(workers):
         mine = [il for il in range(n + 1) if owner[il] == i]
         blocks = [il for il in mine if il < n]
-        weights = sum(lt.layer_bytes[il] for il in blocks) + (lt.output_bytes if n in mine else 0)
+        weights = sum(lt.layer_bytes[il] for il in blocks) + (
+            lt.output_bytes + lt.output_copy_bytes if n in mine else 0)
         compute = max(attention if blocks else 0, logits if n in mine else 0)
         out.append(WorkerShare(w.endpoint, w.free, mine[0] if mine else 0,
                                mine[-1] + 1 if mine else 0, n, weights,

@@ -3,8 +3,9 @@
 The budget (models/budget.py) decides the GPU layers from its byte accounting; this module
 turns its report into what a user reads (`line`, one line printed once at every load, in the
 app's header and in `tandem budget`) and what the API returns (`as_dict`). Layers are named
-`placed/total` over the transformer blocks; llama.cpp's count one past the blocks (its -ngl
-n_layer + 1) also places the output matrix, which the plan says when it stays behind.
+`placed/total` over the transformer blocks. llama.cpp's -ngl counts the output matrix too, and
+offloads it first (models/budget.py `blocks_on_gpu`): -ngl g places g - 1 blocks, n_layer + 1
+is every one.
 A model loaded after the pair (the early-exit drafter, the target's first layers) gets the
 room the pair left (`place_after`).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from models.budget import (GIB, RAM_SHARE, Breakdown, BudgetReport, Layout, ModelLike,
-                           estimate_pair, estimate_model, layout_of)
+                           blocks_on_gpu, estimate_pair, estimate_model, layout_of)
 from models.machine import Machine
 
 # --gpu-layers and --draft-gpu-layers: "auto" (the plan places them), "all", or a number.
@@ -51,12 +52,8 @@ class Placement:
 
     @property
     def placed(self) -> int:
-        return min(self.gpu_layers, self.n_layer) if self.gpu_layers >= 0 else self.n_layer
-
-    @property
-    def output_behind(self) -> bool:
-        """Every block on the device but the output matrix on the CPU (-ngl n_layer exactly)."""
-        return self.gpu_layers == self.n_layer > 0
+        """The blocks on the device (the output matrix goes with any positive count)."""
+        return blocks_on_gpu(self.gpu_layers, self.n_layer)
 
     @property
     def gpu_bytes(self) -> int:
@@ -65,9 +62,9 @@ class Placement:
     def text(self, device: str) -> str:
         where = self.on if self.on != "GPU" else device
         out = f"{self.role} {self.placed}/{self.n_layer} layers on {where}"
-        if self.placed:
+        if self.gpu_layers:
             out += f" ({self.gpu_bytes / GIB:.1f} GiB)"
-        return out + (", output on the CPU" if self.output_behind else "")
+        return out
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,12 @@ class TestBackend:
         cuda = f"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER={tmp_path}/bin/nvcc"
         assert out == with_gpu(cuda) and err == ""
 
+    def test_several_cards_build_each_capability_once(self, tmp_path):
+        smi = ('case "$1" in -L) echo "GPU 0: A"; echo "GPU 1: B";; '
+               '*) echo "9.0"; echo "8.6"; echo "9.0";; esac')
+        out, _ = run(tmp_path, {"nvidia-smi": smi, "nvcc": "exit 0"})
+        assert "-DCMAKE_CUDA_ARCHITECTURES=86;90 " in out
+
     def test_a_card_without_nvcc_builds_for_the_cpu_and_says_what_to_install(self, tmp_path):
         smi = 'case "$1" in -L) echo "GPU 0: NVIDIA RTX 4090";; *) echo "8.9";; esac'
         out, err = run(tmp_path, {"nvidia-smi": smi})

@@ -41,12 +41,31 @@ def test_kv_cache_scales_with_type_and_context(pair):
 def test_gpu_layers_move_weights_and_kv(pair):
     lay = Layout.from_info(read_info(pair[0]))
     cpu = estimate_model(lay, role="target", n_ctx=1024)
-    half = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=4)
+    # -ngl 5 of 8 blocks: the output matrix and the last four blocks.
+    half = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=5)
     full = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=99)
     assert cpu.weights_gpu == 0 and cpu.kv_gpu == 0
     assert half.kv_gpu == half.kv_cpu == cpu.kv_cpu // 2
-    assert half.weights_gpu == 4 * 64 * 64 * 4 and half.weights_cpu + half.weights_gpu == cpu.weights_cpu
+    # Tied embeddings (no output.weight): the output matrix is a copy of them on the GPU.
+    out = lay.output_bytes + lay.output_copy_bytes
+    assert lay.output_bytes == 0 and lay.output_copy_bytes > 0
+    assert half.weights_gpu == 4 * 64 * 64 * 4 + out
+    assert half.weights_cpu + half.weights_gpu == cpu.weights_cpu + lay.output_copy_bytes
     assert full.kv_cpu == 0 and full.compute_gpu > 0 and full.compute_cpu < cpu.compute_cpu
+
+
+def test_gpu_layers_count_the_output_matrix_first(pair):
+    # llama.cpp (llama-model.cpp load_tensors) numbers the output matrix n_layer, after the
+    # blocks, and offloads from that end: i_gpu_start = n_layer + 1 - ngl. So -ngl 1 is the
+    # output matrix alone and -ngl n_layer leaves the first block on the CPU.
+    lay = Layout.from_info(read_info(pair[0]))
+    n = lay.n_layer
+    one = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=1)
+    assert one.weights_gpu == lay.output_bytes + lay.output_copy_bytes and one.kv_gpu == 0
+    most = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=n)
+    every = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=n + 1)
+    assert most.weights_gpu == every.weights_gpu - lay.layer_bytes[0]
+    assert most.kv_cpu == every.kv_gpu // n and every.kv_cpu == 0
 
 
 def test_bad_settings(pair):

@@ -124,6 +124,11 @@ class PairHolder:
 
         try:
             options, use = for_load(target, draft, options)
+            if self.offload is not None and self.offload.used:
+                # A pair with layers on the GPU holds the memory the next plan reads as free
+                # (llama.cpp's registry): kept for a failed load, it would leave the new pair
+                # only what it left over. It goes first; a failed load then leaves none.
+                self._release()
             plan = plan_load(target, draft, options)
             if self._announce is not None:
                 self._announce(plan)
@@ -207,10 +212,14 @@ class PairHolder:
             thread.join(timeout)
         return self.status
 
-    def close(self) -> None:
+    def _release(self) -> None:
+        """Close the loaded pair once its generation in flight ends, and forget its plan."""
         if self._pair is not None:
             with self.queue.slot(always=True):
                 self._pair.close()
             self._pair = None
         self.offload = None
+
+    def close(self) -> None:
+        self._release()
         self.status = LoadStatus()

@@ -17,11 +17,16 @@ import llama_cpp
 
 # enum ggml_backend_dev_type (ggml-backend.h), by value.
 DEVICE_TYPES = ("cpu", "gpu", "igpu", "accel", "meta")
+# The Metal backend's registry name (ggml-metal.cpp GGML_METAL_NAME). Its device says "gpu", not
+# "igpu", though on Apple Silicon it draws on the host's memory.
+METAL = "MTL"
 
 
 class _Caps(ctypes.Structure):
+    """struct ggml_backend_dev_caps (five bools in the ggml of llama-cpp-python 0.3.36)."""
     _fields_ = [("async_", ctypes.c_bool), ("host_buffer", ctypes.c_bool),
-                ("buffer_from_host_ptr", ctypes.c_bool), ("events", ctypes.c_bool)]
+                ("buffer_from_host_ptr", ctypes.c_bool), ("events", ctypes.c_bool),
+                ("mmap_support", ctypes.c_bool)]
 
 
 class _Props(ctypes.Structure):
@@ -35,13 +40,21 @@ class _Props(ctypes.Structure):
 class Device:
     """One device of llama.cpp's registry: `kind` is "gpu" (dedicated memory), "igpu" (an
     integrated GPU in host memory), "cpu" or "accel"; `backend` its registry's name ("CUDA",
-    "Metal", "Vulkan", "RPC", ...)."""
+    "MTL" (Metal), "Vulkan", "RPC", ...)."""
     name: str
     description: str
     kind: str
     backend: str
     free: int
     total: int
+    # The PCI bus id where the backend knows it ("" if not): one card seen by two backends.
+    device_id: str = ""
+
+    @property
+    def unified(self) -> bool:
+        """Whether it draws on the host's memory: an integrated GPU, or Metal (Apple Silicon;
+        its free memory is recommendedMaxWorkingSetSize less what is allocated)."""
+        return self.kind == "igpu" or self.backend == METAL
 
 
 def _lib() -> ctypes.CDLL:
@@ -79,13 +92,13 @@ def devices() -> list[Device]:
         kind = DEVICE_TYPES[props.type] if 0 <= props.type < len(DEVICE_TYPES) else "other"
         out.append(Device(_text(props.name), _text(props.description), kind,
                           _text(lib.ggml_backend_reg_name(reg)) if reg else "",
-                          int(props.memory_free), int(props.memory_total)))
+                          int(props.memory_free), int(props.memory_total), _text(props.device_id)))
     return out
 
 
 def backends() -> list[str]:
     """The backends this llama.cpp was built with, by their registry names ("CPU", "CUDA",
-    "Metal", "Vulkan", "RPC", "BLAS", ...)."""
+    "MTL" (Metal), "Vulkan", "RPC", "BLAS", ...)."""
     lib = _lib()
     return [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
             for i in range(lib.ggml_backend_reg_count())]
@@ -103,4 +116,20 @@ def gpu_backends() -> list[str]:
 
 def gpus() -> list[Device]:
     """The devices llama.cpp offloads layers to (GPUs, integrated or not), RPC workers left out."""
-    return [d for d in devices() if d.kind in ("gpu", "igpu") and d.backend not in HOST_BACKENDS]
+    return offload_targets(devices())
+
+
+def offload_targets(found: list[Device]) -> list[Device]:
+    """The GPUs of `found` a load uses, chosen as llama.cpp chooses them (llama.cpp
+    llama_model_load): each dedicated GPU once (a card two backends see shares its device id),
+    RPC workers left out; integrated GPUs only where there is no dedicated one, and only those
+    of the first one's backend."""
+    cards: list[Device] = []
+    for d in found:
+        if d.kind == "gpu" and d.backend not in HOST_BACKENDS and not (
+                d.device_id and any(c.device_id == d.device_id for c in cards)):
+            cards.append(d)
+    if cards:
+        return cards
+    igpus = [d for d in found if d.kind == "igpu" and d.backend not in HOST_BACKENDS]
+    return [d for d in igpus if d.backend == igpus[0].backend]

@@ -1,0 +1,135 @@
+"""ggml's device registry read through ctypes (engine/llama/devices.py) checked against the
+library itself: the struct ggml_backend_dev_props this ctypes layout describes must be the one
+the library fills, or a GPU build reads its memory from the wrong bytes. The CPU device is in
+every build, so the check runs here; each field is compared with its own accessor."""
+from __future__ import annotations
+
+import ctypes
+
+from engine.backend import ModelConfig
+from engine.errors import ModelFileError
+from engine.llama import backend as llama_backend, devices, resources
+
+
+def _cpu_device(lib: ctypes.CDLL) -> int:
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        props = devices._Props()
+        lib.ggml_backend_dev_get_props(dev, ctypes.byref(props))
+        if props.type == devices.DEVICE_TYPES.index("cpu"):
+            return dev
+    raise AssertionError("llama.cpp's registry has no CPU device")
+
+
+def test_props_are_exactly_the_size_the_library_fills():
+    # ggml_backend_dev_get_props first zeroes sizeof(struct ggml_backend_dev_props) bytes: in a
+    # buffer filled with a marker, exactly ctypes' size must be cleared, the bytes after kept.
+    lib = devices._lib()
+    size = ctypes.sizeof(devices._Props)
+    buf = (ctypes.c_ubyte * (size + 16))(*([0xAB] * (size + 16)))
+    lib.ggml_backend_dev_get_props(_cpu_device(lib), ctypes.cast(buf, ctypes.POINTER(devices._Props)))
+    assert 0xAB not in bytes(buf)[:size] and set(bytes(buf)[size:]) == {0xAB}
+
+
+def test_each_field_matches_its_accessor():
+    lib = devices._lib()
+    dev = _cpu_device(lib)
+    sz = ctypes.c_size_t
+    lib.ggml_backend_dev_name.argtypes = lib.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_name.restype = lib.ggml_backend_dev_description.restype = ctypes.c_char_p
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(sz), ctypes.POINTER(sz)]
+    lib.ggml_backend_dev_memory.restype = None
+    props = devices._Props()
+    lib.ggml_backend_dev_get_props(dev, ctypes.byref(props))
+    free, total = sz(), sz()
+    lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    assert props.name == lib.ggml_backend_dev_name(dev) == b"CPU"
+    assert props.description == lib.ggml_backend_dev_description(dev)
+    assert props.type == lib.ggml_backend_dev_type(dev) == 0
+    # Free memory moves between two calls; the total does not.
+    assert props.memory_total == total.value > 0 and 0 < props.memory_free <= total.value
+    # The CPU backend's capabilities (ggml-cpu.cpp): buffers from host pointers and mmap only.
+    caps = props.caps
+    assert (caps.async_, caps.host_buffer, caps.buffer_from_host_ptr, caps.events,
+            caps.mmap_support) == (False, False, True, False, True)
+
+
+def test_the_registry_lists_the_cpu_once_and_gpus_only_of_gpu_backends():
+    found = devices.devices()
+    assert [d.kind for d in found if d.backend == "CPU"] == ["cpu"]
+    # A CPU-only build (this venv's) has neither; a GPU build names its GPUs' backends.
+    assert {d.backend for d in devices.gpus()} <= set(devices.gpu_backends())
+    assert all(d.kind in ("gpu", "igpu") for d in devices.gpus())
+
+
+def test_metal_and_integrated_gpus_share_the_hosts_memory():
+    # Metal's device reports type GPU, not IGPU; its registry is named "MTL".
+    metal = devices.Device("MTL0", "Apple M2", "gpu", "MTL", 12 << 30, 12 << 30)
+    card = devices.Device("CUDA0", "NVIDIA H200", "gpu", "CUDA", 140 << 30, 141 << 30)
+    igpu = devices.Device("Vulkan0", "Intel Arc", "igpu", "Vulkan", 8 << 30, 16 << 30)
+    assert metal.unified and igpu.unified and not card.unified
+
+
+def test_the_gpus_a_load_uses_are_chosen_as_llama_cpp_chooses_them():
+    cuda = devices.Device("CUDA0", "RTX 4090", "gpu", "CUDA", 22 << 30, 24 << 30, "0000:01:00.0")
+    # The same card through the Vulkan backend of a build with both, and a laptop's iGPU.
+    same = devices.Device("Vulkan0", "RTX 4090", "gpu", "Vulkan", 22 << 30, 24 << 30, "0000:01:00.0")
+    igpu = devices.Device("Vulkan1", "Radeon 780M", "igpu", "Vulkan", 30 << 30, 60 << 30, "0000:c1:00.0")
+    rpc = devices.Device("RPC[10.0.0.2:50052]", "", "gpu", "RPC", 8 << 30, 8 << 30)
+    cpu = devices.Device("CPU", "AMD", "cpu", "CPU", 60 << 30, 64 << 30)
+    assert devices.offload_targets([cpu, rpc, cuda, same, igpu]) == [cuda]
+    # Two cards without ids are both used.
+    other = devices.Device("CUDA1", "RTX 4090", "gpu", "CUDA", 22 << 30, 24 << 30)
+    assert devices.offload_targets([cuda, other]) == [cuda, other]
+    # An iGPU alone is used; one backend's iGPUs only (one chip seen by two backends).
+    sycl = devices.Device("SYCL0", "Radeon 780M", "igpu", "SYCL", 30 << 30, 60 << 30)
+    assert devices.offload_targets([cpu, igpu, sycl]) == [igpu]
+    assert devices.offload_targets([cpu, rpc]) == []
+
+
+def _params_handed_to_llama(monkeypatch, tmp_path, gpus, **config) -> dict:
+    """The parameters LlamaBackend hands llama.cpp for the model and its context, with `gpus` as
+    the registry's answer (the load is stopped at the context)."""
+    seen: dict = {}
+    api = resources.llama_cpp
+
+    def load_model(path, params):
+        seen["n_gpu_layers"] = params.n_gpu_layers
+        return 1
+
+    def init_context(model, params):
+        seen["flash_attn"] = params.flash_attn_type == api.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        seen["offload_kqv"] = params.offload_kqv
+        return None
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF")
+    monkeypatch.setattr(api, "llama_model_load_from_file", load_model)
+    monkeypatch.setattr(api, "llama_model_get_vocab", lambda model: 1)
+    monkeypatch.setattr(api, "llama_vocab_n_tokens", lambda vocab: 32)
+    monkeypatch.setattr(api, "llama_model_free", lambda model: None)
+    monkeypatch.setattr(api, "llama_init_from_model", init_context)
+    monkeypatch.setattr(devices, "gpus", lambda: gpus)
+    monkeypatch.setattr(llama_backend, "add_rpc_workers", lambda endpoints: None)
+    try:
+        llama_backend.LlamaBackend(ModelConfig(str(path), n_ctx=256, **config))
+    except ModelFileError:
+        pass
+    return seen
+
+
+def test_gpu_layers_and_flash_attention_reach_llama_cpp(monkeypatch, tmp_path):
+    card = [devices.Device("CUDA0", "NVIDIA H200", "gpu", "CUDA", 140 << 30, 141 << 30)]
+    on_gpu = _params_handed_to_llama(monkeypatch, tmp_path, card, n_gpu_layers=29)
+    assert on_gpu["n_gpu_layers"] == 29 and on_gpu["flash_attn"] is True
+    # llama.cpp's defaults put the KV cache of offloaded layers beside them.
+    assert on_gpu["offload_kqv"] is True
+    cpu_build = _params_handed_to_llama(monkeypatch, tmp_path, [], n_gpu_layers=29)
+    assert cpu_build["n_gpu_layers"] == 29 and cpu_build["flash_attn"] is False
+    none = _params_handed_to_llama(monkeypatch, tmp_path, card, n_gpu_layers=0)
+    assert none["n_gpu_layers"] == 0 and none["flash_attn"] is False
+    # On RPC workers every layer goes there unless told, without flash attention.
+    rpc = _params_handed_to_llama(monkeypatch, tmp_path, card, rpc=("10.0.0.2:50052",))
+    assert rpc["n_gpu_layers"] == 0x7FFFFFFF and rpc["flash_attn"] is False
