@@ -30,6 +30,8 @@ def temp_path(out: Path) -> Path:
 
 
 def _pid_alive(pid: int) -> bool:
+    if os.name == "nt":
+        return True  # os.kill(pid, 0) would terminate it there; its leftovers stay
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
