@@ -8,15 +8,14 @@
 `<tokenizer>` is a hash of the vocabulary's token strings (the GGUF header's), so a model with
 another vocabulary never reads ids that mean other text to it. Folders are created user-only
 (0700) and files written user-only (0600): the history holds everything the user asked.
-A file is written under a temporary name, flushed to disk and renamed into place, so a crash
-mid-write leaves the previous file whole; a file that cannot be read is set aside as
-`<name>.unreadable` (nothing is lost) and the history starts empty.
+A file is written through models/atomic.py (a temporary name, fsync, rename, fsync of the
+folder), so a crash or kill mid-write leaves the previous file whole; a file that cannot be read
+is set aside as `<name>.corrupt-<time>` (nothing is lost) and the history starts empty.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import threading
 import zipfile
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 
 from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
+from models.atomic import set_aside, write_atomically
 from models.gguf_info import GGUFInfo
 from models.tandem_store import tandem_home
 
@@ -99,13 +99,7 @@ class HistoryStore:
                 state = {k: f[k] for k in ("tokens", "starts", "stamps", "clock")}
             return HistoryIndex.restore(state, self.capacity)
         except (OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile) as exc:
-            aside = path.with_name(path.name + ".unreadable")
-            try:
-                path.replace(aside)
-            except OSError:
-                pass
-            print(f"warning: the history {path} could not be read ({exc}); it was set aside "
-                  f"as {aside.name} and the history starts empty", file=sys.stderr)
+            set_aside(path, "the history", f"{exc}; it starts empty")
             return HistoryIndex(self.capacity)
 
     def save(self, owner: str = LOCAL) -> None:
@@ -114,29 +108,20 @@ class HistoryStore:
         if index is None:
             return
         state = index.state()
-        folder = _private_dir(self.path(owner).parent)
+        _private_dir(self.path(owner).parent)
         _private_dir(self.root)
         out = self.path(owner)
-        tmp = out.with_name(f".{out.stem}.{os.getpid()}.{threading.get_ident()}.part")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
                 np.savez(f, format=np.array([FORMAT]), tokenizer=np.array(self.tokenizer),
                          **state)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, out)
-            dir_fd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+
+        try:
+            write_atomically(out, write, private=True)
         except OSError as exc:
             raise SettingsError(f"cannot save the history {out}: {exc.strerror or exc}; "
                                 "use --no-history to run without one") from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
 
     def clear(self, owner: str = LOCAL) -> None:
         """Empty owner's history in memory and on disk."""

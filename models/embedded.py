@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import HubError, ModelFileError
+from models.atomic import write_text
 from models.tandem_store import sha256_of, store_dir, tandem_home, write_atomically
 
 
@@ -68,7 +69,7 @@ def is_intact(model: EmbeddedModel) -> bool:
     if sha256_of(p) != model.sha256:
         return False
     try:
-        stamp.write_text(tag + "\n")
+        write_text(stamp, tag + "\n")
     except OSError:
         pass  # a read-only store: the file is intact, the next run hashes it again
     return True

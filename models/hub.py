@@ -27,6 +27,7 @@ from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, Reposito
 from huggingface_hub.file_download import http_get
 
 from engine.errors import HubError
+from models.atomic import move_into_place
 from models.catalog import recorded_size
 from models.registry import read_stamp, write_stamp
 from models.tandem_store import sha256_of, store_dir
@@ -212,6 +213,6 @@ def pull(repo_id: str, filename: str, *, revision: str | None = None, progress: 
         part.unlink()
         raise HubError(f"{repo_id}/{filename} failed its integrity check: expected sha256 {remote.sha256}"
                        f" ({remote.size} bytes), got {actual} ({size} bytes); the file was deleted")
-    part.replace(dest)
+    move_into_place(part, dest)
     write_stamp(dest, actual, f"{repo_id}/{filename}")
     return dest

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ModelFileError
+from models.atomic import write_text
 from models.gguf_info import read_info
 from models.tandem_store import store_dir
 
@@ -34,7 +35,7 @@ def stamp_path(path: Path) -> Path:
 
 def write_stamp(path: Path, sha256: str, source: str = "") -> None:
     st = path.stat()
-    stamp_path(path).write_text(f"{sha256} {st.st_size} {st.st_mtime_ns} {source}".rstrip() + "\n")
+    write_text(stamp_path(path), f"{sha256} {st.st_size} {st.st_mtime_ns} {source}".rstrip() + "\n")
 
 
 def read_stamp(path: Path) -> tuple[str | None, str | None]:

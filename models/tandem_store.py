@@ -1,7 +1,7 @@
 """Where model files live on disk: the local store, outside the repository; the one SHA-256
-hasher of model files; and how a file is put into the store atomically (written under a
-temporary name and renamed into place, so a file that exists under its real name is complete;
-a failure or Ctrl-C leaves nothing behind, and the next run writes it again)."""
+hasher of model files; and how a file is put into the store (models/atomic.py: written under a temporary name, fsynced
+and renamed into place, so a file that exists under its real name is complete; a failure, Ctrl-C
+or kill leaves nothing behind under that name, and the next run writes it again)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ModelFileError, store_write_error
+from models import atomic
 
 
 def tandem_home() -> Path:
@@ -48,16 +49,10 @@ def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def write_atomically(out: Path, write: Callable[[Path], None]) -> Path:
-    """`write` the file at a temporary path beside `out`, then rename it to `out`. A full or
-    read-only store is one `ModelFileError` line."""
-    tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
+def write_atomically(out: Path, write: Callable[[Path], object]) -> Path:
+    """`write` the file at a temporary path beside `out`, then put it in place as `out`
+    (models/atomic.py). A full or read-only store is one `ModelFileError` line."""
     try:
-        write(tmp)
-        tmp.replace(out)
+        return atomic.write_atomically(out, write)
     except OSError as exc:
         raise store_write_error(out.name, out.parent, exc) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return out

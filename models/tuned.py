@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.errors import ModelFileError
+from models.atomic import set_aside
 from models.tandem_store import store_dir, writable_dir, write_atomically
 
 RECORD_VERSION = 1
@@ -120,27 +120,27 @@ def save(record: PairingRecord) -> Path:
                             lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def _read(path: Path) -> PairingRecord | None:
+    """The record in `path`; one that cannot be read is set aside with a warning line (tune
+    the pair again to replace it) and is None."""
+    try:
+        return PairingRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        set_aside(path, "the pairing record", f"{exc}; run `tandem tune` to make a new one")
+        return None
+
+
 def all_records() -> list[PairingRecord]:
-    """Every readable record, newest first; an unreadable file is skipped, not fatal."""
-    out = []
-    for path in sorted(pairs_dir().glob("*.json")):
-        try:
-            out.append(PairingRecord.from_dict(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return sorted(out, key=lambda r: r.date, reverse=True)
+    """Every readable record, newest first; an unreadable file is set aside, not fatal."""
+    found = (_read(path) for path in sorted(pairs_dir().glob("*.json")))
+    return sorted((r for r in found if r is not None), key=lambda r: r.date, reverse=True)
 
 
 def find(key: PairKey) -> PairingRecord | None:
-    path = pairs_dir() / f"{key.id}.json"
-    if not path.is_file():
-        return None
-    try:
-        record = PairingRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelFileError(f"cannot read the pairing record {path}: {exc}; delete it and run "
-                             "`tandem tune` again") from None
-    return record if record.key == key else None
+    record = _read(pairs_dir() / f"{key.id}.json")
+    return record if record is not None and record.key == key else None
 
 
 def stale_for(key: PairKey) -> list[PairingRecord]:

@@ -104,7 +104,7 @@ def test_a_store_folder_that_cannot_be_created_is_one_error_line(tmp_path, monke
 
 def test_a_sidecar_that_cannot_be_written_does_not_stop_hashing(tmp_path, store):
     source = tinygguf.write(tmp_path / "d.gguf")
-    with mock.patch("pathlib.Path.write_text", side_effect=OSError(errno.EROFS, "read-only")):
+    with mock.patch("pathlib.Path.write_bytes", side_effect=OSError(errno.EROFS, "read-only")):
         assert file_sha256(source) == hashlib.sha256(source.read_bytes()).hexdigest()
 
 

@@ -64,8 +64,11 @@ def test_an_unreadable_history_is_set_aside_and_starts_empty(tmp_path, capsys):
     store.path().parent.mkdir(parents=True)
     store.path().write_bytes(b"not a zip")
     assert store.index().n_documents == 0
-    assert "could not be read" in capsys.readouterr().err
-    assert store.path().with_name("local.npz.unreadable").read_bytes() == b"not a zip"
+    err = capsys.readouterr().err
+    assert "could not be read" in err and len(err.strip().splitlines()) == 1
+    aside = list(store.path().parent.glob("local.npz.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == b"not a zip"
+    assert aside[0].name in err and not store.path().exists()
 
 
 def test_history_show_and_clear(tmp_path, monkeypatch, capsys):

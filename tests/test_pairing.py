@@ -9,7 +9,6 @@ import pytest
 
 from app.runtime.tuned import apply, expected_acceptance, lookup, running_name
 from engine.backend import ModelConfig
-from engine.errors import ModelFileError
 from loading.plan import LoadPlan
 from models import tuned
 from app.runtime.tuned import key_for
@@ -72,12 +71,15 @@ def test_stale_records_are_those_of_the_same_draft_with_another_target_or_adapte
     assert stale_for(key_for(store["target2"], None)) == []
 
 
-def test_an_unreadable_record_is_skipped_in_listings_and_a_clear_error_when_needed(store):
+def test_an_unreadable_record_is_set_aside_with_one_warning_line(store, capsys):
     key = key_for(store["target"], store["draft"])
-    (tuned.pairs_dir() / f"{key.id}.json").write_text("{not json")
-    assert all_records() == []
-    with pytest.raises(ModelFileError, match="tandem tune"):
-        find(key)
+    for read in (all_records, lambda: find(key)):
+        (tuned.pairs_dir() / f"{key.id}.json").write_text("{not json")
+        assert read() in ([], None)
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "tandem tune" in err, err
+    assert len(list(tuned.pairs_dir().glob(f"{key.id}.json.corrupt-*"))) == 2
+    assert find(key) is None and all_records() == []
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -11,11 +11,15 @@ import time
 from typing import Callable
 
 import uvicorn
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 
 from app.serve.access import Access, display_url
+from app.serve.errors import APIError
 from app.serve.guard import Guard
+from app.serve.openapi import document
 from app.runtime.queue import GenerationQueue
 from app.serve.routes import api_router
 from app.runtime.holder import PairHolder
@@ -35,10 +39,27 @@ def guarded_app(access: Access) -> FastAPI:
 
 
 def create_app(holder: PairHolder, queue: GenerationQueue, access: Access) -> FastAPI:
-    """The API alone (`tandem serve`)."""
+    """The API alone (`tandem serve`), with its OpenAPI document at /openapi.json."""
     app = guarded_app(access)
     app.include_router(api_router(holder, queue))
+    schema = document()
+    app.add_api_route("/openapi.json", lambda: JSONResponse(schema), methods=["GET"],
+                      include_in_schema=False)
+    # A path or method no route takes is answered by the framework (404, 405): in the same
+    # OpenAI-style body as every other error. (Only here: beside the page, Gradio answers its own.)
+    app.add_exception_handler(HTTPException, framework_error)
     return app
+
+
+async def framework_error(request: Request, exc: Exception) -> JSONResponse:
+    """404 and 405 from the framework, in the API's error body."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else type(exc).__name__
+    code = {404: "unknown_url", 405: "method_not_allowed"}.get(status, "http_error")
+    error = APIError(f"{detail}: {request.method} {request.url.path} (this server serves /health, "
+                     "/v1/models, /v1/chat/completions, /v1/completions)", code=code)
+    return JSONResponse(error.body(), status_code=status,
+                        headers=getattr(exc, "headers", None) or {})
 
 
 def launch(mount_page: Callable[[FastAPI, str, int], None], access: Access,

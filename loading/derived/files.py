@@ -11,11 +11,11 @@ building it removes the stale builds of the same tag.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Callable
 
 from engine.errors import ModelFileError, store_write_error
+from models.atomic import write_text
 from models.tandem_store import sha256_of, store_dir, writable_dir, write_atomically
 
 # prepare(source, sha) checks the source and returns the function that writes the derived file
@@ -58,13 +58,10 @@ def file_sha256(path: Path) -> str:
         return str(entry["sha256"])
     digest = sha256_of(path)
     cache[str(path)] = {**stamp, "sha256": digest}
-    tmp = sidecar.with_suffix(f".{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(sidecar)
+        write_text(sidecar, json.dumps(cache, indent=1))
     except OSError:
-        # The sidecar only saves a re-read: a full or read-only store must not stop a load.
-        tmp.unlink(missing_ok=True)
+        pass  # the sidecar only saves a re-read: a full or read-only store must not stop a load
     return digest
 
 

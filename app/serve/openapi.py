@@ -1,0 +1,150 @@
+"""The API's OpenAPI 3.0 document, served by `tandem serve` at /openapi.json (with the key, like
+every route but /health): the request bodies with every field the server takes and its range
+(app/serve/parsing.py is what enforces them), and every status a route answers with, each
+with the OpenAI-style error body (app/serve/errors.py).
+
+The routes read their bodies by hand rather than through pydantic models (every field is used
+or refused with a message naming it), so FastAPI cannot derive this document; it is written
+here, and tests/test_serve_fuzz.py checks it lists exactly the fields parsing.py takes and
+generates requests from it (schemathesis) against a real server.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from app.runtime.defaults import DEFAULT_MAX_TOKENS
+from engine.control.registry import POLICIES
+from engine.generator import MAX_GAMMA
+
+JSON = "application/json"
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object",
+        "required": ["message", "type"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": "string", "nullable": True},
+                       "code": {"type": "string", "nullable": True}}}},
+}
+
+
+def _error(description: str) -> dict:
+    return {"description": description, "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+# What every route may answer besides its own results: the guard's refusals (access.py) and a
+# server still loading its pair or too busy to queue another request.
+GUARD = {
+    "401": _error("missing or wrong API key"),
+    "403": _error("a Host or Origin this server does not answer"),
+}
+GENERATION_ERRORS = {
+    **GUARD,
+    "400": _error("a field out of range, of the wrong type, unknown, or JSON that cannot be read"),
+    "404": _error("a model this server does not serve"),
+    "413": _error("a prompt longer than the context, or a body over 8 MiB"),
+    "415": _error("a body not sent as application/json"),
+    "503": _error("the pair is still loading, or the queue is full (Retry-After says when to retry)"),
+}
+
+SAMPLING: dict[str, Any] = {
+    "model": {"type": "string"},
+    "max_tokens": {"type": "integer", "minimum": 1, "nullable": True,
+                   "description": f"default {DEFAULT_MAX_TOKENS}; at most the context (--ctx)"},
+    "max_completion_tokens": {"type": "integer", "minimum": 1, "nullable": True},
+    "temperature": {"type": "number", "minimum": 0, "nullable": True},
+    "top_p": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1,
+              "nullable": True},
+    "top_k": {"type": "integer", "minimum": 0, "nullable": True},
+    "min_p": {"type": "number", "minimum": 0, "exclusiveMaximum": True, "maximum": 1,
+              "nullable": True},
+    "seed": {"type": "integer", "minimum": 0, "nullable": True},
+    "stop": {"nullable": True, "oneOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "array", "items": {"type": "string", "minLength": 1}}]},
+    "stream": {"type": "boolean", "nullable": True},
+    "stream_options": {"type": "object", "nullable": True, "additionalProperties": False,
+                       "properties": {"include_usage": {"type": "boolean"}},
+                       "description": "only with stream: true"},
+    "n": {"type": "integer", "enum": [1], "nullable": True},
+    "speculative": {
+        "type": "object", "nullable": True, "additionalProperties": False,
+        "properties": {
+            "drafter": {"type": "string", "description": "one of the loaded pair's drafters "
+                                                        "(GET /v1/models)"},
+            "policy": {"type": "string", "enum": list(POLICIES)},
+            "gamma": {"type": "integer", "minimum": 1, "maximum": MAX_GAMMA},
+            "history": {"type": "boolean"}}},
+}
+
+MESSAGE = {
+    "type": "object", "required": ["role", "content"], "additionalProperties": False,
+    "properties": {
+        "role": {"type": "string", "enum": ["system", "user", "assistant"]},
+        "content": {"oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {
+                "type": "object", "required": ["type", "text"], "additionalProperties": False,
+                "properties": {"type": {"type": "string", "enum": ["text"]},
+                               "text": {"type": "string"}}}}]}},
+}
+
+CHAT_REQUEST = {
+    "type": "object", "required": ["messages"], "additionalProperties": False,
+    "properties": {"messages": {"type": "array", "minItems": 1, "items": MESSAGE}, **SAMPLING},
+}
+COMPLETION_REQUEST = {
+    "type": "object", "required": ["prompt"], "additionalProperties": False,
+    "properties": {"prompt": {"oneOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "array", "minItems": 1, "maxItems": 1,
+         "items": {"type": "string", "minLength": 1}}]}, **SAMPLING},
+}
+COMPLETION = {
+    "type": "object", "required": ["id", "object", "created", "model", "choices"],
+    "properties": {"id": {"type": "string"}, "object": {"type": "string"},
+                   "created": {"type": "integer"}, "model": {"type": "string"},
+                   "choices": {"type": "array", "minItems": 1, "maxItems": 1},
+                   "usage": {"type": "object"}, "speculative": {"type": "object"}},
+}
+
+
+def _generation(summary: str, request: str) -> dict:
+    return {"post": {
+        "summary": summary,
+        "requestBody": {"required": True,
+                        "content": {JSON: {"schema": {"$ref": f"#/components/schemas/{request}"}}}},
+        "responses": {
+            "200": {"description": "the answer; with stream: true, server-sent events",
+                    "content": {JSON: {"schema": {"$ref": "#/components/schemas/Completion"}},
+                                "text/event-stream": {"schema": {"type": "string"}}}},
+            **GENERATION_ERRORS}}}
+
+
+def document(version: str = "1") -> dict:
+    """The OpenAPI document of `tandem serve`."""
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Tandem", "version": version,
+                 "description": "OpenAI-compatible API over an exact speculative-decoding pair"},
+        "paths": {
+            "/health": {"get": {"summary": "whether the pair is loaded (no key needed)",
+                                "responses": {"200": {"description": "ready",
+                                                      "content": {JSON: {"schema": {"type": "object"}}}},
+                                              "403": GUARD["403"],
+                                              "503": {"description": "loading or failed",
+                                                      "content": {JSON: {"schema": {"type": "object"}}}}}}},
+            "/v1/models": {"get": {"summary": "the pair served, its drafters",
+                                   "responses": {"200": {"description": "the served model",
+                                                         "content": {JSON: {"schema": {"type": "object"}}}},
+                                                 **GUARD,
+                                                 "503": GENERATION_ERRORS["503"]}}},
+            "/v1/chat/completions": _generation("a chat answer", "ChatRequest"),
+            "/v1/completions": _generation("a raw completion", "CompletionRequest"),
+        },
+        "components": {"schemas": {"Error": ERROR, "ChatRequest": CHAT_REQUEST,
+                                   "CompletionRequest": COMPLETION_REQUEST,
+                                   "Completion": COMPLETION}},
+    }
