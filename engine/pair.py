@@ -30,7 +30,8 @@ from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SUFFIX, SuffixDrafter
 from engine.errors import SettingsError
 from engine.events import Event
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.limits import check_prompt_fits
 from engine.control.registry import make_policy
 from engine.control.policy import GammaPolicy
@@ -197,8 +198,7 @@ class Pair:
             if s is not None and s.n_past + widths + (0 if s.n_past else len(context)) > s.backend.n_ctx:
                 s.rollback(0)
         result = calibrate(self.target, session, widths - 1, context,
-                           model_name=chosen.model_name, clock=self.clock,
-                           copy_name=chosen.copy_name)
+                           model_name=chosen.model_name, clock=self.clock)
         self._calibrations[drafter] = result
         return result
 

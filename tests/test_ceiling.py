@@ -10,14 +10,14 @@ from app.calibrate_cli import suggestions
 from engine.tools.ceiling import ceiling
 from engine.control.costs import Calibration
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
 from tests.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
 
 SLOW_CAL = Calibration(draft_ms=list(SLOW_DRAFT.draft), verify_ms=list(SLOW_DRAFT.verify),
-                       model_name="draft-model", copy_name="prompt-lookup")
+                       model_name="draft-model")
 GPU_CAL = Calibration(draft_ms=list(GPU.draft), verify_ms=list(GPU.verify),
-                      model_name="draft-model", copy_name="prompt-lookup")
+                      model_name="draft-model")
 
 
 def test_the_ceiling_follows_the_cost_model():

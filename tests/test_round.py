@@ -29,9 +29,11 @@ def test_a_round_offers_its_accepted_drafts_then_the_targets_token():
     rounds = Rounds(target, drafter, FixedGamma(3), SamplingParams(temperature=0.0), Rng(0))
     result = run_round(rounds, PROMPT, room=2, index=0)
     s = result.stats
-    assert result.decision == Decision(3, reason="fixed: gamma 3 every round", behind=1)
+    assert result.decision == Decision(3, drafter.plan(PROMPT, SamplingParams(temperature=0.0)),
+                                       reason="fixed: gamma 3 every round")
+    assert result.decision.plan.behind == 1 and result.decision.plan.source == "model"
     # The room caps the round, not the decision.
-    assert s.gamma == 2 and s.drafted == 2 and not s.copied
+    assert s.gamma == 2 and s.drafted == 2 and not s.is_copy
     assert len(result.tokens) == s.accepted + 1 == len(result.origins)
     assert result.origins[:s.accepted] == ("draft",) * s.accepted
     # Nothing is committed yet, and the target's cache holds the accepted drafts only.

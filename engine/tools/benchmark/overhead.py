@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.events import DoneEvent, RoundEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.drafters.base import PLAIN, plain_alias
 from engine.drafters.history_index import HistoryIndex
