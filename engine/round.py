@@ -118,7 +118,7 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
     verify_ms = r.clock() - t0
     # Rows past the first rejection were not tested and are never read: skip their softmax.
     confidence = (tuple(top_probability(logits[:verdict.n_accepted + 1]).tolist())
-                  if r.policy.wants_confidence else ())
+                  if r.policy.wants_confidence and decision.confidence else ())
     r.target.rollback(len(context) + verdict.n_accepted)
     if drafted:
         r.drafter.feedback(plan, proposal, verdict.n_accepted)

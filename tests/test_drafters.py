@@ -74,11 +74,13 @@ def test_lookup_respects_gamma_the_max_length_and_the_minimum_ngram():
     assert lookup_tokens(PromptLookupDrafter(), ctx, 0) == []
 
 
-def test_lookup_takes_the_latest_match_with_enough_continuation():
+def test_lookup_takes_the_latest_match_with_a_full_copy_after_it_else_the_latest():
     ctx = [5, 1, 2, 3, 4, 9, 5, 6, 5]
-    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 2) == [6, 5]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1, max_draft=2), ctx, 2) == [6, 5]
     # The latest occurrence has only two tokens after it; the first has enough.
-    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 3) == [1, 2, 3]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1, max_draft=3), ctx, 3) == [1, 2, 3]
+    # None has sixteen: the latest, as far as it goes.
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 3) == [6, 5]
 
 
 def test_lookup_copy_ends_at_an_end_of_generation_token():
@@ -121,13 +123,15 @@ class RecordingDrafter(Drafter):
 def test_hybrid_uses_lookup_when_it_matches_and_the_model_otherwise():
     model = RecordingDrafter()
     h = HybridDrafter(PromptLookupDrafter(ngram_max=2), model)
-    hit = h.draft([1, 2, 3, 9, 1, 2], 2, GREEDY, RNG)
+    plan = h.plan([1, 2, 3, 9, 1, 2], GREEDY)
+    hit = h.propose(plan, 2, GREEDY, RNG)
     assert hit.source == "prompt-lookup" and hit.tokens.tolist() == [3, 9] and model.calls == 0
-    h.feedback(hit, 1)
+    h.feedback(plan, hit, 1)
     assert model.heard == []
-    miss = h.draft([1, 2, 3, 4], 3, GREEDY, RNG)
+    plan = h.plan([1, 2, 3, 4], GREEDY)
+    miss = h.propose(plan, 3, GREEDY, RNG)
     assert miss.source == "model" and miss.tokens.tolist() == [7, 7, 7] and model.calls == 1
-    h.feedback(miss, 2)
+    h.feedback(plan, miss, 2)
     assert model.heard == [2]
     # The model is not prefilled: it catches up when it next drafts, so a round that copies
     # never pays its decode of the prompt.

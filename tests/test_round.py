@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import doctest
 
+import engine.control.costs
 import engine.control.policy
 import engine.round
+import engine.round_plan
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.control.policy import Decision, FixedGamma
 from engine.round import Rounds, run_round
@@ -17,7 +19,7 @@ PROMPT = [3, 14, 15, 9, 26]
 
 
 def test_the_docstring_examples_hold():
-    for module in (engine.round, engine.control.policy):
+    for module in (engine.round, engine.round_plan, engine.control.policy, engine.control.costs):
         assert doctest.testmod(module).failed == 0
 
 

@@ -96,6 +96,10 @@ class AdaptiveController(GammaPolicy):
         self.rounds = 0
         self.elapsed = 0
         self.drafted_here: dict[str, int] = {}
+        # The copying parts that planned a round in this answer (the report prices them).
+        self.copy_parts: set[str] = set()
+        # Plain rounds since the target's confidence was last read (`confidence_every`).
+        self._unread = 0
         self._gammas = np.arange(max_gamma + 1)
         if verify_ms is not None:
             self.use_calibration(Calibration(
@@ -143,21 +147,23 @@ class AdaptiveController(GammaPolicy):
         rule); early in an answer it may be about to end, so resuming must pay quickly."""
         c = self.constants
         if c.horizon_cap <= 0:
-            return np.full(len(expected), c.horizon)
+            return np.full(np.shape(expected), c.horizon)
         return np.maximum(c.horizon, min(self.elapsed, c.horizon_cap) / expected)
 
     def predict(self, plan: RoundPlan) -> Prediction:
-        """The round `plan` describes, priced for every gamma 0..max_gamma at once."""
+        """The round `plan` describes, priced for every gamma 0..max_gamma at once, by the
+        estimate and hopefully."""
         costs = self._costs()
         a, expected, hopeful = self.estimator.expected(plan.evidence, self.max_gamma,
                                                        self._opening_cap(), self.constants.hope)
         if not plan.model_drafts:
             ms = costs.round_ms(self.max_gamma, False)
             return Prediction(expected, ms, hopeful, ms, a)
-        # The model's decodes, and the share of its catch-up charged to this round.
+        # The model's decodes, and the share of its catch-up charged to this round: both
+        # predictions' costs in one step.
+        both = np.stack((expected, hopeful))
         catch_up = costs.catch_up_ms(max(plan.behind, 1))
-        ms = costs.round_ms(self.max_gamma, True, catch_up / self._rounds_ahead(expected))
-        hopeful_ms = costs.round_ms(self.max_gamma, True, catch_up / self._rounds_ahead(hopeful))
+        ms, hopeful_ms = costs.round_ms(self.max_gamma, True, catch_up / self._rounds_ahead(both))
         return Prediction(expected, ms, hopeful, hopeful_ms, a)
 
     def _opening_cap(self) -> float:
@@ -217,32 +223,43 @@ class AdaptiveController(GammaPolicy):
 
     def could_pay(self, plan: RoundPlan, ms: np.ndarray) -> bool:
         """Whether some gamma pays by the carrying-on margin at the optimistic acceptance, at
-        every position: when not, exploring can only lose."""
+        every position: when not, exploring can only lose. (Asked on plain rounds: nine floats,
+        in plain Python.)"""
         a = self.optimistic_acceptance(plan)
-        expected = np.cumsum(a ** self._gammas)
-        saved = expected[1:] * ms[0] - ms[1:]
-        return bool(np.any((saved > 0) & (saved > self.constants.margin * (ms[1:] - ms[0]))))
+        costs = ms.tolist()
+        one, margin = costs[0], self.constants.margin
+        expected, chain = 1.0, 1.0
+        for cost in costs[1:]:
+            chain *= a
+            expected += chain
+            saved = expected * one - cost
+            if saved > 0 and saved > margin * (cost - one):
+                return True
+        return False
 
     def _explores(self, plan: RoundPlan, g: int, ms: np.ndarray) -> bool:
         """Whether to spend an exploring round of `g` tokens on `plan` (the module docstring's
         rule): a real chance that drafting pays, within the exploration budget."""
         ev = self.evidence
+        budget = self.constants.explore_share * ev.plain_ms
+        if ev.explored_ms >= budget:
+            return False
         spend = ev.explored_ms + max(float(ms[g] - ms[0]), 0.0)
         if plan.model_drafts:
             # The probe pays the whole catch-up, not the share a resumption is charged.
             spend += self._costs().catch_up_ms(max(plan.behind, 1))
-        return (spend <= self.constants.explore_share * ev.plain_ms
-                and self.could_pay(plan, ms))
+        return spend <= budget and self.could_pay(plan, ms)
 
     def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
         c = self.constants
         if not plan.drafts:
             # Nothing to draft from: a plain round, priced without a prediction.
-            one = self._costs().verify_cost(1)
+            one = self._costs().verify_costs(self.max_gamma + 1)[0]
             return Decision(0, plan, prediction=1e3 / one,
-                            reason="plain: nothing to draft from this round")
+                            reason="plain: nothing to draft from this round",
+                            confidence=self._unread + 1 >= c.confidence_every)
         p = self.predict(plan)
-        speeds = p.speeds
+        speeds = p.speeds.tolist()
         probing = False
         if self.rounds < c.opening_plain:
             g = 0
@@ -254,7 +271,8 @@ class AdaptiveController(GammaPolicy):
                     g, probing = probe, True
         return Decision(g, plan, prediction=float(speeds[g]),
                         reason=self._reason(g, plan, probing, speeds, p.acceptance),
-                        probing=probing, speeds=tuple(speeds.tolist()))
+                        probing=probing, speeds=tuple(speeds),
+                        confidence=g > 0 or self._unread + 1 >= c.confidence_every)
 
     def _earlier(self, plan: RoundPlan) -> str:
         """What earlier answers taught of this plan's key, when the decision rests on it:
@@ -269,12 +287,13 @@ class AdaptiveController(GammaPolicy):
         return (f"; earlier answers: {what}: {counts.first_hits / counts.rounds:.2f} accepted "
                 f"over {counts.rounds} rounds")
 
-    def _reason(self, g: int, plan: RoundPlan, probing: bool, speeds: np.ndarray,
+    def _reason(self, g: int, plan: RoundPlan, probing: bool, speeds: list[float],
                 a: np.ndarray) -> str:
-        """One line on the choice of `g`, from the predictions that made it."""
+        """One line on the choice of `g`, from the predictions that made it (`speeds` of every
+        gamma, nine floats: plain Python)."""
         c = self.constants
-        best = int(np.argmax(speeds[1:])) + 1
-        gain = speeds / speeds[0]
+        best = max(range(1, len(speeds)), key=speeds.__getitem__)
+        gain = [v / speeds[0] for v in speeds]
         a0 = float(a[0])
         if self.rounds < c.opening_plain:
             return (f"plain: opening round {self.rounds + 1} of {c.opening_plain} (the "
@@ -306,8 +325,8 @@ class AdaptiveController(GammaPolicy):
         if self.model_name:
             draft[self.model_name] = round(costs.draft_relative(), 4)
         plan = decision.plan
-        if plan.is_copy:
-            draft[plan.drafter] = 0.0
+        for part in sorted(self.copy_parts):
+            draft[part] = 0.0
         speeds = (np.array(decision.speeds) if decision.speeds
                   else 1e3 / np.ones(self.max_gamma + 1))
         return ControllerReport(
@@ -351,7 +370,9 @@ class AdaptiveController(GammaPolicy):
         ev = self.evidence
         self.rounds += 1
         self.elapsed += r.committed
-        plain_token = costs.verify_cost(1)
+        if plan.is_copy:
+            self.copy_parts.add(plan.drafter)
+        plain_token = float(costs.verify_costs(self.max_gamma + 1)[0])
         ev.plain_ms += r.committed * plain_token
         if decision.probing:
             ev.explored_ms += max(r.draft_ms + r.verify_ms - r.committed * plain_token, 0.0)
@@ -363,7 +384,11 @@ class AdaptiveController(GammaPolicy):
         if r.confidence and (r.drafted == 0 or (plan.model_drafts and r.accepted == r.drafted)):
             # The bonus row after a fully accepted draft, like a plain round's row, is a
             # position no draft was tested on: its confidence says how one would fare there.
-            self.estimator.observe_confidence(r.confidence[-1], aged=r.drafted > 0)
+            # A plain round's reading stands for the plain rounds that read none.
+            self.estimator.observe_confidence(r.confidence[-1], aged=r.drafted > 0,
+                                              rounds=1 if r.drafted else self._unread + 1)
+        if r.drafted == 0:
+            self._unread = 0 if r.confidence else self._unread + 1
         if r.drafted == 0 and plan.is_copy:
             self.estimator.forget(key)
         if r.index > 0:

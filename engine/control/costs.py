@@ -103,11 +103,12 @@ def round_cost(verify: npt.ArrayLike, gamma: npt.ArrayLike, draft_token: float,
     holds verify(g + 1) for each g; a copy's round has draft_token = catch_up = 0. In ms, or in
     units of a plain token for the closed forms.
 
-    >>> round_cost([1.0, 1.2, 1.5], [0, 1, 2], 0.1, 0.5).tolist()
-    [1.0, 1.8, 2.2]
+    >>> round_cost([1.0, 1.25, 1.5], [0, 1, 2], 0.25, 0.5).tolist()
+    [1.0, 2.0, 2.5]
     """
     g = np.asarray(gamma, dtype=np.float64)
-    return np.asarray(verify, dtype=np.float64) + np.where(g > 0, g * draft_token + catch_up, 0.0)
+    share = np.asarray(catch_up, dtype=np.float64)
+    return np.asarray(verify, dtype=np.float64) + (g * draft_token + share) * (g > 0)
 
 
 def expected_tokens(acceptance: float, gamma: int) -> float:
@@ -132,12 +133,13 @@ class CostModel:
         self.pad_verify = list(self.verify)
         self.pad_draft = list(self.draft_batch)
         self.draft_token = self.draft_batch[0]
-        # verify_costs' answer until a verify cost is learned (the controller reads it several
-        # times a round).
+        # verify_costs' answer, kept up to date as costs are learned (the controller prices
+        # every gamma of every round with it).
         self._verify_costs: np.ndarray | None = None
+        self._gammas = np.arange(64, dtype=np.float64)
 
     def verify_costs(self, n: int) -> np.ndarray:
-        """`verify_cost(w)` for w = 1..n, as an array."""
+        """`verify_cost(w)` for w = 1..n, as an array (not to be written to)."""
         cached = self._verify_costs
         if cached is None or len(cached) != n:
             cached = self._verify_costs = np.array([self.verify_cost(w) for w in range(1, n + 1)])
@@ -158,11 +160,10 @@ class CostModel:
                  catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
         """`round_cost` of rounds drafting 0..max_gamma: their verify, plus when the draft model
         drafts its decodes and the share of its catch-up charged to each."""
-        gammas = np.arange(max_gamma + 1)
         verify = self.verify_costs(max_gamma + 1)
         if not model_drafts:
             return verify
-        return round_cost(verify, gammas, self.draft_token, catch_up)
+        return round_cost(verify, self._gammas[:max_gamma + 1], self.draft_token, catch_up)
 
     def draft_relative(self) -> float:
         """The draft model's cost per token relative to one target token."""
@@ -180,7 +181,6 @@ class CostModel:
         self.draft_token += self.rate * (per_token - self.draft_token)
 
     def learn_verify(self, width: int, measured: float) -> None:
-        self._verify_costs = None
         while len(self.verify) < width:
             self.verify.append(at_width(self.verify, len(self.verify) + 1))
         ratio = measured / self.verify[width - 1]
@@ -192,7 +192,10 @@ class CostModel:
             self.verify = [v * common for v in self.verify]
             self.draft_token *= common
             self.draft_batch = [d * common for d in self.draft_batch]
+            if self._verify_costs is not None:
+                self._verify_costs = self._verify_costs * common
             return
+        self._verify_costs = None
         # A wide verify also learns the curve's shape: the width seen moves fully, the others
         # follow a fraction.
         for i in range(len(self.verify)):

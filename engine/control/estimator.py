@@ -29,6 +29,8 @@ class Counts:
         self.hits = np.zeros(max_gamma, dtype=np.float64)
         self.rounds = 0
         self.first_hits = 0
+        # Bumped by every change, so a prediction made from these counts can be kept until then.
+        self.version = 0
 
     def learn(self, drafted: int, accepted: int, decay: float) -> None:
         self.tries *= decay
@@ -39,12 +41,14 @@ class Counts:
         self.hits[:min(accepted, seen)] += 1.0
         self.rounds += 1
         self.first_hits += accepted > 0
+        self.version += 1
 
     def forget(self, decay: float) -> None:
         """A round this key could have drafted but did not: its evidence ages, so the
         estimate drifts back to the prior."""
         self.tries *= decay
         self.hits *= decay
+        self.version += 1
 
     def rates(self, prior: float, weight: float, hope: float = 0.0) -> np.ndarray:
         """a_j, shrunk towards the pooled rate where data is thin (the pooled rate towards
@@ -80,6 +84,8 @@ class AcceptanceEstimator:
         self._unseen = Counts()
         self.scale_hits = 0.0
         self.scale_conf = 0.0
+        # The last `expected` answer, with what it was computed from.
+        self._memo: tuple[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     @property
     def model(self) -> Counts:
@@ -99,12 +105,17 @@ class AcceptanceEstimator:
         g = 0..n: E(g) = sum_{i<=g} prod_{j<i} a_j, each a_j at most `cap`."""
         k = self.constants
         counts = self.counts(key)
+        memo_key = (key, id(counts), counts.version, n, cap, hope, k.prior, k.prior_weight)
+        if self._memo is not None and self._memo[0] == memo_key:
+            return self._memo[1]
         tries, hits = counts.tries[:n], counts.hits[:n]
         pooled = (hits.sum() + k.prior_weight * k.prior) / (tries.sum() + k.prior_weight)
         a = (hits + k.prior_weight * pooled) / (tries + k.prior_weight)
         hopeful = (hits + k.prior_weight * pooled + hope) / (tries + k.prior_weight + hope)
-        return (a, np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(a, cap))))),
-                np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(hopeful, cap))))))
+        result = (a, np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(a, cap))))),
+                  np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(hopeful, cap))))))
+        self._memo = (memo_key, result)
+        return result
 
     def acceptance(self, key: str, hope: float = 0.0) -> np.ndarray:
         return self.counts(key).rates(self.constants.prior, self.constants.prior_weight, hope)
@@ -133,18 +144,20 @@ class AcceptanceEstimator:
         if key in self.keys:
             self.keys[key].forget(self.constants.decay)
 
-    def observe_confidence(self, confidence: float, aged: bool = False) -> None:
+    def observe_confidence(self, confidence: float, aged: bool = False, rounds: int = 1) -> None:
         """The target's confidence at a token no draft was tested on (a plain round's, or the
         row after a round's last tested one) predicts how a draft would have fared there; it
         counts as a fraction of an observation at every position. `aged`: the round already
-        aged the counts."""
+        aged the counts. `rounds`: the plain rounds this reading stands for (plain rounds
+        read the confidence only now and then): it ages the counts and weighs as that many."""
         a = min(self.scale * confidence, 1.0)
-        m, w = self.model, self.constants.conf_weight
+        m, w = self.model, self.constants.conf_weight * rounds
         if not aged:
-            m.tries *= self.constants.decay
-            m.hits *= self.constants.decay
+            m.tries *= self.constants.decay ** rounds
+            m.hits *= self.constants.decay ** rounds
         m.tries += w
         m.hits += w * a
+        m.version += 1
 
     def as_dict(self) -> dict:
         return {"keys": {k: c.as_dict() for k, c in self.keys.items()},
@@ -155,4 +168,5 @@ class AcceptanceEstimator:
         keys = {str(k): Counts.from_dict(v) for k, v in d["keys"].items()}
         keys.setdefault(MODEL, Counts())
         self.keys = keys
+        self._memo = None
         self.scale_hits, self.scale_conf = float(d["scale_hits"]), float(d["scale_conf"])

@@ -25,7 +25,7 @@ class Decision:
     """A policy's choice for one round, and what it was made from.
 
     >>> FixedGamma(3).next_gamma()
-    Decision(gamma=3, plan=RoundPlan(source='', drafter='', tokens=(), shares=(), match=0, document=-1, behind=0, samples=False), prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=())
+    Decision(gamma=3, plan=RoundPlan(source='', drafter='', tokens=(), shares=(), match=0, document=-1, behind=0, samples=False), prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=(), confidence=True)
     """
 
     # The most tokens the round may draft (0: a plain round).
@@ -40,6 +40,9 @@ class Decision:
     # was beating, and the predicted tokens/s of every gamma 0..max it compared.
     probing: bool = False
     speeds: tuple[float, ...] = ()
+    # Whether the round should report the target's confidence, for a policy that wants it
+    # (`GammaPolicy.wants_confidence`): one that reads it only now and then says when.
+    confidence: bool = True
 
 
 class GammaPolicy:

@@ -2,7 +2,9 @@
 
 No model runs, so a proposal costs microseconds. The last n tokens of the context (prompt plus
 text so far) are searched for earlier in the context, longest n first; the tokens that followed
-the match are the draft. Tokens carry no probabilities (q is None), so the target verifies them
+the match are the draft: of the latest occurrence with `max_draft` tokens after it, else of the
+latest (the round's plan holds the copy, engine/round_plan.py, and a round takes as much of it
+as its gamma allows). Tokens carry no probabilities (q is None), so the target verifies them
 with the one-hot rule, which keeps the output exact. A copy ends at an end-of-generation token
 (`is_eog`, when given): the chat template's turn ends are in the prompt, and nothing after one can
 be committed.
@@ -47,9 +49,9 @@ class PromptLookupDrafter(Drafter):
             hits = index.starts(n, context)
             if not hits:
                 continue
-            # The most recent match whose continuation is long enough, else the longest one.
+            # The most recent match whose continuation is long enough, else the most recent.
             j = bisect_right(hits, size - n - want) - 1
-            start = (hits[j] if j >= 0 else hits[0]) + n
+            start = (hits[j] if j >= 0 else hits[-1]) + n
             return n, start, min(want, size - start)
         return 0, 0, 0
 
