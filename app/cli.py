@@ -21,6 +21,7 @@ from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
+from loading.evidence import keep_evidence
 from loading.load import load_pair
 from models.cli import register as register_models
 from models.gguf_info import read_info
@@ -39,6 +40,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     expected = expected_acceptance(use, running_name(args, dcfg, read_info(tcfg.path).n_layer))
     pair = load_pair(tcfg, dcfg, load_options(args, [drafter], early_exit_layers=args.early_exit_layers),
                      lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    if use.key is not None:
+        keep_evidence(pair, use.key)
     try:
         # Refuse a prompt the context cannot hold before calibrating for it.
         pair.prompt_tokens(args.prompt, raw=args.raw)

@@ -18,6 +18,7 @@ from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
                           history_store, load_options, model_configs)
 from engine.errors import SettingsError
+from loading.evidence import keep_evidence
 from loading.load import load_pair
 
 DEFAULT_HOST = "127.0.0.1"
@@ -44,6 +45,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                if use.applied else load_options(args))
     pair = load_pair(tcfg, dcfg, options, **draft_stops(args))
     pair.preferred_drafter = use.drafter
+    if use.key is not None:
+        keep_evidence(pair, use.key)
     holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
                         else args.history_tokens)
     holder.history = history_store(args, tcfg)

@@ -67,6 +67,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     target.rollback(len(context) - 1)
     if history is not None:
         history.add(context)
+    if not plain:
+        rounds.policy.finish()
     if decision is not None and not plain:
         stats.controller = rounds.policy.report(decision)
     yield answer.done()

@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Sequence
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
 from engine.control.costs import Calibration, calibrate
+from engine.control.evidence import Evidence
 from engine.drafters.base import PLAIN, Drafter, plain_alias
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
@@ -85,6 +86,10 @@ class Pair:
         # Models only one drafter uses (early exit), by drafter name; closed with the pair.
         self._own_backends: dict[str, Backend] = {}
         self._calibrations: dict[str, Calibration] = {}
+        # What the adaptive controllers learn of a drafter, kept with its calibration across
+        # answers (engine/control/evidence.py): `evidence(drafter)` makes it; the app lends one
+        # that restores it from disk and saves it back (loading/evidence.py).
+        self.evidence: Callable[[str], Evidence] = lambda drafter: Evidence()
         self._drafters: dict[str, Drafter] = {}
         self.preferred_drafter: str | None = None
         if draft is not None:
@@ -199,6 +204,8 @@ class Pair:
                 s.rollback(0)
         result = calibrate(self.target, session, widths - 1, context,
                            model_name=chosen.model_name, clock=self.clock)
+        result.evidence = (cached.evidence if cached is not None and cached.evidence is not None
+                           else self.evidence(drafter))
         self._calibrations[drafter] = result
         return result
 

@@ -23,6 +23,7 @@ from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
+from loading.evidence import keep_evidence
 from loading.load import Loader, load_pair
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
@@ -118,6 +119,8 @@ class PairHolder:
             options, use = for_load(target, draft, options)
             pair = load_pair(target, draft, options, loader=self._loader, progress=staged)
             pair.preferred_drafter = use.drafter
+            if use.key is not None:
+                keep_evidence(pair, use.key)
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
             if self._pair is not None:

@@ -319,6 +319,9 @@ class AdaptiveController(GammaPolicy):
         return (f"gamma {g}: predicted {gain[g]:.2f}x (first-token acceptance {a0:.2f}, the "
                 f"draft {cost:.2f} of a target token){earlier}")
 
+    def finish(self) -> None:
+        self.evidence.answered()
+
     def report(self, decision: Decision) -> ControllerReport:
         costs = self._costs()
         draft = {}

@@ -6,11 +6,13 @@ what probes lost).
 It belongs to the pair, not to one generation: the pair's calibration of a drafter carries it
 (`Calibration.evidence`), so every controller made from that calibration in the process starts
 from it and adds to it; `as_dict`/`restore` carry it to disk beside the pairing record, where
-the loading layer keys it by the pair, the machine and the build (loading/evidence.py).
+the loading layer keys it by the pair, the machine and the build (loading/evidence.py), and
+saves it after every answer through `keeper`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from engine.control.constants import ControllerConstants
 from engine.control.costs import CostModel
@@ -32,6 +34,13 @@ class Evidence:
     answers: int = 0
     # A restored form waiting for the first controller's constants.
     pending: dict = field(default_factory=dict)
+    # Hears the evidence after every answer that used it (the loading layer's file keeper).
+    keeper: Callable[["Evidence"], None] | None = field(default=None, repr=False, compare=False)
+
+    def answered(self) -> None:
+        """An answer that used this evidence ended: its keeper, if any, keeps it."""
+        if self.keeper is not None:
+            self.keeper(self)
 
     def adopt(self, constants: ControllerConstants) -> AcceptanceEstimator:
         """The estimator, made (or restored) on first use with `constants`."""

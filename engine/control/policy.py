@@ -62,6 +62,9 @@ class GammaPolicy:
         """Take back the round's decision with what the round did."""
         raise NotImplementedError
 
+    def finish(self) -> None:
+        """The generation ended (a policy that keeps evidence across answers hands it on)."""
+
     def report(self, decision: Decision) -> ControllerReport:
         """What the policy knew when it made `decision`, its latest."""
         return ControllerReport(policy=self.name, gamma=decision.gamma, reason=decision.reason)
