@@ -220,7 +220,8 @@ def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: 
 
 def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int = 5,
                  modes: Sequence[str] = tuple(MODES), paths: Sequence[str] = (),
-                 noise: float = 0.5, history_tokens: int = HISTORY_TOKENS
+                 noise: float = 0.5, history_tokens: int = HISTORY_TOKENS,
+                 fresh_history_tokens: int = FRESH_HISTORY_TOKENS
                  ) -> tuple[list[OverheadRow], HistoryTiming | None]:
     """Every path x mode, `repeats` generations each, interleaved so drift hits all alike;
     and, when a path drafts from a history, that history's lookup and add times."""
@@ -234,7 +235,7 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
     chosen = [p for p in PATHS if not wanted or p[0] in wanted or p[1] in wanted]
     history = (zipf_history(history_tokens, n_vocab)
                if any(p[0] in HISTORY_PATHS - FRESH_PATHS for p in chosen) else None)
-    fresh_history = (zipf_history(FRESH_HISTORY_TOKENS, n_vocab)
+    fresh_history = (zipf_history(fresh_history_tokens, n_vocab)
                      if any(p[0] in HISTORY_PATHS & FRESH_PATHS for p in chosen) else None)
     fresh_target = InstantBackend(bank, "fresh-target", shift=0)
     fresh_draft = InstantBackend(bank, "fresh-draft", shift=n_vocab // 2)
