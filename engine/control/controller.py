@@ -205,7 +205,7 @@ class AdaptiveController(GammaPolicy):
                                                         or self.speculating == MODEL)
         margin = c.margin if carrying_on else c.resume_margin
         for e, m in ((p.hopeful, p.hopeful_ms), (p.expected, p.ms)):
-            g = int(np.argmax(e[1:] / m[1:])) + 1
+            g = int((e[1:] / m[1:]).argmax()) + 1
             if self._pays(g, p.expected, p.ms, margin):
                 return g
         return 0
