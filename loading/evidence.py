@@ -10,6 +10,7 @@ next save replaces it. An unreadable file counts as none.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -31,14 +32,13 @@ def _version(package: str) -> str:
 
 
 def _cpu() -> str:
+    """The CPU's kind: a hash of its model and flag lines (Linux), else what platform says."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    kind = sorted({line for line in text.splitlines() if line.startswith(("model name", "flags"))})
+    return hashlib.sha256("\n".join(kind).encode()).hexdigest()[:16]
 
 
 def identity(key: PairKey, pair: Pair) -> dict:
