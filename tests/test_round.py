@@ -41,3 +41,36 @@ def test_a_round_offers_its_accepted_drafts_then_the_targets_token():
     # Nothing is committed yet, and the target's cache holds the accepted drafts only.
     assert s.committed == 0
     assert target.tokens == PROMPT[:-1] + [PROMPT[-1]] + list(result.tokens[:s.accepted])
+
+
+def test_each_round_plans_once_and_predicts_once():
+    """The drafter is asked one question a round (its plan: prompt lookup's match runs once),
+    and the controller prices every gamma from one prediction of that plan."""
+    from engine.control.controller import AdaptiveController
+    from engine.drafters.hybrid import HybridDrafter
+    from engine.drafters.prompt_lookup import PromptLookupDrafter
+    from engine.events import RoundEvent
+    from engine.generation_config import GenerationConfig
+    from engine.generator import generate
+
+    calls = {"find": 0, "predict": 0}
+
+    class CountingLookup(PromptLookupDrafter):
+        def find(self, context, want):
+            calls["find"] += 1
+            return super().find(context, want)
+
+    class CountingController(AdaptiveController):
+        def predict(self, plan):
+            calls["predict"] += 1
+            return super().predict(plan)
+
+    drafter = HybridDrafter(CountingLookup(ngram_min=2), DraftModelDrafter(FakeBackend(noise=0.5)))
+    policy = CountingController(max_gamma=4, draft_ms=[1.0] * 5, verify_ms=[10.0, 11, 12, 13, 14],
+                                model_name="draft-model")
+    config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=40)
+    rounds = [e.round for e in generate(Session(FakeBackend()), drafter, PROMPT * 3, config,
+                                        policy) if isinstance(e, RoundEvent)]
+    assert any(r.is_copy and r.drafted for r in rounds) and any(not r.is_copy and r.drafted
+                                                                   for r in rounds)
+    assert calls == {"find": len(rounds), "predict": len(rounds)}
