@@ -14,17 +14,18 @@ from app.serve_cli import register as register_serve
 from app.runtime.defaults import PLAIN
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
                           drafter_name, generation_config, history_store, load_options,
-                          model_configs, policy_name)
+                          model_configs, policy_name, print_plan)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
+from engine.llama.quiet import quiet_llama
 from engine.staleness import StaleDraftEvent, watch
 from loading.evidence import keep_evidence
-from loading.load import load_pair
+from loading.load import execute
+from loading.plan import plan_load
 from models.cli import register as register_models
-from models.gguf_info import read_info
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -37,9 +38,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     config = generation_config(args)
     drafter = drafter_name(args)
-    expected = expected_acceptance(use, running_name(args, dcfg, read_info(tcfg.path).n_layer))
-    pair = load_pair(tcfg, dcfg, load_options(args, [drafter], early_exit_layers=args.early_exit_layers),
-                     lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    # Each file's header is read once, by the plan, and handed to what needs it.
+    plan = plan_load(tcfg, dcfg, load_options(args, [drafter],
+                                              early_exit_layers=args.early_exit_layers))
+    print_plan(plan)
+    expected = expected_acceptance(use, running_name(drafter, plan))
+    pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
     if use.key is not None:
         keep_evidence(pair, use.key)
     try:
@@ -49,7 +53,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   if drafter != PLAIN else None)
         done = None
         stale = None
-        history = history_store(args, tcfg)
+        history = history_store(args, plan.target_info)
         events = pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy,
                                history=history.index() if history else None)
         for ev in watch(events, expected if drafter != PLAIN else None):
@@ -111,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    quiet_llama()
     try:
         return int(args.func(args) or 0)
     except TandemError as exc:

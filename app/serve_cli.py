@@ -16,10 +16,11 @@ from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION,
                               parse_origins)
 from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
-                          history_store, load_options, model_configs)
+                          history_store, load_options, model_configs, print_plan)
 from engine.errors import SettingsError
 from loading.evidence import keep_evidence
-from loading.load import load_pair
+from loading.load import execute
+from loading.plan import plan_load
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -43,13 +44,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(line, flush=True)
     options = (load_options(args, [use.drafter], early_exit_layers=args.early_exit_layers)
                if use.applied else load_options(args))
-    pair = load_pair(tcfg, dcfg, options, **draft_stops(args))
+    plan = plan_load(tcfg, dcfg, options)
+    print_plan(plan)
+    pair = execute(plan, **draft_stops(args))
     pair.preferred_drafter = use.drafter
     if use.key is not None:
         keep_evidence(pair, use.key)
     holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
                         else args.history_tokens)
-    holder.history = history_store(args, tcfg)
+    holder.offload = plan.offload
+    holder.history = history_store(args, plan.target_info)
     return serve(holder, access)
 
 

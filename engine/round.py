@@ -21,7 +21,10 @@ from engine.clock import Clock, wall_ms
 from engine.drafters.base import PLAIN, Drafter, Proposal, empty_proposal
 from engine.round_plan import NO_PLAN, RoundPlan
 from engine.control.policy import Decision, GammaPolicy
-from engine.sampling import Rng, Rows, SamplingParams, top_probability
+from engine.confidence import top_probability
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import Rows
 from engine.session import Session
 from engine.stats import RoundStats
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from engine.control.evidence import Evidence
 from engine.errors import ModelFileError
 from engine.pair import Pair
-from models.store import write_atomically
+from models.tandem_store import write_atomically
 from models.tuned import PairKey, pairs_dir
 
 
@@ -92,5 +92,5 @@ def keep_evidence(pair: Pair, key: PairKey) -> EvidenceFile:
     """Let `pair`'s drafters start from the evidence kept for it on disk, and keep what they
     learn there after every answer."""
     kept = EvidenceFile(pairs_dir() / f"{key.id}.evidence.json", identity(key, pair))
-    pair.evidence = kept.evidence
+    pair.calibrations.evidence = kept.evidence
     return kept

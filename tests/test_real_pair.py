@@ -14,7 +14,8 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent
 from engine.generator import generate
 from engine.generation_config import GenerationConfig
-from engine.sampling import SamplingParams, probabilities
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 
 pytestmark = pytest.mark.real

@@ -14,7 +14,8 @@ from engine.round_plan import MODEL, RoundPlan
 from engine.generator import generate
 from engine.generation_config import GenerationConfig
 from engine.control.policy import FixedGamma
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
 from engine.widths import padded_width

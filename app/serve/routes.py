@@ -171,7 +171,8 @@ def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
         return JSONResponse({"object": "list", "data": [
             {"id": served, "object": "model", "created": 0, "owned_by": "tandem",
              "pair": {"target": pair.target.backend.name, "draft": draft},
-             "drafters": pair.drafters, "default_drafter": pair.default_drafter}]})
+             "drafters": pair.drafters, "default_drafter": pair.default_drafter,
+             "offload": holder.offload.as_dict() if holder.offload is not None else None}]})
 
     @router.post("/v1/chat/completions")
     @answered

@@ -27,7 +27,8 @@ import numpy.typing as npt
 from engine.dist import Dist
 from engine.drafters.history_index import HistoryIndex
 from engine.round_plan import MODEL, RoundPlan
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 
 I32 = npt.NDArray[np.int32]

@@ -24,7 +24,10 @@ from engine.dist import Dist
 from engine.drafters.base import Drafter, Keep, Proposal
 from engine.round_plan import MODEL, RoundPlan
 from engine.errors import SettingsError
-from engine.sampling import Rng, SamplingParams, distribution, top_probability
+from engine.confidence import top_probability
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import distribution
 from engine.session import Session
 
 

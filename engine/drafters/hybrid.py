@@ -19,7 +19,8 @@ from engine.drafters.history_index import HistoryIndex
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.round_plan import RoundPlan
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 
 
 class HybridDrafter(Drafter):

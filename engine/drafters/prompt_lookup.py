@@ -21,7 +21,8 @@ from engine.drafters.base import Drafter, Keep, Proposal, empty_proposal
 from engine.drafters.history_index import MATCH_MAX
 from engine.round_plan import CONTEXT, NO_PLAN, RoundPlan
 from engine.errors import SettingsError
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 
 
 class PromptLookupDrafter(Drafter):

@@ -22,7 +22,8 @@ from engine.drafters.history_index import HistoryIndex
 from engine.round_plan import HISTORY, RoundPlan
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 
 SUFFIX = "suffix"
 # A copy from the history stops before the token at which fewer than this share of the matching
