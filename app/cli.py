@@ -22,6 +22,7 @@ from engine.errors import TandemError
 from engine.events import DoneEvent, TokenEvent
 from engine.llama.quiet import quiet_llama
 from engine.staleness import StaleDraftEvent, watch
+from loading.evidence import keep_evidence
 from loading.load import execute
 from loading.plan import plan_load
 from models.cli import register as register_models
@@ -43,6 +44,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print_plan(plan)
     expected = expected_acceptance(use, running_name(drafter, plan))
     pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    if use.key is not None:
+        keep_evidence(pair, use.key)
     try:
         # Refuse a prompt the context cannot hold before calibrating for it.
         pair.prompt_tokens(args.prompt, raw=args.raw)

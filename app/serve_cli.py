@@ -18,6 +18,7 @@ from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
                           history_store, load_options, model_configs, print_plan)
 from engine.errors import SettingsError
+from loading.evidence import keep_evidence
 from loading.load import execute
 from loading.plan import plan_load
 
@@ -47,6 +48,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print_plan(plan)
     pair = execute(plan, **draft_stops(args))
     pair.preferred_drafter = use.drafter
+    if use.key is not None:
+        keep_evidence(pair, use.key)
     holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
                         else args.history_tokens)
     holder.offload = plan.offload

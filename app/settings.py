@@ -7,7 +7,7 @@ from typing import Sequence
 
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
                                   DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, GPU_LAYERS, HISTORY,

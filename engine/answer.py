@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Iterator
 from engine.backend import Backend
 from engine.clock import Clock
 from engine.events import DoneEvent, TokenEvent
+from engine.generation_config import GenerationConfig
 from engine.stats import GenerationStats
 from engine.textstream import TextStream
 
 if TYPE_CHECKING:
-    from engine.generator import GenerationConfig
     from engine.round import RoundResult
 
 

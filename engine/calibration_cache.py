@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from engine.clock import Clock
 from engine.control.costs import Calibration, calibrate
+from engine.control.evidence import Evidence
 from engine.drafters.base import Drafter
 from engine.session import Session
 
@@ -36,6 +37,10 @@ class CalibrationCache:
 
     def __init__(self) -> None:
         self._by_name: dict[str, Calibration] = {}
+        # What the adaptive controllers learn of a drafter, kept with its calibration across
+        # answers (engine/control/evidence.py): `evidence(name)` makes it; the app lends one
+        # that restores it from disk and saves it back (loading/evidence.py).
+        self.evidence: Callable[[str], Evidence] = lambda name: Evidence()
 
     def __contains__(self, name: str) -> bool:
         return name in self._by_name
@@ -70,6 +75,8 @@ class CalibrationCache:
             if s is not None and s.n_past + widths + (0 if s.n_past else len(tokens)) > s.backend.n_ctx:
                 s.rollback(0)
         result = calibrate(target, session, widths - 1, tokens, model_name=drafter.model_name,
-                           clock=clock, copy_name=drafter.copy_name)
+                           clock=clock)
+        result.evidence = (cached.evidence if cached is not None and cached.evidence is not None
+                           else self.evidence(name))
         self._by_name[name] = result
         return result

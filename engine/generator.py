@@ -4,7 +4,6 @@ decoding of the same target through the same code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 from engine.acceptance import verify
@@ -14,30 +13,13 @@ from engine.drafters.base import PLAIN, Drafter
 from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent
+from engine.generation_config import GenerationConfig
 from engine.limits import check_prompt_fits
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.round import NoDrafter, Rounds, VerifyRule, run_round
 from engine.rng import Rng
-from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import GenerationStats
-
-MAX_GAMMA = 32
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    params: SamplingParams = field(default_factory=SamplingParams)
-    gamma: int = 4
-    max_tokens: int = 256
-    stop: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.gamma <= MAX_GAMMA):
-            raise SettingsError(f"gamma must be between 0 and {MAX_GAMMA}, got {self.gamma}")
-        if self.max_tokens < 1:
-            raise SettingsError(f"max tokens must be >= 1, got {self.max_tokens}")
-
 
 def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
              config: GenerationConfig, policy: GammaPolicy | None = None,
@@ -89,6 +71,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     target.rollback(len(context) - 1)
     if history is not None:
         history.add(context)
+    if not plain:
+        rounds.policy.finish()
     if decision is not None and not plain:
         stats.controller = rounds.policy.report(decision)
     yield answer.done()

@@ -27,7 +27,8 @@ from engine.drafters.base import PLAIN, Drafter, plain_alias
 from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
 from engine.events import Event
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.limits import check_prompt_fits
 from engine.session import Session
 from engine.widths import padded_width

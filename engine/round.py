@@ -1,13 +1,14 @@
-"""One speculative round: the policy decides, the drafter drafts, the target verifies every
-drafted token in one batch, and the caches roll back to what the round commits.
+"""One speculative round: the drafter plans (engine/round_plan.py), the policy decides from the
+plan, the drafter drafts from the same plan, the target verifies every drafted token in one
+batch, and the caches roll back to what the round commits.
 
 Invariant at the start of every round: the target's cache holds every committed token but the
 last one. A round decodes [last committed] + drafted tokens in one batch; row i of its logits
 is the target's distribution for drafted position i, and row γ gives the bonus distribution.
 After verification the target is rolled back to the committed tokens, minus the newest.
 
-A round with nothing drafted (gamma 0, or a copy with no match) is a plain one-token decode of
-the same target through the same code, which is what plain decoding is.
+A round with nothing drafted (gamma 0, or a plan with nothing to draft) is a plain one-token
+decode of the same target through the same code, which is what plain decoding is.
 """
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from typing import Callable, Sequence
 from engine.acceptance import Verdict, verify
 from engine.clock import Clock, wall_ms
 from engine.drafters.base import PLAIN, Drafter, Proposal, empty_proposal
+from engine.round_plan import NO_PLAN, RoundPlan
 from engine.control.policy import Decision, GammaPolicy
-from engine.sampling import Rng, Rows, SamplingParams, top_probability
+from engine.confidence import top_probability
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import Rows
 from engine.session import Session
 from engine.stats import RoundStats
 
@@ -32,7 +37,10 @@ class NoDrafter(Drafter):
 
     name = PLAIN
 
-    def propose(self, context, gamma, params, rng, keep=None) -> Proposal:
+    def plan(self, context, params) -> RoundPlan:
+        return NO_PLAN
+
+    def propose(self, plan, gamma, params, rng, keep=None) -> Proposal:
         return empty_proposal(self.name)
 
 
@@ -83,25 +91,24 @@ def verify_width(drafted: int, gamma: int, sampled: bool,
     return widths(want) if widths is not None else want
 
 
-def draft(r: Rounds, context: Sequence[int], gamma: int, sampled: bool) -> Proposal:
-    """At most `gamma` tokens after `context`, stopped early by the policy's rule (told
-    whether the round's verify width is already fixed, `sampled`)."""
-    if gamma <= 0:
+def draft(r: Rounds, plan: RoundPlan, gamma: int) -> Proposal:
+    """At most `gamma` tokens drafted as `plan` says, stopped early by the policy's rule (told
+    whether the round's verify width is already fixed: a sampled draft's)."""
+    if gamma <= 0 or not plan.drafts:
         return empty_proposal(PLAIN)
-    keep = partial(r.policy.keep_drafting, limit=gamma, fixed_width=sampled)
-    return r.drafter.propose(context, gamma, r.params, r.rng, keep)
+    keep = partial(r.policy.keep_drafting, limit=gamma, fixed_width=plan.samples)
+    return r.drafter.propose(plan, gamma, r.params, r.rng, keep)
 
 
 def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> RoundResult:
     """Round `index` after the committed text `context`, drafting at most `room` tokens."""
-    source = r.drafter.copy_source(context)
-    decision = r.policy.next_gamma(source is not None, r.drafter.behind(context),
-                                   source=source or "")
-    gamma = min(decision.gamma, room)
+    plan = r.drafter.plan(context, r.params)
+    decision = r.policy.next_gamma(plan)
+    gamma = min(decision.gamma, room) if plan.drafts else 0
     # The one predicate for a sampled draft: it fixes the verify width before drafting.
-    sampled = gamma > 0 and r.drafter.samples(context, r.params)
+    sampled = gamma > 0 and plan.samples
     t0 = r.clock()
-    proposal = draft(r, context, gamma, sampled)
+    proposal = draft(r, plan, gamma)
     drafted = [int(t) for t in proposal.tokens]
     draft_ms = r.clock() - t0
 
@@ -114,14 +121,15 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
     verify_ms = r.clock() - t0
     # Rows past the first rejection were not tested and are never read: skip their softmax.
     confidence = (tuple(top_probability(logits[:verdict.n_accepted + 1]).tolist())
-                  if r.policy.wants_confidence else ())
+                  if r.policy.wants_confidence and decision.confidence else ())
     r.target.rollback(len(context) + verdict.n_accepted)
-    r.drafter.feedback(proposal, verdict.n_accepted)
+    if drafted:
+        r.drafter.feedback(plan, proposal, verdict.n_accepted)
 
     n = verdict.n_accepted
     stats = RoundStats(index=index, gamma=gamma, drafted=len(drafted), accepted=n,
                        kind=verdict.kind, committed=0, draft_ms=draft_ms, verify_ms=verify_ms,
-                       source=proposal.source, copied=proposal.copied,
+                       source=proposal.source, is_copy=plan.is_copy,
                        predicted_tps=decision.prediction, reason=decision.reason,
                        confidence=confidence, width=width)
     return RoundResult(decision, stats, tokens=(*drafted[:n], verdict.token),

@@ -5,10 +5,6 @@ from the one logits transform (engine/transform.py) under these settings, so tem
 top-p and min-p shape p and q the same way and speculative sampling is exact with respect to the
 *transformed* target. The engine's randomness is engine/rng.py; a row's confidence statistic is
 engine/confidence.py.
-
-`Rng`, `Rows`, `distribution`, `probabilities` and `top_probability` are imported here too, for
-the modules that still import them from this one (engine/round.py and engine/drafters/, which
-issue 35 changes at the same time); new code imports them from their own modules.
 """
 from __future__ import annotations
 
@@ -16,12 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from engine.confidence import top_probability
 from engine.errors import SettingsError
-from engine.rng import Rng
-from engine.transform import Rows, distribution, probabilities
-
-__all__ = ["SamplingParams", "Rng", "Rows", "distribution", "probabilities", "top_probability"]
 
 
 @dataclass(frozen=True)

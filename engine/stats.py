@@ -21,9 +21,10 @@ class RoundStats:
     committed: int
     draft_ms: float
     verify_ms: float
-    # Who drafted the round, by name (reports), and whether it copied from the context.
+    # Who drafted the round, by name (reports), and whether its plan was a copy (from the
+    # context or the history) rather than a model's draft (engine/round_plan.py).
     source: str = ""
-    copied: bool = False
+    is_copy: bool = False
     # What the gamma policy expected of this round (None when it makes no prediction), and why
     # it chose this gamma, in one line.
     predicted_tps: float | None = None

@@ -13,7 +13,7 @@ from engine.drafters.base import PLAIN
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.history_index import HistoryIndex
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats

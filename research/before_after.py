@@ -25,9 +25,13 @@ SUITE = Path(__file__).resolve().parents[1] / "assets" / "prompts" / "suite-v1.j
 def worker() -> None:
     from engine.backend import ModelConfig
     from engine.events import DoneEvent
-    from engine.generator import GenerationConfig
     from engine.sampling import SamplingParams
     from models import embedded
+    # engine/generation_config.py since issue 35, engine/generator.py before it.
+    try:
+        from engine.generation_config import GenerationConfig
+    except ImportError:
+        from engine.generator import GenerationConfig  # type: ignore[no-redef]
     # Imported here, from the tree on PYTHONPATH: loading/load.py since issue 27,
     # loading/pair.py before it, and Pair.load before the loading layer.
     try:

@@ -1,7 +1,9 @@
 """The engine-overhead benchmark (engine/tools/benchmark/overhead.py, `tandem bench --overhead`) run
 against another tree's engine, for a before/after table:
 
-  PYTHONPATH=OLD_TREE .venv/bin/python research/overhead_tree.py [MAX_TOKENS] [REPEATS]
+  PYTHONPATH=OLD_TREE .venv/bin/python research/overhead_tree.py [MAX_TOKENS] [REPEATS] [PATHS]
+
+PATHS: comma-separated labels of the harness's paths (default: every path without a history).
 
 The harness is loaded from this tree's file; everything it imports (Pair, the generator, the
 sampling code) comes from the tree on PYTHONPATH.
@@ -26,14 +28,16 @@ def load(path: Path, name: str):
     return module
 
 
-# Modules the harness imports that trees from before the history (issue 30) lack: loaded from
-# this tree under their own names (they only define the history and its drafter; the history
-# paths are not run on such trees).
-HISTORY_MODULES = ("engine.drafters.history_index", "engine.drafters.suffix")
+# Modules the harness imports that older trees lack, loaded from this tree under their own names:
+# the history and its drafter (before issue 30; the history paths are not run on such trees),
+# and the generation's settings (engine/generator.py held them before issue 35; the old generator
+# reads the same fields).
+PROVIDED_MODULES = ("engine.drafters.history_index", "engine.drafters.suffix",
+                    "engine.generation_config")
 
 
-def provide_history_modules() -> None:
-    for name in HISTORY_MODULES:
+def provide_modules() -> None:
+    for name in PROVIDED_MODULES:
         try:
             importlib.import_module(name)
         except ImportError:
@@ -41,13 +45,14 @@ def provide_history_modules() -> None:
 
 
 if __name__ == "__main__":
-    provide_history_modules()
+    provide_modules()
     harness = load(HARNESS, "overhead_harness")
     machine = load(MACHINE, "machine_line")
     max_tokens = int(sys.argv[1]) if len(sys.argv) > 1 else 256
     repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     # The history paths need an engine that drafts from a history (issue 30); older trees
     # run the rest.
-    paths = [p[0] for p in harness.PATHS if p[0] not in harness.HISTORY_PATHS]
+    paths = (sys.argv[3].split(",") if len(sys.argv) > 3
+             else [p[0] for p in harness.PATHS if p[0] not in harness.HISTORY_PATHS])
     rows, _ = harness.run_overhead(max_tokens=max_tokens, repeats=repeats, paths=paths)
     print(harness.markdown(rows, harness.QWEN_VOCAB, machine.machine_line()))

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.backend import ModelConfig  # noqa: E402
 from engine.control.controller import AdaptiveController  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
-from engine.generator import GenerationConfig  # noqa: E402
+from engine.generation_config import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
 from engine.control.policy import FixedGamma, GammaPolicy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402

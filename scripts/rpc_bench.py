@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.reports.bench_files import runs_dir  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
-from engine.generator import GenerationConfig  # noqa: E402
+from engine.generation_config import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
 from engine.control.registry import make_policy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402

@@ -23,7 +23,7 @@ from app.serve.server import launch  # noqa: E402
 from app.ui import build_app, page_mounter  # noqa: E402
 from app.runtime.holder import PairHolder  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
-from engine.generator import GenerationConfig  # noqa: E402
+from engine.generation_config import GenerationConfig  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -88,7 +88,8 @@ class ScriptedDrafter(Drafter):
         self.pattern = list(pattern)
         self.round = 0
 
-    def propose(self, context, gamma, params, rng, keep=None):
+    def propose(self, plan, gamma, params, rng, keep=None):
+        context = plan.context
         wrong_at = self.pattern[self.round % len(self.pattern)]
         self.round += 1
         ctx = list(context)

@@ -75,7 +75,7 @@ def acceptance(target: str, draft: str | None, lora: Sequence[tuple[str, float]]
     these adapters, and the texts; the draft is loaded as given."""
     from engine.backend import ModelConfig
     from engine.events import DoneEvent
-    from engine.generator import GenerationConfig
+    from engine.generation_config import GenerationConfig
     from engine.control.registry import make_policy
     from loading.options import LoadOptions
     from loading.load import load_pair

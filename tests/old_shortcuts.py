@@ -10,6 +10,7 @@ import numpy as np
 
 from engine.drafters.base import Drafter, Keep, Proposal
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.round_plan import RoundPlan
 from engine.transform import distribution
 
 
@@ -25,11 +26,11 @@ class OldTrim(Drafter):
     def prefill(self, context: Sequence[int]) -> None:
         self.inner.prefill(context)
 
-    def samples(self, context, params) -> bool:
-        return self.inner.samples(context, params)
+    def plan(self, context, params) -> RoundPlan:
+        return self.inner.plan(context, params)
 
-    def propose(self, context, gamma, params, rng, keep: Keep | None = None) -> Proposal:
-        p = self.inner.propose(context, gamma, params, rng)
+    def propose(self, plan, gamma, params, rng, keep: Keep | None = None) -> Proposal:
+        p = self.inner.propose(plan, gamma, params, rng)
         if p.q is None or not len(p):
             return p
         own = [q.prob(int(x)) for q, x in zip(p.q, p.tokens)]
@@ -46,9 +47,9 @@ class OldTrim(Drafter):
 class OldPMin(DraftModelDrafter):
     """p-min as it was under sampling: draw x, then drop it (and stop) when q(x) < p_min."""
 
-    def propose(self, context, gamma, params, rng, keep: Keep | None = None) -> Proposal:
+    def propose(self, plan, gamma, params, rng, keep: Keep | None = None) -> Proposal:
         tokens, rows = [], []
-        logits = self.session.sync(context, feed_last=True)
+        logits = self.session.sync(plan.context, feed_last=True)
         for i in range(gamma):
             q = distribution(logits[-1], params)
             x = rng.draw(q)

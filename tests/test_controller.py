@@ -10,9 +10,11 @@ import pytest
 
 from engine.control.controller import AdaptiveController, Calibration, calibrate
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.round_plan import CONTEXT, MODEL, RoundPlan
 from engine.errors import SettingsError
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.control.registry import make_policy
 from engine.control.policy import Decision, FixedGamma, GammaPolicy, HeuristicGamma
 from engine.sampling import SamplingParams
@@ -23,6 +25,14 @@ from tests.fakes import FakeBackend
 # Target verify cost by width 1..9 (ms), shaped like the measured 1.5B curve on this CPU.
 VERIFY = [100.0, 130.0, 130.0, 135.0, 150.0, 190.0, 210.0, 230.0, 260.0]
 PROMPT = [3, 14, 15, 9, 26]
+# Rounds the draft model would draft, in step with the text (or `behind` tokens behind it), and
+# one prompt lookup would copy.
+M = RoundPlan(MODEL, "draft-model", behind=1)
+COPY = RoundPlan(CONTEXT, "prompt-lookup", tokens=(1, 2, 3, 4, 5, 6, 7, 8), match=3)
+
+
+def model(behind: int) -> RoundPlan:
+    return RoundPlan(MODEL, "draft-model", behind=behind)
 
 
 def draft_table(per_token: float) -> list[float]:
@@ -39,7 +49,7 @@ def play(c: AdaptiveController, rounds: int, accept_all: bool, source: str = "dr
     """Feed the controller rounds whose outcome is scripted; return the gammas it chose."""
     chosen = []
     for i in range(rounds):
-        d = c.next_gamma()
+        d = c.next_gamma(M)
         g = d.gamma
         chosen.append(g)
         accepted = g if accept_all else 0
@@ -53,15 +63,15 @@ def test_high_acceptance_and_a_cheap_draft_give_a_large_gamma():
     c = controller()
     gammas = play(c, 30, accept_all=True)
     assert gammas[-1] >= 6
-    assert c.acceptance()[0] > 0.9
+    assert c.acceptance(M)[0] > 0.9
 
 
 def test_low_acceptance_falls_back_to_plain_decoding():
-    c = controller(probe_every=100)
+    c = controller(explore_share=0.0)
     gammas = play(c, 10, accept_all=False)
     # Every round loses, so the controller soon stays plain.
     assert gammas[-5:] == [0] * 5
-    assert c.predicted_tps(0) == pytest.approx(1e3 / c.costs.verify[0])
+    assert c.predicted_tps(0, M) == pytest.approx(1e3 / c.costs.verify[0])
 
 
 def test_an_expensive_draft_is_never_used_even_when_it_would_be_accepted():
@@ -69,39 +79,79 @@ def test_an_expensive_draft_is_never_used_even_when_it_would_be_accepted():
     assert play(c, 5, accept_all=True, draft_per_token=90.0) == [0] * 5
 
 
-def test_it_probes_early_when_the_prior_alone_predicts_a_loss():
+def test_it_explores_where_the_prior_alone_predicts_a_loss_once_its_budget_allows():
     # At the prior acceptance this draft loses to plain decoding, so only data can say otherwise.
     c = controller(per_token=45.0, prior=0.5)
-    assert c.best_gamma() == 0 and c.could_win()
-    gammas = play(c, 12, accept_all=True, draft_per_token=45.0)
-    assert gammas[:4] == [0, 0, 0, 2] and gammas[-1] > 0
+    assert c.best_gamma(M) == 0 and c.could_pay(M, c.predict(M).ms)
+    gammas = play(c, 200, accept_all=True, draft_per_token=45.0)
+    # An exploring round of 2 loses at most 130 + 2 * 45 - 100 = 120 ms against a plain token
+    # (100 ms): 1% of plain time pays for it after 120 plain rounds, not before.
+    first = next(i for i, g in enumerate(gammas) if g > 0)
+    assert 100 <= first <= 125 and gammas[first] == 2
+    # It was accepted: the draft pays, and drafting goes on.
+    assert gammas[-1] > 0 and gammas[-10:].count(0) == 0
 
 
-def test_probing_brings_speculation_back_when_acceptance_recovers():
-    c = controller(probe_every=4)
-    play(c, 12, accept_all=False)
-    assert c.best_gamma() == 0
-    interval = c.interval
-    gammas = play(c, 40, accept_all=True)
-    first_probe = next(i for i, g in enumerate(gammas) if g > 0)
-    assert first_probe <= interval and gammas[first_probe] == 2
-    assert gammas[-1] >= 4 and gammas[-5:].count(0) == 0
+def test_exploration_stops_where_drafting_loses():
+    c = controller()
+    gammas = play(c, 3000, accept_all=False)
+    explored = [i for i, g in enumerate(gammas) if g > 0 and i > 10]
+    # The posterior closes: a handful of exploring rounds, none in the second half.
+    assert 1 <= len(explored) <= 12 and max(explored) < 1500
+    assert not c.could_pay(M, c.predict(M).ms)
 
 
-def test_probes_that_keep_losing_come_less_often():
-    c = controller(probe_every=4, probe_max=16)
-    gammas = play(c, 80, accept_all=False)
-    probes = [i for i, g in enumerate(gammas) if g > 0]
-    gaps = np.diff(probes)
-    assert len(probes) >= 3 and gaps[-1] > gaps[0]
-    assert c.interval == 16
+def test_exploration_stays_within_one_percent_of_plain_time_over_a_long_run():
+    """Every source and match length explores from one budget: what exploring rounds lost
+    against plain decoding stays within 1% of the plain time of what was committed."""
+    rng = np.random.default_rng(0)
+    c = controller(per_token=30.0, opening=())
+    plans = [M] + [RoundPlan(CONTEXT, "prompt-lookup", tokens=(1,) * 8, match=m)
+                   for m in (1, 2, 3, 5, 9, 20)] + [
+        RoundPlan("history", "suffix", tokens=(1,) * 8, match=m) for m in (4, 10, 30)]
+    for i in range(20000):
+        plan = plans[int(rng.integers(len(plans)))]
+        d = c.next_gamma(plan)
+        g = d.gamma
+        # Drafts rarely survive (each position 0.15): every source loses on this verify curve.
+        survives = np.append(rng.random(g) < 0.15, False)
+        accepted = int(np.argmin(survives))
+        draft = 30.0 * g if plan.model_drafts else 0.0
+        c.update(d, RoundStats(index=i, gamma=g, drafted=g, accepted=accepted, kind="x",
+                               committed=accepted + 1, draft_ms=draft, verify_ms=VERIFY[g]))
+    ev = c.evidence
+    assert ev.explored_ms > 0
+    assert ev.explored_ms <= 0.01 * ev.plain_ms
+
+
+def test_a_new_answer_starts_from_what_earlier_answers_learned():
+    """The pair's calibration carries its evidence: a controller made from it later knows what
+    an earlier one learned, and its reason line says so."""
+    cal = Calibration(draft_table(10.0), list(VERIFY), "draft-model")
+    first = AdaptiveController(max_gamma=8, opening=())
+    first.use_calibration(cal)
+    copy = RoundPlan(CONTEXT, "prompt-lookup", tokens=(1,) * 8, match=2)
+    for i in range(40):
+        d = first.next_gamma(copy)
+        first.update(d, RoundStats(index=i, gamma=max(d.gamma, 1), drafted=max(d.gamma, 1),
+                                   accepted=0, kind="correction", committed=1, draft_ms=0.0,
+                                   verify_ms=VERIFY[max(d.gamma, 1)]))
+    fresh = AdaptiveController(max_gamma=8, opening=(), model_name="draft-model",
+                               draft_ms=draft_table(10.0), verify_ms=VERIFY)
+    second = AdaptiveController(max_gamma=8, opening=())
+    second.use_calibration(cal)
+    assert fresh.next_gamma(copy).gamma > 0
+    d = second.next_gamma(copy)
+    assert d.gamma == 0
+    assert "earlier answers: lookup at 2-token matches: 0.00 accepted over 40 rounds" in d.reason
+    assert cal.evidence is not None and cal.evidence.answers == 2
 
 
 def plain(c: AdaptiveController, rounds: int, confidence: float) -> list[int]:
     """Plain rounds (gamma 0, no probing allowed to draft) that report the target's confidence."""
     chosen = []
     for i in range(rounds):
-        d = c.next_gamma()
+        d = c.next_gamma(M)
         chosen.append(d.gamma)
         c.update(d, RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                             draft_ms=0.0, verify_ms=VERIFY[0], source="plain",
@@ -110,16 +160,16 @@ def plain(c: AdaptiveController, rounds: int, confidence: float) -> list[int]:
 
 
 def test_a_confident_target_brings_speculation_back_without_a_probe():
-    c = controller(probe_every=1000)
+    c = controller(explore_share=0.0)
     play(c, 12, accept_all=False)
-    assert c.best_gamma() == 0
+    assert c.best_gamma(M) == 0
     plain(c, 20, confidence=0.3)
     # The estimate follows the confidence (times a scale of 1: nothing drafted said otherwise).
-    assert c.best_gamma() == 0 and c.acceptance()[0] == pytest.approx(0.3, abs=0.05)
+    assert c.best_gamma(M) == 0 and c.acceptance(M)[0] == pytest.approx(0.3, abs=0.05)
     gammas = plain(c, 20, confidence=0.99)
     # Each plain round is a fraction of an observation: a few rounds, not the first one.
     resumed = gammas.index(next(g for g in gammas if g > 0))
-    assert 1 <= resumed <= 10 and not c.next_gamma().probing
+    assert 1 <= resumed <= 10 and not c.next_gamma(M).probing
 
 
 def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
@@ -127,7 +177,7 @@ def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
     assert c.estimator.scale == pytest.approx(1.0)
     for i in range(10):
         # The draft is right every time although the target is only half sure: scale rises.
-        c.update(Decision(2), RoundStats(index=i, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
+        c.update(Decision(2, M), RoundStats(index=i, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                             draft_ms=20.0, verify_ms=VERIFY[2], source="draft-model",
                             confidence=(0.5, 0.5, 0.5)))
     assert c.estimator.scale > 1.4
@@ -135,7 +185,7 @@ def test_confidence_per_acceptance_is_learned_from_the_rounds_that_drafted():
     for i in range(10):
         # Rejected at the first position although the target was sure: scale falls. The row
         # after a rejection was not tested and does not count.
-        c.update(Decision(2), RoundStats(index=i, gamma=2, drafted=2, accepted=0, kind="correction",
+        c.update(Decision(2, M), RoundStats(index=i, gamma=2, drafted=2, accepted=0, kind="correction",
                             committed=1, draft_ms=20.0, verify_ms=VERIFY[2], source="draft-model",
                             confidence=(0.95, 0.0, 0.0)))
     assert c.estimator.scale < min(high, 1.0)
@@ -170,7 +220,7 @@ def test_online_refinement_moves_the_cost_estimates():
     c = controller()
     before_v1, before_v5, before_d = c.costs.verify[0], c.costs.verify[4], c.costs.draft_token
     for i in range(20):
-        c.update(Decision(4), RoundStats(index=i + 1, gamma=4, drafted=4, accepted=4, kind="bonus",
+        c.update(Decision(4, M), RoundStats(index=i + 1, gamma=4, drafted=4, accepted=4, kind="bonus",
                             committed=5, draft_ms=4 * 30.0, verify_ms=2 * VERIFY[4],
                             source="draft-model"))
     assert c.costs.verify[4] == pytest.approx(2 * before_v5, rel=0.05)
@@ -184,7 +234,7 @@ def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
         play(c, 6, accept_all=True)
         n = c.rounds
         for i in range(12):
-            c.update(Decision(0), RoundStats(index=n + i, gamma=0, drafted=0, accepted=0, kind="target",
+            c.update(Decision(0, M), RoundStats(index=n + i, gamma=0, drafted=0, accepted=0, kind="target",
                                 committed=1, draft_ms=0.0, verify_ms=VERIFY[0] * scale,
                                 source="plain"))
         return c
@@ -192,18 +242,18 @@ def test_a_uniform_slowdown_leaves_the_choice_of_gamma_as_calibrated():
     same, slow = run(1.0), run(1.15)
     assert slow.costs.verify[0] == pytest.approx(1.15 * same.costs.verify[0], rel=0.02)
     # Every cost moved by the same factor: the predicted gain of each gamma is unchanged.
-    gain = lambda c: np.array(c.next_gamma().speeds) / c.next_gamma().speeds[0]  # noqa: E731
+    gain = lambda c: np.array(c.next_gamma(M).speeds) / c.next_gamma(M).speeds[0]  # noqa: E731
     assert np.allclose(gain(slow), gain(same), rtol=0.02)
-    assert slow.best_gamma() == same.best_gamma() > 0
+    assert slow.best_gamma(M) == same.best_gamma(M) > 0
 
 
 def test_the_first_round_after_the_prefill_does_not_teach_costs():
     c = controller()
     before = list(c.costs.verify)
-    c.update(Decision(0), RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+    c.update(Decision(0, M), RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
     assert c.costs.verify == before
-    c.update(Decision(0), RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+    c.update(Decision(0, M), RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
     assert c.costs.verify[0] > before[0]
 
@@ -222,14 +272,14 @@ def test_the_plain_control_policy_runs_the_speculative_path_without_drafting():
 def test_acceptance_follows_the_text_with_decay():
     c = controller()
     play(c, 20, accept_all=True)
-    high = c.acceptance()[0]
+    high = c.acceptance(M)[0]
     play(c, 3, accept_all=False)
-    assert c.acceptance()[0] < high - 0.15
+    assert c.acceptance(M)[0] < high - 0.15
 
 
 def test_acceptance_positions_after_a_rejection_are_not_counted():
     c = controller()
-    c.update(Decision(4), RoundStats(index=0, gamma=4, drafted=4, accepted=1, kind="correction", committed=2,
+    c.update(Decision(4, M), RoundStats(index=0, gamma=4, drafted=4, accepted=1, kind="correction", committed=2,
                         draft_ms=40.0, verify_ms=135.0, source="draft-model"))
     assert c.estimator.model.tries.tolist()[:4] == [1.0, 1.0, 0.0, 0.0]
     assert c.estimator.model.hits.tolist()[:4] == [1.0, 0.0, 0.0, 0.0]
@@ -237,49 +287,50 @@ def test_acceptance_positions_after_a_rejection_are_not_counted():
 
 def test_the_drafts_lag_is_costed_as_the_drafter_reports_it():
     c = controller()
-    cost = c.cost_ms(3, behind=1)
+    cost = c.cost_ms(3, model(1))
     # Six tokens to feed before drafting (five plain rounds): resuming pays the catch-up once,
     # then speculates on, so early in an answer it is spread over `horizon` rounds.
-    assert c.next_gamma(False, 6).behind == 6
-    assert c.cost_ms(3, behind=6) == pytest.approx(
+    assert c.next_gamma(model(6)).plan.behind == 6
+    assert c.cost_ms(3, model(6)) == pytest.approx(
         cost + (c.costs.draft_batch[5] - c.costs.draft_batch[0]) / c.constants.horizon)
     # A copy pays none of it.
-    assert c.cost_ms(3, copying=True, behind=6) == c.costs.verify_cost(4)
+    assert c.cost_ms(3, COPY) == c.costs.verify_cost(4)
     # Asking is not deciding: the answers do not depend on what was asked before.
-    assert c.cost_ms(3, behind=1) == cost
+    assert c.cost_ms(3, model(1)) == cost
 
 
 def test_the_drafter_says_how_far_behind_it_is():
-    """Drafter.behind: what the draft model must decode before drafting (its session's sync),
-    and hybrid's model is not prefilled, so its first round catches up on the whole prompt."""
+    """A model's plan says what it must decode before drafting (its session's sync), and
+    hybrid's model is not prefilled, so its first round catches up on the whole prompt."""
     from engine.drafters.hybrid import HybridDrafter
     from engine.drafters.prompt_lookup import PromptLookupDrafter
+    params = SamplingParams(temperature=0.0)
     model = DraftModelDrafter(FakeBackend(noise=0.3))
     text = PROMPT + [7, 8]
-    assert model.behind(text) == len(text)
+    assert model.plan(text, params).behind == len(text)
     model.prefill(PROMPT)
-    assert model.behind(PROMPT) == 1 and model.behind(text) == 3
+    assert model.plan(PROMPT, params).behind == 1 and model.plan(text, params).behind == 3
     hybrid = HybridDrafter(PromptLookupDrafter(), DraftModelDrafter(FakeBackend(noise=0.3)))
     hybrid.prefill(PROMPT)
-    assert hybrid.behind(PROMPT) == len(PROMPT)
-    assert PromptLookupDrafter().behind(PROMPT) == 0
+    assert hybrid.plan(PROMPT, params).behind == len(PROMPT)
+    assert PromptLookupDrafter().plan(PROMPT + PROMPT[:2], params).behind == 0
 
 
 def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_fill():
     c = controller()
     for i in range(80):
-        c.update(Decision(0), RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
+        c.update(Decision(0, M), RoundStats(index=i, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                             draft_ms=0.0, verify_ms=100.0, source="plain"))
-    assert c.elapsed == 80 and c.next_gamma(False, 81).behind == 81
-    rounds = 80 / c.predict()[0][3]
+    assert c.elapsed == 80 and c.next_gamma(model(81)).plan.behind == 81
+    rounds = 80 / c.predict(model(81)).expected[3]
     assert rounds > c.constants.horizon
     catch_up = c.costs.catch_up_ms(81)
-    assert c.cost_ms(3, behind=81) == pytest.approx(
+    assert c.cost_ms(3, model(81)) == pytest.approx(
         c.costs.verify_cost(4) + 3 * c.costs.draft_token + catch_up / rounds)
     # Without the length rule, the fixed horizon prices it dearer per round.
     fixed = controller(horizon_cap=0.0)
     fixed.elapsed, fixed.costs = c.elapsed, c.costs
-    assert fixed.cost_ms(3, behind=81) == pytest.approx(
+    assert fixed.cost_ms(3, model(81)) == pytest.approx(
         c.costs.verify_cost(4) + 3 * c.costs.draft_token + catch_up / c.constants.horizon)
 
 
@@ -318,12 +369,12 @@ def test_rounds_teach_the_draft_cost_per_drafted_token_less_the_catch_up():
     c = controller(per_token=10.0)
     c.costs.draft_token = 10.0
     # Two tokens drafted at 20 ms each, one accepted.
-    c.update(c.next_gamma(False, 1), RoundStats(index=0, gamma=3, drafted=2, accepted=1, kind="correction",
+    c.update(c.next_gamma(M), RoundStats(index=0, gamma=3, drafted=2, accepted=1, kind="correction",
                         committed=2, draft_ms=40.0, verify_ms=130.0, source="draft-model"))
     assert c.costs.draft_token == pytest.approx(10.0 + c.constants.rate * (20.0 - 10.0))
     # After a catch-up of 6 tokens the round's time less the catch-up is what drafting cost.
     c.costs.draft_token = 10.0
-    c.update(Decision(3, behind=6), RoundStats(index=1, gamma=3, drafted=2, accepted=1, kind="correction",
+    c.update(Decision(3, model(6)), RoundStats(index=1, gamma=3, drafted=2, accepted=1, kind="correction",
                         committed=2, draft_ms=40.0 + c.costs.catch_up_ms(6), verify_ms=130.0,
                         source="draft-model"))
     assert c.costs.draft_token == pytest.approx(10.0 + c.constants.rate * (20.0 - 10.0))
@@ -370,7 +421,7 @@ def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
             self.gammas = list(gammas)
             self.i = 0
 
-        def next_gamma(self, copying=False, behind=0, source=""):
+        def next_gamma(self, plan=None):
             self.i += 1
             return Decision(self.gammas[(self.i - 1) % len(self.gammas)])
 
@@ -421,7 +472,7 @@ def test_generator_records_the_prediction_and_the_measured_speed_per_round():
 
 def test_uncalibrated_controller_refuses_to_choose():
     with pytest.raises(SettingsError, match="no calibration"):
-        AdaptiveController(max_gamma=4).next_gamma()
+        AdaptiveController(max_gamma=4).next_gamma(M)
     with pytest.raises(SettingsError):
         AdaptiveController(max_gamma=4).use_calibration(Calibration([1.0], [0.0]))
     with pytest.raises(SettingsError):
@@ -496,21 +547,21 @@ def test_the_plain_opening_is_a_setting():
 
 def test_every_choice_comes_with_a_one_line_reason():
     c = controller(opening_plain=1)
-    d = c.next_gamma()
+    d = c.next_gamma(M)
     assert d.gamma == 0 and d.reason.startswith("plain: opening round 1 of 1")
     c.update(d, RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=100.0, source="plain"))
-    d = c.next_gamma()
+    d = c.next_gamma(M)
     g, speeds = d.gamma, d.speeds
     assert d.prediction == speeds[g]
     if g:
         assert d.reason.startswith(f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x") \
-            or d.reason.startswith(f"probe: gamma {g}")
+            or d.reason.startswith(f"explore: gamma {g}")
     # A draft as dear as the target: plain, and the line says what it costs and what the best
     # gamma would have given.
-    dear = controller(per_token=100.0, opening=(), probe_every=10**6)
+    dear = controller(per_token=100.0, opening=(), explore_share=0.0)
     dear.estimator.model.tries[:] = 1.0
-    d = dear.next_gamma()
+    d = dear.next_gamma(M)
     assert d.gamma == 0
     assert d.reason.startswith("plain: the draft costs 1.00 of a target token; best "
                                "predicted 0.")
@@ -530,28 +581,28 @@ def test_a_copy_from_the_context_is_priced_by_its_verify_alone():
     """Hybrid drafting (issue 17's first item): prompt lookup costs no draft decode and no
     catch-up, so it may speculate where the draft model, as dear as the target, may not."""
     c = AdaptiveController(max_gamma=8, draft_ms=draft_table(100.0), verify_ms=VERIFY,
-                           model_name="draft-model", copy_name="prompt-lookup",
-                           opening=(), probe_every=10**6)
+                           model_name="draft-model", opening=(), explore_share=0.0)
     c.estimator.model.tries[:] = 1.0
     c.estimator.model.hits[:] = 0.7
-    assert c.next_gamma(False).gamma == 0
-    d = c.next_gamma(True)
+    assert c.next_gamma(M).gamma == 0
+    d = c.next_gamma(COPY)
     g = d.gamma
-    assert g > 0 and d.copying
-    assert c.cost_ms(g, copying=True) == c.costs.verify_cost(g + 1)
+    assert g > 0 and d.plan.is_copy
+    assert c.cost_ms(g, COPY) == c.costs.verify_cost(g + 1)
     assert "copying from the context" in d.reason
     # A copy round teaches the copy's acceptance, not the model's, and no draft cost.
     before = (c.costs.draft_token, c.estimator.model.tries.copy())
     c.update(d, RoundStats(index=1, gamma=g, drafted=g, accepted=0, kind="correction",
                         committed=1, draft_ms=0.1, verify_ms=130.0, source="prompt-lookup"))
     assert c.costs.draft_token == before[0] and np.array_equal(c.estimator.model.tries, before[1])
-    assert c.estimator.copy.tries[0] > 0 and c.estimator.copy.hits[0] == 0
+    copies = c.estimator.counts(COPY.evidence)
+    assert copies.tries[0] > 0 and copies.hits[0] == 0
     # A plain round where only a copy was on offer ages the copy's evidence, so it is tried
     # again before long.
-    tries = c.estimator.copy.tries.copy()
-    c.update(Decision(0, copying=True), RoundStats(index=2, gamma=0, drafted=0, accepted=0, kind="target",
+    tries = copies.tries.copy()
+    c.update(Decision(0, COPY), RoundStats(index=2, gamma=0, drafted=0, accepted=0, kind="target",
                         committed=1, draft_ms=0.0, verify_ms=100.0, source="plain"))
-    assert np.allclose(c.estimator.copy.tries, tries * c.constants.decay)
+    assert np.allclose(copies.tries, tries * c.constants.decay)
 
 
 def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():
@@ -564,7 +615,7 @@ def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():
     config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=8, max_tokens=40)
     rounds = [ev.round for ev in pair.generate("abcdefg" * 6, config, raw=True)
               if type(ev).__name__ == "RoundEvent"]
-    assert all(r.copied for r in rounds if r.drafted)
+    assert all(r.is_copy for r in rounds if r.drafted)
     assert sum(r.drafted for r in rounds) > 0
 
 
@@ -573,17 +624,17 @@ def test_the_model_after_a_copy_needs_the_resumption_margin():
     count as the model carrying on (its estimate and its catch-up were not just tested)."""
     from engine.stats import RoundStats
     c = AdaptiveController(max_gamma=8, draft_ms=draft_table(20.0), verify_ms=VERIFY,
-                           opening=(), probe_every=10**6)
+                           opening=(), explore_share=0.0)
     c.estimator.model.tries[:] = 3.0
     c.estimator.model.hits[:] = 3.0 * 0.55
 
     def after(decision: Decision) -> int:
         c.update(decision, RoundStats(index=1, gamma=decision.gamma, drafted=2, accepted=1,
                                       kind="correction", committed=2, draft_ms=0.0,
-                                      verify_ms=130.0, source=decision.source or "m"))
+                                      verify_ms=130.0, source=decision.plan.drafter or "m"))
         c.estimator.model.tries[:] = 3.0
         c.estimator.model.hits[:] = 3.0 * 0.55
-        return c.best_gamma(False)
+        return c.best_gamma(M)
 
-    assert after(Decision(2, copying=True, source="suffix")) == 0
-    assert after(Decision(2)) == 2
+    assert after(Decision(2, RoundPlan("history", "suffix", tokens=(1, 2), match=5))) == 0
+    assert after(Decision(2, M)) == 2

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.sampling import SamplingParams
 from tests.costed import CPU, GPU, PATTERNS, SLOW_DRAFT, Profile, Script, script, scripted_pair

@@ -16,7 +16,8 @@ from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.control.registry import make_policy
 from engine.rng import Rng
@@ -39,22 +40,25 @@ TEXT = "abcab"
 
 
 def lookup_tokens(drafter, context, gamma):
-    return drafter.propose(context, gamma, GREEDY, RNG).tokens.tolist()
+    return drafter.draft(context, gamma, GREEDY, RNG).tokens.tolist()
 
 
 # --- prompt lookup ---------------------------------------------------------------------------
 
 def test_lookup_copies_what_followed_the_matching_ngram():
     ctx = [1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4]
-    p = PromptLookupDrafter(ngram_max=3).propose(ctx, 3, GREEDY, RNG)
+    p = PromptLookupDrafter(ngram_max=3).draft(ctx, 3, GREEDY, RNG)
     assert p.tokens.tolist() == [5, 6, 7]
-    assert p.q is None and p.source == "prompt-lookup" and p.meta["ngram"] == 3
+    assert p.q is None and p.source == "prompt-lookup"
+    plan = PromptLookupDrafter(ngram_max=3).plan(ctx, GREEDY)
+    assert plan.is_copy and plan.source == "context" and plan.match == 3
     assert p.tokens.dtype == np.int32
 
 
 def test_lookup_without_a_match_proposes_nothing():
-    p = PromptLookupDrafter(ngram_max=3).propose([1, 2, 3, 4, 5], 4, GREEDY, RNG)
-    assert len(p) == 0 and p.meta["match"] == -1
+    p = PromptLookupDrafter(ngram_max=3).draft([1, 2, 3, 4, 5], 4, GREEDY, RNG)
+    assert len(p) == 0
+    assert not PromptLookupDrafter(ngram_max=3).plan([1, 2, 3, 4, 5], GREEDY).drafts
 
 
 def test_lookup_prefers_the_longest_ngram():
@@ -72,11 +76,13 @@ def test_lookup_respects_gamma_the_max_length_and_the_minimum_ngram():
     assert lookup_tokens(PromptLookupDrafter(), ctx, 0) == []
 
 
-def test_lookup_takes_the_latest_match_with_enough_continuation():
+def test_lookup_takes_the_latest_match_with_a_full_copy_after_it_else_the_latest():
     ctx = [5, 1, 2, 3, 4, 9, 5, 6, 5]
-    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 2) == [6, 5]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1, max_draft=2), ctx, 2) == [6, 5]
     # The latest occurrence has only two tokens after it; the first has enough.
-    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 3) == [1, 2, 3]
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1, max_draft=3), ctx, 3) == [1, 2, 3]
+    # None has sixteen: the latest, as far as it goes.
+    assert lookup_tokens(PromptLookupDrafter(ngram_max=1), ctx, 3) == [6, 5]
 
 
 def test_lookup_copy_ends_at_an_end_of_generation_token():
@@ -108,24 +114,26 @@ class RecordingDrafter(Drafter):
     def prefill(self, context):
         self.prefilled = list(context)
 
-    def propose(self, context, gamma, params, rng, keep=None):
+    def propose(self, plan, gamma, params, rng, keep=None):
         self.calls += 1
         return Proposal(tokens=np.full(gamma, 7, dtype=np.int32), q=None, source=self.name)
 
-    def feedback(self, proposal, n_accepted):
+    def feedback(self, plan, proposal, n_accepted):
         self.heard.append(n_accepted)
 
 
 def test_hybrid_uses_lookup_when_it_matches_and_the_model_otherwise():
     model = RecordingDrafter()
     h = HybridDrafter(PromptLookupDrafter(ngram_max=2), model)
-    hit = h.propose([1, 2, 3, 9, 1, 2], 2, GREEDY, RNG)
+    plan = h.plan([1, 2, 3, 9, 1, 2], GREEDY)
+    hit = h.propose(plan, 2, GREEDY, RNG)
     assert hit.source == "prompt-lookup" and hit.tokens.tolist() == [3, 9] and model.calls == 0
-    h.feedback(hit, 1)
+    h.feedback(plan, hit, 1)
     assert model.heard == []
-    miss = h.propose([1, 2, 3, 4], 3, GREEDY, RNG)
+    plan = h.plan([1, 2, 3, 4], GREEDY)
+    miss = h.propose(plan, 3, GREEDY, RNG)
     assert miss.source == "model" and miss.tokens.tolist() == [7, 7, 7] and model.calls == 1
-    h.feedback(miss, 2)
+    h.feedback(plan, miss, 2)
     assert model.heard == [2]
     # The model is not prefilled: it catches up when it next drafts, so a round that copies
     # never pays its decode of the prompt.
@@ -312,7 +320,7 @@ def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedde
     try:
         drafter = early_exit_drafter(backend)
         context = backend.tokenize("def add(a, b):\n    return", True, True)
-        p = drafter.propose(context, 3, GREEDY, Rng(0))
+        p = drafter.draft(context, 3, GREEDY, Rng(0))
         assert len(p) == 3 and p.source == "early-exit" and p.q is None
         assert all(0 <= t < backend.n_vocab for t in p.tokens)
         assert drafter.session.tokens == context + p.tokens.tolist()[:-1]
@@ -328,9 +336,9 @@ def test_the_draft_model_stops_once_its_run_is_unlikely_and_keeps_the_token_that
     stopping = DraftModelDrafter(FakeBackend(scale=1.0), chain_min=0.3)
     lengths = []
     for seed in range(20):
-        full = free.propose(PROMPT, 6, params, Rng(seed))
+        full = free.draft(PROMPT, 6, params, Rng(seed))
         assert len(full) == 6
-        p = stopping.propose(PROMPT, 6, params, Rng(seed))
+        p = stopping.draft(PROMPT, 6, params, Rng(seed))
         own = np.array([q.prob(int(x)) for q, x in zip(p.q, p.tokens)])
         # Same seed, same model: the stopped proposal is a prefix of the full one.
         assert p.tokens.tolist() == full.tokens.tolist()[:len(p)]
@@ -346,13 +354,13 @@ def test_the_draft_model_stops_once_its_run_is_unlikely_and_keeps_the_token_that
 
 
 def test_the_draft_model_stops_after_an_end_of_generation_token():
-    full = DraftModelDrafter(FakeBackend()).propose(PROMPT, 6, GREEDY, RNG).tokens.tolist()
+    full = DraftModelDrafter(FakeBackend()).draft(PROMPT, 6, GREEDY, RNG).tokens.tolist()
     end = full[2]
     assert end not in full[:2]
     backend = FakeBackend()
     backend.is_eog = lambda t: t == end
     drafter = DraftModelDrafter(backend)
-    p = drafter.propose(PROMPT, 6, GREEDY, RNG)
+    p = drafter.draft(PROMPT, 6, GREEDY, RNG)
     # The end token is proposed (the target may accept it and finish), nothing after it; no
     # decode was spent on it.
     assert p.tokens.tolist() == full[:3]
@@ -365,20 +373,20 @@ def test_p_min_stops_before_a_row_the_draft_is_unsure_of(params):
     # first token, which p_min never stops, is proposed. It reads the next row's largest
     # probability before drawing (untempered when greedy), never the drawn token's.
     fake = FakeBackend(scale=1.0)
-    unsure = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.5).propose(
+    unsure = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.5).draft(
         PROMPT, 4, params, Rng(0))
     second_row = fake._row(PROMPT + unsure.tokens.tolist())
     assert len(unsure) == 1 and probabilities(second_row, SamplingParams(1.0)).max() < 0.5
-    free = DraftModelDrafter(FakeBackend(scale=1.0)).propose(PROMPT, 4, params,
+    free = DraftModelDrafter(FakeBackend(scale=1.0)).draft(PROMPT, 4, params,
                                                              Rng(0))
     assert len(free) == 4 and free.tokens[0] == unsure.tokens[0]
-    loose = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.01).propose(
+    loose = DraftModelDrafter(FakeBackend(scale=1.0), p_min=0.01).draft(
         PROMPT, 4, params, Rng(0))
     assert loose.tokens.tolist() == free.tokens.tolist()
 
 
 def test_a_greedy_draft_gives_its_tokens_without_q_rows():
-    p = DraftModelDrafter(FakeBackend()).propose(PROMPT, 3, GREEDY, RNG)
+    p = DraftModelDrafter(FakeBackend()).draft(PROMPT, 3, GREEDY, RNG)
     # q one-hot at each token: the same as no q under the one-hot rule.
     assert p.q is None and len(p) == 3
 

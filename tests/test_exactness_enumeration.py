@@ -23,7 +23,8 @@ from engine.drafters.early_exit import early_exit_drafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.control.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
 from engine import transform as engine_transform
 from engine.rng import Rng
@@ -84,13 +85,13 @@ def make_policy(kind: str, drafter: Drafter) -> GammaPolicy:
         return HeuristicGamma(1)
     if kind == "plain":
         return NeverDraft()
-    # Labelled as the pair calibrates them (the drafter declares its parts).
-    source, copy = drafter.model_name, drafter.copy_name
+    # Labelled as the pair calibrates them (the drafter declares its model).
+    source = drafter.model_name
     if kind == "adaptive":
         return CountingController(max_gamma=2, draft_ms=DRAFT, verify_ms=VERIFY,
-                                  model_name=source, copy_name=copy, opening=())
+                                  model_name=source, opening=())
     return AdaptiveController(max_gamma=2, draft_ms=CHEAP_DRAFT, verify_ms=FLAT_VERIFY,
-                              model_name=source, copy_name=copy, opening_plain=1)
+                              model_name=source, opening_plain=1)
 
 
 class CountingController(AdaptiveController):
@@ -229,8 +230,9 @@ def _first_token(p, q, rng):
 
 
 def test_hybrid_priced_apart_really_copies_in_the_enumeration():
-    """The adaptive policy prices hybrid's copies by their verify alone (`copy_name`): the
-    enumerated runs include rounds drafted by prompt lookup, and the law stays exact."""
+    """The adaptive policy prices hybrid's copies by their verify alone (the round's plan is a
+    copy): the enumerated runs include rounds drafted by prompt lookup, and the law stays
+    exact."""
     params, grid = SAMPLINGS["T=1"]
     copied = [0]
 
@@ -243,7 +245,7 @@ def test_hybrid_priced_apart_really_copies_in_the_enumeration():
         events = list(generate(target, drafter, PROMPT, config, policy, rng=rng,
                                clock=clock.now))
         copied[0] += any(type(e).__name__ == "RoundEvent" and e.round.drafted
-                         and e.round.copied for e in events)
+                         and e.round.is_copy for e in events)
         return events[-1].tokens
 
     spec = exact_law(run)

@@ -22,7 +22,7 @@ from engine.llama import quantize as llama_quantize
 from engine.backend import ModelConfig
 from engine.errors import HubError, ModelFileError
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from loading.derived.files import file_sha256

@@ -5,7 +5,8 @@ import pytest
 
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent, RoundEvent, TokenEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.errors import SettingsError
 from engine.sampling import SamplingParams
 from engine.session import Session

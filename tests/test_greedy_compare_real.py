@@ -11,7 +11,8 @@ from engine.drafters.base import Drafter, Proposal
 from engine.events import DoneEvent
 from engine.tools.exactness.greedy import (NEAR_TIE_GAP, GreedyMismatch, check_near_tie,
                                      near_tie_divergence)
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
 from engine.session import Session
 
@@ -29,7 +30,7 @@ class ConstantDrafter(Drafter):
     def __init__(self, token: int) -> None:
         self.token = token
 
-    def propose(self, context, gamma, params, rng, keep=None) -> Proposal:
+    def propose(self, plan, gamma, params, rng, keep=None) -> Proposal:
         return Proposal(tokens=np.full(gamma, self.token, dtype=np.int32), source=self.name)
 
 

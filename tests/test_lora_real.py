@@ -13,7 +13,7 @@ from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
 from engine.events import DoneEvent
 from engine.tools.exactness.greedy import check_near_tie
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.control.registry import make_policy
 from loading.options import LoadOptions
 from loading.load import load_pair

@@ -10,7 +10,7 @@ import pytest
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError, SettingsError
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from loading.derived.files import file_sha256
@@ -122,7 +122,7 @@ def test_the_embedded_draft_requantized_still_drafts_the_targets_tokens(embedded
     backend = load(ModelConfig(str(path), n_ctx=128, n_threads=2))
     try:
         context = backend.tokenize("def add(a, b):\n    return", True, True)
-        p = DraftModelDrafter(backend).propose(context, 3, SamplingParams(temperature=0.0),
+        p = DraftModelDrafter(backend).draft(context, 3, SamplingParams(temperature=0.0),
                                                Rng(0))
         # The full-precision draft and the target both continue with " a + b".
         assert backend.tokenize(" a + b", False, False) == p.tokens.tolist()

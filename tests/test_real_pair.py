@@ -12,7 +12,8 @@ from scipy import stats
 
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
 from engine.transform import probabilities
 from engine.session import Session

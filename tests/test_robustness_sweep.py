@@ -23,7 +23,7 @@ from app.cli import main as cli_main
 from engine.llama import backend as llama
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams

@@ -13,7 +13,8 @@ import pytest
 from app.cli import main
 from engine.backend import ModelConfig
 from engine.events import DoneEvent, TokenEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.llama.backend import load
 from loading.load import load_pair
 from engine.rpc import WorkerError

@@ -9,7 +9,7 @@ import pytest
 from app.runtime.holder import PairHolder
 from app.runtime.queue import GenerationQueue, QueueFullError
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from tests.fakes import FakeBackend

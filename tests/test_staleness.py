@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from engine.events import DoneEvent, RoundEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.session import Session
 from engine.staleness import (MIN_GAP, WINDOW_TOKENS, AcceptanceWatch, StaleDraftEvent,
                               threshold, watch)

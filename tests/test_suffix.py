@@ -16,7 +16,8 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.events import DoneEvent, RoundEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
@@ -113,31 +114,32 @@ def test_the_longer_match_wins_and_the_context_wins_a_tie():
     d = SuffixDrafter(lookup(), h, is_eog=lambda t: t == EOG)
     rng, params = Rng(0), SamplingParams()
     # "4 5" is in the context: copy from it.
-    p = d.propose([4, 5, 2, 4, 5], 3, params, rng)
-    assert p.tokens.tolist() == [2, 4, 5] and p.source == "prompt-lookup" and p.copied
-    assert d.copy_source([4, 5, 2, 4, 5]) == "prompt-lookup"
+    p = d.draft([4, 5, 2, 4, 5], 3, params, rng)
+    assert p.tokens.tolist() == [2, 4, 5] and p.source == "prompt-lookup"
+    assert d.plan([4, 5, 2, 4, 5], params).source == "context"
     # Only the history has "3 4 5 6": copy from it.
-    p = d.propose([0, 3, 4, 5, 6], 3, params, rng)
-    assert p.tokens.tolist() == [1, 2, 0] and p.source == "suffix" and p.copied
-    assert d.copy_source([0, 3, 4, 5, 6]) == "suffix"
+    p = d.draft([0, 3, 4, 5, 6], 3, params, rng)
+    assert p.tokens.tolist() == [1, 2, 0] and p.source == "suffix"
+    plan = d.plan([0, 3, 4, 5, 6], params)
+    assert plan.source == "history" and plan.is_copy and plan.match == 4
     # The context matches "5 6" (two tokens), the history "3 4 5 6" (four): the history's.
-    assert d.copy_source([5, 6, 2, 3, 4, 5, 6]) == "suffix"
-    assert d.propose([5, 6, 2, 3, 4, 5, 6], 3, params, rng).tokens.tolist() == [1, 2, 0]
+    assert d.plan([5, 6, 2, 3, 4, 5, 6], params).source == "history"
+    assert d.draft([5, 6, 2, 3, 4, 5, 6], 3, params, rng).tokens.tolist() == [1, 2, 0]
     # A match shorter than four tokens is too common in a large history to draft from.
     assert h.match([0, 4, 5, 6], 3).tokens == [1, 2, 0]
-    assert d.match_source([0, 4, 5, 6]) is None
-    # Neither: nothing to copy; alone the drafter still copies (a plain round), in hybrid the
-    # model drafts.
-    assert len(d.propose([0, 3], 3, params, rng)) == 0
-    assert d.match_source([0, 3]) is None and d.copy_source([0, 3]) == "prompt-lookup"
+    assert not d.plan([0, 4, 5, 6], params).drafts
+    # Neither: nothing to copy (a plain round); in hybrid the model drafts.
+    assert len(d.draft([0, 3], 3, params, rng)) == 0
+    assert not d.plan([0, 3], params).drafts
     # The policy's keep reads the history's shares as the draft's own probabilities.
     seen = []
-    p = d.propose([0, 3, 4, 5, 6], 3, params, rng,
+    p = d.draft([0, 3, 4, 5, 6], 3, params, rng,
                   keep=lambda own, sure: seen.append((list(own), sure)) or len(own) < 1)
     assert p.tokens.tolist() == [1] and seen == [([], 1.0), ([1.0], 1.0)]
     # Accepted copies keep their document from eviction.
     stamp = h.stamps[0]
-    d.feedback(d.propose([0, 3, 4, 5, 6], 3, params, rng), 1)
+    plan = d.plan([0, 3, 4, 5, 6], params)
+    d.feedback(plan, d.propose(plan, 3, params, rng), 1)
     assert h.stamps[0] > stamp
 
 
@@ -147,15 +149,15 @@ def test_hybrid_with_a_history_copies_before_the_model_drafts():
     model = DraftModelDrafter(TableFake(seed=1, eog=EOG))
     hybrid = HybridDrafter(lookup(), model)
     ctx = [6, 0, 1, 2]
-    assert hybrid.copy_source(ctx) is None
+    assert hybrid.plan(ctx, SamplingParams()).source == "model"
     with_history = hybrid.with_history(h)
-    assert with_history.copy_source(ctx) == "suffix"
-    assert with_history.copies(ctx) and not with_history.samples(ctx, SamplingParams(temperature=1.0))
-    assert with_history.propose(ctx, 2, SamplingParams(), Rng(0)).tokens.tolist() == [3, 4]
-    assert hybrid.copier is hybrid.lookup  # the pair's own drafter is unchanged
+    plan = with_history.plan(ctx, SamplingParams(temperature=1.0))
+    assert plan.source == "history" and plan.drafter == "suffix" and not plan.samples
+    assert with_history.draft(ctx, 2, SamplingParams(), Rng(0)).tokens.tolist() == [3, 4]
+    assert hybrid.copy is hybrid.lookup  # the pair's own drafter is unchanged
     # A round priced as a copy never falls back to the model: when the copy's stop declines its
     # first token, it drafts nothing.
-    none = with_history.propose(ctx, 2, SamplingParams(), Rng(0), keep=lambda own, sure: False)
+    none = with_history.draft(ctx, 2, SamplingParams(), Rng(0), keep=lambda own, sure: False)
     assert len(none) == 0 and none.source == "suffix"
 
 
@@ -181,13 +183,12 @@ class SharesAsQ(SuffixDrafter):
     """The control: the history's shares passed as the draft's q rows (share on the copied
     token, the rest spread), although the tokens were not drawn from them."""
 
-    def propose(self, context, gamma, params, rng, keep=None):
-        p = super().propose(context, gamma, params, rng, keep)
+    def propose(self, plan, gamma, params, rng, keep=None):
+        p = super().propose(plan, gamma, params, rng, keep)
         if p.source != "suffix":
             return p
-        shares = self.history.match(context, self.max_draft, self.min_share).shares
         rows = []
-        for x, s in zip(p.tokens.tolist(), shares):
+        for x, s in zip(p.tokens.tolist(), plan.shares):
             w = np.full(V, (1.0 - s) / (V - 1))
             w[x] = s
             rows.append(Dist.sparse(V, np.arange(V), w))
@@ -216,7 +217,7 @@ def law(params: SamplingParams, build, policy) -> tuple[float, int]:
 
 def adaptive():
     return AdaptiveController(max_gamma=2, draft_ms=[0.0] * 3, verify_ms=[10.0, 11.0, 12.0],
-                              copy_name="suffix", opening=())
+                              opening=())
 
 
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0),
@@ -262,18 +263,22 @@ def test_a_generation_drafts_from_the_history_as_it_began_and_adds_itself_when_i
     assert h.n_documents == 3
 
 
-def test_the_controller_keeps_counts_per_copying_part():
+def test_the_controller_keeps_counts_per_source_and_match_length():
+    from engine.round_plan import RoundPlan
     from engine.stats import RoundStats
     c = AdaptiveController(max_gamma=4, draft_ms=[0.0] * 5, verify_ms=[10.0, 11, 12, 13, 14],
-                           copy_name="prompt-lookup", opening=())
-    d = c.next_gamma(True, source="suffix")
-    assert d.source == "suffix" and "past requests" in d.reason
+                           opening=())
+    history = RoundPlan("history", "suffix", tokens=(1, 2, 3, 4), match=5)
+    d = c.next_gamma(history)
+    assert d.plan == history and "past requests" in d.reason
     c.update(d, RoundStats(index=1, gamma=d.gamma, drafted=max(d.gamma, 1), accepted=0,
                            kind="correction", committed=1, draft_ms=0.0, verify_ms=12.0,
                            source="suffix"))
-    assert c.estimator.counts(True, "suffix").tries[0] > 0
-    assert c.estimator.counts(True, "prompt-lookup").empty
-    assert c.acceptance(True, "suffix")[0] < c.acceptance(True, "prompt-lookup")[0]
+    assert c.estimator.counts("history@4-7").tries[0] > 0
+    # Another bucket of the same source, and the context's, know nothing of it.
+    context = RoundPlan("context", "prompt-lookup", tokens=(1, 2), match=5)
+    assert c.estimator.counts("history@16+").empty and c.estimator.counts("context@4-7").empty
+    assert c.acceptance(history)[0] < c.acceptance(context)[0]
 
 
 def test_a_lookups_key_is_the_indexs_key():

@@ -8,7 +8,7 @@ import pytest
 from engine.backend import ModelConfig
 from engine.trimmed_backend import TrimmedBackend
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.llama.backend import load
 from engine.control.policy import FixedGamma
 from engine.sampling import SamplingParams

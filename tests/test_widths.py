@@ -10,7 +10,9 @@ from engine.control.controller import AdaptiveController
 from engine.control.policy import Decision
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent, RoundEvent
-from engine.generator import GenerationConfig, generate
+from engine.round_plan import MODEL, RoundPlan
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.control.policy import FixedGamma
 from engine.rng import Rng
 from engine.sampling import SamplingParams
@@ -56,7 +58,7 @@ def test_the_draft_pads_its_catch_up_batch():
     drafter = DraftModelDrafter(FakeBackend(noise=0.5))
     drafter.pad_catch_up(partial(padded_width, [10.0, 30.0, 25.0, 20.0]))
     drafter.prefill(PROMPT)
-    drafter.propose(PROMPT + [4, 5], 1, SamplingParams(temperature=0.0), Rng(0))
+    drafter.draft(PROMPT + [4, 5], 1, SamplingParams(temperature=0.0), Rng(0))
     # Three tokens to feed (the last prompt token and two new ones), decoded as four.
     assert drafter.session.backend.calls[-1] == (len(PROMPT) - 1, 4)
     assert drafter.session.tokens == PROMPT + [4, 5]
@@ -84,10 +86,10 @@ def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
     c = AdaptiveController(max_gamma=8, verify_ms=MEASURED, draft_ms=[10.0] * 9,
                            model_name="draft-model")
     # Two drafted tokens cost a verify of 4, not of 3.
-    assert c.cost_ms(2) == MEASURED[3] + 2 * 10.0
+    assert c.cost_ms(2, RoundPlan(MODEL, behind=1)) == MEASURED[3] + 2 * 10.0
     # So a doubtful third token rides along for free: the draft's stopping rule draws it.
     assert c.keep_drafting([0.9, 0.9], 0.2, 3, False)
-    c.update(Decision(2), RoundStats(index=1, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
+    c.update(Decision(2, RoundPlan(MODEL)), RoundStats(index=1, gamma=2, drafted=2, accepted=2, kind="bonus", committed=3,
                         draft_ms=20.0, verify_ms=2 * MEASURED[3], source="draft-model", width=4))
     # Width 4 learns from it, at full rate; width 3 only follows the shape's fraction.
     assert c.costs.verify[3] == MEASURED[3] * (1 + c.constants.rate)

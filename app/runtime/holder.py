@@ -23,6 +23,7 @@ from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
+from loading.evidence import keep_evidence
 from loading.load import Announce, Loader, execute
 from loading.plan import plan_load
 from models.gguf_info import GGUFInfo
@@ -134,6 +135,8 @@ class PairHolder:
                 self._announce(plan)
             pair = execute(plan, loader=self._loader, progress=staged)
             pair.preferred_drafter = use.drafter
+            if use.key is not None:
+                keep_evidence(pair, use.key)
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
             if self._pair is not None:

@@ -29,6 +29,9 @@ class PairingUse:
     messages: list[str] = field(default_factory=list)
     # The drafter the record chose, when applied.
     drafter: str | None = None
+    # The files' key (None when a file is missing): the controller's evidence is kept under
+    # it too (loading/evidence.py).
+    key: PairKey | None = None
 
     @property
     def reference(self) -> PairingRecord | None:
@@ -68,10 +71,10 @@ def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
         return PairingUse()
     key = key_for(tcfg.path, dcfg.path if dcfg else None, tcfg.lora, dcfg.lora if dcfg else ())
     try:
-        use = PairingUse(find(key), stale_for(key))
+        use = PairingUse(find(key), stale_for(key), key=key)
     except ModelFileError as exc:
         # A damaged record costs the tuned choice, not the load.
-        return PairingUse(messages=[f"warning: {exc}"])
+        return PairingUse(messages=[f"warning: {exc}"], key=key)
     # With a record of its own, other versions' records are no news.
     for r in use.stale[:1] if use.record is None else ():
         use.messages.append(

@@ -17,7 +17,7 @@ from app.serve.fields import boolean, integer, number, refuse_unknown
 from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY, PLAIN,
                                   plain_alias)
 from engine.errors import SettingsError
-from engine.generator import MAX_GAMMA, GenerationConfig
+from engine.generation_config import MAX_GAMMA, GenerationConfig
 from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 

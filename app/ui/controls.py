@@ -13,7 +13,7 @@ import gradio as gr
 from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY, PLAIN,
                                   POLICIES, SAMPLING)
 from engine.errors import SettingsError
-from engine.generator import MAX_GAMMA, GenerationConfig
+from engine.generation_config import MAX_GAMMA, GenerationConfig
 from engine.control.registry import make_policy
 from engine.control.policy import GammaPolicy
 from engine.sampling import SamplingParams

@@ -29,16 +29,23 @@ class ControllerConstants:
     # a steep CPU one.
     margin: float = 0.1
     resume_margin: float = 0.3
-    # While plain decoding wins: a probe of `probe_gamma` tokens after `probe_every` plain
-    # rounds, the interval doubling (to `probe_max`) while probes keep losing.
-    probe_every: int = 64
-    probe_max: int = 256
+    # While plain decoding wins, a round may explore: draft `probe_gamma` tokens where the
+    # optimistic end of the source's acceptance (posterior mean plus `explore_z` standard
+    # deviations) says drafting could pay, while what exploring lost stays within
+    # `explore_share` of the plain-decoding time seen (engine/control/controller.py). 1.64 is
+    # a one-sided 95% bound; 1% is the budget for exploration over a long run.
     probe_gamma: int = 2
+    explore_z: float = 1.64
+    explore_share: float = 0.01
     # A plain round adds `conf_weight` of an observation at acceptance `scale * confidence`
     # (the target's top probability tracks the draft's agreement: 0.99 above 0.97, 0.61 at
     # 0.5-0.7, 0.27 at 0.3-0.5); `scale` starts at 1 with this weight.
     conf_weight: float = 0.5
     scale_prior_weight: float = 8.0
+    # A plain round reads the target's confidence once every this many plain rounds (the row's
+    # top probability costs about 0.1 ms at 151,936 tokens, a plain greedy token's time), the
+    # reading counting for the rounds it stands for.
+    confidence_every: int = 4
     # A resumption's catch-up (or hybrid's first model round, which feeds the whole prompt) is
     # spread over at least `horizon` rounds, and over as many as the answer so far would fill,
     # counting at most `horizon_cap` tokens (Gott's rule). With 4, hybrid's lazy prefill kept

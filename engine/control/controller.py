@@ -1,45 +1,78 @@
 """The adaptive controller: each round, the gamma (0 = plain decoding) that maximises expected
-committed tokens per second. Three parts: the cost model prices a round (engine/control/costs.py), the
-acceptance estimator predicts how many of its drafted tokens survive (engine/control/estimator.py), and
-this chooser compares the predicted speed of every gamma, decides, and says why in one line.
-Its constants are gathered in engine/control/constants.py; docs/design/controller.md is the
-reference for the design and the measurements behind it.
+committed tokens per second. Three parts: the cost model prices a round (engine/control/costs.py),
+the acceptance estimator predicts how many of its drafted tokens survive
+(engine/control/estimator.py), and this chooser compares the predicted speed of every gamma from
+one prediction of the round's plan (engine/round_plan.py), decides, and says why in one line.
+What it learns is the pair's evidence (engine/control/evidence.py), kept across answers. Its
+constants are gathered in engine/control/constants.py; docs/design/controller.md is the reference
+for the design and the measurements behind it.
 
 Gamma is the most a round may draft: `keep_drafting` stops the draft earlier when the next
 token is not worth its verify width and draft decode. Like every early stop it reads only what
 comes before the token it decides on, which keeps the output exact (docs/EXACTNESS.md).
+
+Exploration: when the estimate says plain wins, a round may still explore (draft `probe_gamma`
+tokens) where drafting has a real chance to pay, and only within a budget:
+- a real chance: at the optimistic end of the key's first-token acceptance (the Beta(1 + hits,
+  1 + misses) posterior over every round it drafted, mean plus `explore_z` standard deviations,
+  at every position), some gamma pays by the carrying-on margin. Evidence that a key loses
+  closes this for good; a key nothing is known of is open;
+- a budget: what exploring rounds lost against plain decoding (measured), plus the predicted
+  loss of this one, stays within `explore_share` of the plain-decoding time of every token
+  committed under the same evidence. So exploration is at most that share of plain time over a
+  long run, however many sources and match lengths there are (tests/test_controller.py).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from engine.control.constants import DEFAULTS, ControllerConstants
 from engine.control.costs import Calibration, CostModel, calibrate
-from engine.errors import SettingsError
-from engine.control.estimator import AcceptanceEstimator
+from engine.control.estimator import AcceptanceEstimator, Counts
+from engine.control.evidence import Evidence
 from engine.control.policy import Decision, GammaPolicy
+from engine.round_plan import CONTEXT, HISTORY, MODEL, NO_PLAN, RoundPlan, match_bucket
+from engine.errors import SettingsError
 from engine.stats import ControllerReport, RoundStats
 
-__all__ = ["AdaptiveController", "Calibration", "calibrate"]
+__all__ = ["AdaptiveController", "Calibration", "Prediction", "calibrate"]
+
+# How a reason line names each source's evidence.
+_SOURCE_WORDS = {MODEL: "the draft model", CONTEXT: "lookup", HISTORY: "the history"}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One round's prediction for every gamma 0..max: expected committed tokens and cost (ms),
+    by the estimate and hopefully (untested positions may be better than their estimate)."""
+    expected: np.ndarray
+    ms: np.ndarray
+    hopeful: np.ndarray
+    hopeful_ms: np.ndarray
+    # a_j by the estimate, per draft position.
+    acceptance: np.ndarray
+
+    @property
+    def speeds(self) -> np.ndarray:
+        return 1e3 * self.expected / self.ms
 
 
 class AdaptiveController(GammaPolicy):
     """Without costs at construction it is uncalibrated, and asks for a calibration
-    (`calibration_need`) that `Pair.generate` supplies before the first round. Keyword
-    `overrides` replace fields of `constants`.
+    (`calibration_need`) that `Pair.generate` supplies before the first round; the
+    calibration carries the pair's evidence. Keyword `overrides` replace fields of `constants`.
 
-    Its state is what the rounds so far taught it (costs, acceptance counts, how long plain
-    decoding has run): `update` writes it, `next_gamma` only reads it, so any question
+    `update` writes what the rounds taught it, `next_gamma` only reads it, so any question
     (`predict`, `predicted_tps`, ...) gets the same answer whatever was asked before."""
 
     wants_confidence = True
 
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
                  verify_ms: Sequence[float] | None = None, model_name: str | None = None,
-                 copy_name: str | None = None,
                  constants: ControllerConstants = DEFAULTS, **overrides) -> None:
         if max_gamma < 1:
             raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
@@ -52,24 +85,26 @@ class AdaptiveController(GammaPolicy):
         self.name = "adaptive"
         self.constants = c
         self.max_gamma = max_gamma
-        # The drafter's parts by name, for the report (Calibration.model_name, copy_name).
         self.model_name = model_name
-        self.copy_name = copy_name
+        self.evidence = Evidence()
+        self.estimator: AcceptanceEstimator = self.evidence.adopt(c)
         self.costs: CostModel | None = None
-        self.estimator = AcceptanceEstimator(max_gamma, c)
-        # Which part the last round gave gamma to ((copying, source), None when it was plain), how
-        # many plain rounds have run since one drafted, and the plain rounds to wait before the
-        # next probe.
-        self.speculating: tuple[bool, str] | None = None
-        self.zero_run = 0
-        self.interval = c.probe_every
-        # Rounds and committed tokens so far in this answer.
+        # The evidence key the last round drafted under (None when it was plain).
+        self.speculating: str | None = None
+        # Rounds and committed tokens so far in this answer, and the rounds each key drafted
+        # in it (the rest of a key's rounds are earlier answers' evidence).
         self.rounds = 0
         self.elapsed = 0
+        self.drafted_here: dict[str, int] = {}
+        # The copying parts that planned a round in this answer (the report prices them).
+        self.copy_parts: set[str] = set()
+        # Plain rounds since the target's confidence was last read (`confidence_every`).
+        self._unread = 0
+        self._gammas = np.arange(max_gamma + 1)
         if verify_ms is not None:
             self.use_calibration(Calibration(
                 list(draft_ms if draft_ms is not None else [0.0] * len(verify_ms)),
-                list(verify_ms), model_name, copy_name))
+                list(verify_ms), model_name))
 
     @property
     def calibrated(self) -> bool:
@@ -83,9 +118,19 @@ class AdaptiveController(GammaPolicy):
         return self.constants.opening_plain
 
     def use_calibration(self, calibration: Calibration) -> None:
-        self.costs = CostModel(calibration, self.constants.rate)
+        """Take the pair's costs, and the evidence its calibration carries (made on first
+        use): this controller starts from what earlier answers learned and adds to it."""
+        if calibration.evidence is None:
+            calibration.evidence = Evidence()
+        ev = calibration.evidence
+        if ev.costs is None:
+            ev.costs = CostModel(calibration, self.constants.rate)
+        ev.costs.rate = self.constants.rate
+        ev.answers += 1
+        self.evidence = ev
+        self.estimator = ev.adopt(self.constants)
+        self.costs = ev.costs
         self.model_name = calibration.model_name
-        self.copy_name = calibration.copy_name
 
     def _costs(self) -> CostModel:
         if self.costs is None:
@@ -94,8 +139,6 @@ class AdaptiveController(GammaPolicy):
         return self.costs
 
     # Prediction ---------------------------------------------------------------------------
-    # `copying` and `behind` describe the round being priced (Decision's fields): whether it
-    # copies from the context, and how many committed tokens the draft model must catch up on.
 
     def _rounds_ahead(self, expected: np.ndarray) -> np.ndarray:
         """Rounds over which a resumption's catch-up is spread, for rounds expected to commit
@@ -104,41 +147,39 @@ class AdaptiveController(GammaPolicy):
         rule); early in an answer it may be about to end, so resuming must pay quickly."""
         c = self.constants
         if c.horizon_cap <= 0:
-            return np.full(len(expected), c.horizon)
+            return np.full(np.shape(expected), c.horizon)
         return np.maximum(c.horizon, min(self.elapsed, c.horizon_cap) / expected)
 
-    def predict(self, copying: bool = False, behind: int = 0,
-                hope: float = 0.0, source: str = "") -> tuple[np.ndarray, np.ndarray]:
-        """(expected tokens, expected ms) of a round drafting each gamma 0..max_gamma
-        (`hope`: imagined successes per position; `source`: the copying part)."""
+    def predict(self, plan: RoundPlan) -> Prediction:
+        """The round `plan` describes, priced for every gamma 0..max_gamma at once, by the
+        estimate and hopefully."""
         costs = self._costs()
-        expected = self.estimator.expected(copying, self._opening_cap(), hope, source)
-        # costs.round_ms for every gamma at once: the verify, plus for the draft model its
-        # decodes and the share of its catch-up charged to this round.
-        ms = costs.verify_costs(self.max_gamma + 1).copy()
-        if not copying:
-            gammas = np.arange(1, self.max_gamma + 1)
-            catch_up = costs.catch_up_ms(max(behind, 1))
-            ms[1:] += gammas * costs.draft_token + catch_up / self._rounds_ahead(expected[1:])
-        return expected, ms
+        a, expected, hopeful = self.estimator.expected(plan.evidence, self.max_gamma,
+                                                       self._opening_cap(), self.constants.hope)
+        if not plan.model_drafts:
+            ms = costs.round_ms(self.max_gamma, False)
+            return Prediction(expected, ms, hopeful, ms, a)
+        # The model's decodes, and the share of its catch-up charged to this round: both
+        # predictions' costs in one step.
+        both = np.stack((expected, hopeful))
+        catch_up = costs.catch_up_ms(max(plan.behind, 1))
+        ms, hopeful_ms = costs.round_ms(self.max_gamma, True, catch_up / self._rounds_ahead(both))
+        return Prediction(expected, ms, hopeful, hopeful_ms, a)
 
     def _opening_cap(self) -> float:
         """The most acceptance this round may be judged at: the opening's, early on."""
         opening = self.constants.opening
         return opening[self.rounds] if self.rounds < len(opening) else 1.0
 
-    def acceptance(self, copying: bool = False, source: str = "") -> np.ndarray:
-        """Estimated a_j per draft position, for a round that copies (with `source`) or one
-        that does not."""
-        return self.estimator.acceptance(copying, source=source)
+    def acceptance(self, plan: RoundPlan) -> np.ndarray:
+        """Estimated a_j per draft position for the round `plan` describes."""
+        return self.estimator.acceptance(plan.evidence)[:self.max_gamma]
 
-    def predicted_tps(self, gamma: int, copying: bool = False, behind: int = 0,
-                      source: str = "") -> float:
-        expected, ms = self.predict(copying, behind, source=source)
-        return 1e3 * float(expected[gamma] / ms[gamma])
+    def predicted_tps(self, gamma: int, plan: RoundPlan) -> float:
+        return float(self.predict(plan).speeds[gamma])
 
-    def cost_ms(self, gamma: int, copying: bool = False, behind: int = 0) -> float:
-        return float(self.predict(copying, behind)[1][gamma])
+    def cost_ms(self, gamma: int, plan: RoundPlan) -> float:
+        return float(self.predict(plan).ms[gamma])
 
     # Choice -------------------------------------------------------------------------------
 
@@ -149,105 +190,151 @@ class AdaptiveController(GammaPolicy):
         saved = expected[g] * ms[0] - ms[g]
         return saved > 0 and saved > margin * (ms[g] - ms[0])
 
-    def best_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> int:
-        return self._choose(copying, behind, *self.predict(copying, behind, source=source),
-                            source=source)
+    def best_gamma(self, plan: RoundPlan) -> int:
+        return self._choose(plan, self.predict(plan))
 
-    def _choose(self, copying: bool, behind: int, expected: np.ndarray, ms: np.ndarray,
-                source: str = "") -> int:
+    def _choose(self, plan: RoundPlan, p: Prediction) -> int:
         """How far to draft is chosen hopefully (positions a round has not tested may be better
         than their estimate), whether to draft on the estimate itself; the best gamma by the
         estimate is the fallback."""
         c = self.constants
-        hopeful, hopeful_ms = self.predict(copying, behind, c.hope, source)
         # Starting again after plain rounds bets on an estimate partly made of the target's
         # confidence, so it needs a larger predicted saving than carrying on does; so does the
         # model after a copy (its estimate and its catch-up were not just tested).
-        carrying_on = self.speculating is not None and (copying or
-                                                        self.speculating == (False, ""))
+        carrying_on = self.speculating is not None and (plan.is_copy
+                                                        or self.speculating == MODEL)
         margin = c.margin if carrying_on else c.resume_margin
-        for e, m in ((hopeful, hopeful_ms), (expected, ms)):
-            g = int(np.argmax(e[1:] / m[1:])) + 1
-            if self._pays(g, expected, ms, margin):
+        for e, m in ((p.hopeful, p.hopeful_ms), (p.expected, p.ms)):
+            g = int((e[1:] / m[1:]).argmax()) + 1
+            if self._pays(g, p.expected, p.ms, margin):
                 return g
         return 0
 
-    def could_win(self, copying: bool = False, behind: int = 0,
-                  ms: np.ndarray | None = None) -> bool:
-        """Whether any gamma would beat plain decoding if every drafted token were accepted;
-        when not, probing can only lose. `ms`: the round costs `predict` gave already."""
-        if ms is None:
-            _, ms = self.predict(copying, behind)
-        full = np.arange(self.max_gamma + 1) + 1.0
-        # _pays for every gamma at once.
-        saved = full[1:] * ms[0] - ms[1:]
-        return bool(np.any((saved > 0) & (saved > self.constants.margin * (ms[1:] - ms[0]))))
+    def optimistic_acceptance(self, plan: RoundPlan) -> float:
+        """The optimistic end of the plan's first-token acceptance: the mean of its Beta(1 +
+        hits, 1 + misses) posterior over every round it drafted, plus `explore_z` standard
+        deviations."""
+        counts = self.estimator.counts(plan.evidence)
+        h, n = counts.first_hits, counts.rounds
+        alpha, beta = 1.0 + h, 1.0 + n - h
+        mean = alpha / (alpha + beta)
+        sd = math.sqrt(alpha * beta / ((alpha + beta) ** 2 * (alpha + beta + 1.0)))
+        return min(mean + self.constants.explore_z * sd, 1.0)
 
-    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
+    def could_pay(self, plan: RoundPlan, ms: np.ndarray) -> bool:
+        """Whether some gamma pays by the carrying-on margin at the optimistic acceptance, at
+        every position: when not, exploring can only lose. (Asked on plain rounds: nine floats,
+        in plain Python.)"""
+        a = self.optimistic_acceptance(plan)
+        costs = ms.tolist()
+        one, margin = costs[0], self.constants.margin
+        expected, chain = 1.0, 1.0
+        for cost in costs[1:]:
+            chain *= a
+            expected += chain
+            saved = expected * one - cost
+            if saved > 0 and saved > margin * (cost - one):
+                return True
+        return False
+
+    def _explores(self, plan: RoundPlan, g: int, ms: np.ndarray) -> bool:
+        """Whether to spend an exploring round of `g` tokens on `plan` (the module docstring's
+        rule): a real chance that drafting pays, within the exploration budget."""
+        ev = self.evidence
+        budget = self.constants.explore_share * ev.plain_ms
+        if ev.explored_ms >= budget:
+            return False
+        spend = ev.explored_ms + max(float(ms[g] - ms[0]), 0.0)
+        if plan.model_drafts:
+            # The probe pays the whole catch-up, not the share a resumption is charged.
+            spend += self._costs().catch_up_ms(max(plan.behind, 1))
+        return spend <= budget and self.could_pay(plan, ms)
+
+    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
         c = self.constants
-        expected, ms = self.predict(copying, behind, source=source)
-        speeds = 1e3 * expected / ms
+        if not plan.drafts:
+            # Nothing to draft from: a plain round, priced without a prediction.
+            one = self._costs().verify_costs(self.max_gamma + 1)[0]
+            return Decision(0, plan, prediction=1e3 / one,
+                            reason="plain: nothing to draft from this round",
+                            confidence=self._unread + 1 >= c.confidence_every)
+        p = self.predict(plan)
+        speeds = p.speeds.tolist()
         probing = False
         if self.rounds < c.opening_plain:
             g = 0
         else:
-            g = self._choose(copying, behind, expected, ms, source)
-            # Probe (after the opening) while nothing is known of this source; later probes
-            # pay the draft's catch-up, hence long, growing intervals (the target's confidence
-            # usually brings speculation back first).
-            opening = self.rounds < len(c.opening)
-            if g == 0 and not opening and (self.estimator.counts(copying, source).empty
-                                           or self.zero_run >= self.interval) \
-                    and self.could_win(copying, behind, ms):
-                g = min(c.probe_gamma, self.max_gamma)
-                probing = True
-        return Decision(g, copying, behind, source, prediction=float(speeds[g]),
-                        reason=self._reason(g, copying, probing, speeds, source),
-                        probing=probing,
-                        speeds=tuple(float(v) for v in speeds))
+            g = self._choose(plan, p)
+            if g == 0 and self.rounds >= len(c.opening):
+                probe = min(c.probe_gamma, self.max_gamma)
+                if self._explores(plan, probe, p.ms):
+                    g, probing = probe, True
+        return Decision(g, plan, prediction=float(speeds[g]),
+                        reason=self._reason(g, plan, probing, speeds, p.acceptance),
+                        probing=probing, speeds=tuple(speeds),
+                        confidence=g > 0 or self._unread + 1 >= c.confidence_every)
 
-    def _reason(self, g: int, copying: bool, probing: bool, speeds: np.ndarray,
-                source: str = "") -> str:
-        """One line on the choice of `g`, from the predictions that made it."""
+    def _earlier(self, plan: RoundPlan) -> str:
+        """What earlier answers taught of this plan's key, when the decision rests on it:
+        "lookup at 2-token matches: 0.41 accepted over 312 rounds"."""
+        key = plan.evidence
+        counts: Counts = self.estimator.counts(key)
+        if counts.rounds <= self.drafted_here.get(key, 0):
+            return ""
+        what = _SOURCE_WORDS.get(plan.source, plan.source)
+        if plan.is_copy:
+            what += f" at {match_bucket(plan.match)}-token matches"
+        return (f"; earlier answers: {what}: {counts.first_hits / counts.rounds:.2f} accepted "
+                f"over {counts.rounds} rounds")
+
+    def _reason(self, g: int, plan: RoundPlan, probing: bool, speeds: list[float],
+                a: np.ndarray) -> str:
+        """One line on the choice of `g`, from the predictions that made it (`speeds` of every
+        gamma, nine floats: plain Python)."""
         c = self.constants
-        best = int(np.argmax(speeds[1:])) + 1
-        gain = speeds / speeds[0]
-        a0 = float(self.acceptance(copying, source)[0])
+        best = max(range(1, len(speeds)), key=speeds.__getitem__)
+        gain = [v / speeds[0] for v in speeds]
+        a0 = float(a[0])
         if self.rounds < c.opening_plain:
             return (f"plain: opening round {self.rounds + 1} of {c.opening_plain} (the "
                     "target shows how predictable the answer is before the draft is tried)")
         if g == 0 and self._opening_cap() < 1.0:
             return (f"plain: the answer's opening, where drafts are accepted at most "
                     f"{self._opening_cap():.2f}; best predicted {gain[best]:.2f}x at gamma {best}")
-        if copying:
-            what = ("copying from past requests" if source == "suffix"
+        earlier = self._earlier(plan)
+        if probing:
+            return (f"explore: gamma {g} to measure {_SOURCE_WORDS.get(plan.source, '')} again "
+                    f"(predicted {gain[g]:.2f}x){earlier}")
+        if plan.is_copy:
+            what = ("copying from past requests" if plan.source == HISTORY
                     else "copying from the context") + ", which costs no draft decode"
             if g == 0:
-                return f"plain: best predicted {gain[best]:.2f}x at gamma {best}, {what}"
+                return f"plain: best predicted {gain[best]:.2f}x at gamma {best}, {what}{earlier}"
             return (f"gamma {g}: predicted {gain[g]:.2f}x (first-token acceptance {a0:.2f}, "
-                    f"{what})")
-        if probing:
-            return f"probe: gamma {g} to measure the draft again (predicted {gain[g]:.2f}x)"
+                    f"{what}){earlier}")
         cost = self._costs().draft_relative()
         if g == 0:
             return (f"plain: the draft costs {cost:.2f} of a target token; best predicted "
-                    f"{gain[best]:.2f}x at gamma {best}")
+                    f"{gain[best]:.2f}x at gamma {best}{earlier}")
         return (f"gamma {g}: predicted {gain[g]:.2f}x (first-token acceptance {a0:.2f}, the "
-                f"draft {cost:.2f} of a target token)")
+                f"draft {cost:.2f} of a target token){earlier}")
+
+    def finish(self) -> None:
+        self.evidence.answered()
 
     def report(self, decision: Decision) -> ControllerReport:
         costs = self._costs()
         draft = {}
         if self.model_name:
             draft[self.model_name] = round(costs.draft_relative(), 4)
-        if self.copy_name:
-            draft[self.copy_name] = 0.0
+        plan = decision.plan
+        for part in sorted(self.copy_parts):
+            draft[part] = 0.0
         speeds = (np.array(decision.speeds) if decision.speeds
                   else 1e3 / np.ones(self.max_gamma + 1))
         return ControllerReport(
             policy=self.name, gamma=decision.gamma, reason=decision.reason,
-            source=(decision.source or self.copy_name or "") if decision.copying
-            else (self.model_name or ""),
+            source=plan.drafter if plan.drafts else "",
             verify_ms=[round(v, 3) for v in costs.pad_verify],
             draft_cost=draft,
             predicted_speedup=[round(float(s / speeds[0]), 3) for s in speeds])
@@ -281,28 +368,33 @@ class AdaptiveController(GammaPolicy):
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         costs = self._costs()
-        c = self.constants
-        copied = decision.copying
+        plan = decision.plan
+        key = plan.evidence
+        ev = self.evidence
         self.rounds += 1
         self.elapsed += r.committed
+        if plan.is_copy:
+            self.copy_parts.add(plan.drafter)
+        plain_token = float(costs.verify_costs(self.max_gamma + 1)[0])
+        ev.plain_ms += r.committed * plain_token
+        if decision.probing:
+            ev.explored_ms += max(r.draft_ms + r.verify_ms - r.committed * plain_token, 0.0)
         if r.drafted > 0:
-            if not copied:
-                costs.learn_draft(r.draft_ms, r.drafted, max(decision.behind, 1))
-            self.estimator.learn(r.drafted, r.accepted, copied, r.confidence, decision.source)
-        if r.confidence and (r.drafted == 0 or (not copied and r.accepted == r.drafted)):
+            if plan.model_drafts:
+                costs.learn_draft(r.draft_ms, r.drafted, max(plan.behind, 1))
+            self.estimator.learn(key, r.drafted, r.accepted, r.confidence)
+            self.drafted_here[key] = self.drafted_here.get(key, 0) + 1
+        if r.confidence and (r.drafted == 0 or (plan.model_drafts and r.accepted == r.drafted)):
             # The bonus row after a fully accepted draft, like a plain round's row, is a
             # position no draft was tested on: its confidence says how one would fare there.
-            self.estimator.observe_confidence(r.confidence[-1], aged=r.drafted > 0)
-        if r.drafted == 0 and copied:
-            self.estimator.forget(decision.source)
+            # A plain round's reading stands for the plain rounds that read none.
+            self.estimator.observe_confidence(r.confidence[-1], aged=r.drafted > 0,
+                                              rounds=1 if r.drafted else self._unread + 1)
+        if r.drafted == 0:
+            self._unread = 0 if r.confidence else self._unread + 1
+        if r.drafted == 0 and plan.is_copy:
+            self.estimator.forget(key)
         if r.index > 0:
             # The first decode after a prefill is slow: not a cost any later round pays.
             costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
-        self.speculating = (decision.copying, decision.source) if r.gamma > 0 else None
-        if r.gamma == 0:
-            self.zero_run += 1
-        else:
-            self.zero_run = 0
-            if decision.probing:
-                won = self.best_gamma(decision.copying, decision.behind, decision.source) > 0
-                self.interval = (c.probe_every if won else min(self.interval * 2, c.probe_max))
+        self.speculating = (MODEL if plan.model_drafts else key) if r.gamma > 0 else None

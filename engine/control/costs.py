@@ -6,20 +6,27 @@ A round drafting g tokens costs
   C(g) = verify(g + 1) + [g > 0 and the draft model drafts] * (g * draft_token + catch_up(lag))
 where verify(w) is a target decode of w tokens (read at the width it is padded to,
 engine/widths.py), draft_token one draft decode, and catch_up(lag) the extra cost of the draft's
-first decode when it must first swallow `lag` committed tokens it has not seen. A copy from the
-context (prompt lookup) costs its verify alone.
+first decode when it must first swallow `lag` committed tokens it has not seen. A copy (from the
+context or the history) costs its verify alone. `round_cost` is that formula, element-wise over
+gammas: the controller prices every gamma of a round with it, and the benchmark's closed forms
+(engine/tools/benchmark/theory.py) apply it to costs in units of a target token.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy.typing as npt
 
 from engine.clock import Clock, wall_ms
 from engine.errors import SettingsError
 from engine.session import Session
 from engine.widths import padded_width
+
+if TYPE_CHECKING:
+    from engine.control.evidence import Evidence
 
 
 @dataclass
@@ -27,16 +34,17 @@ class Calibration:
     # Index w-1 holds the cost in ms of one decode of w tokens.
     draft_ms: list[float]
     verify_ms: list[float]
-    # Names of the drafter's parts, for reports only (`Drafter.model_name`, `copy_name`): the
-    # one whose decodes `draft_ms` times, and the one that copies from the context (a copy
-    # costs no draft decode and no catch-up). Which part drafts a round is declared by the
-    # drafter (`Drafter.copies`), never matched by name.
+    # The name of the drafter's part whose decodes `draft_ms` times (`Drafter.model_name`), for
+    # reports only: which part drafts a round is the round's plan (`RoundPlan.source`), never
+    # matched by name.
     model_name: str | None = None
-    copy_name: str | None = None
+    # What the adaptive controllers made from this calibration learned (per source, the costs
+    # as measured): the pair's evidence, kept with its calibration (engine/control/evidence.py).
+    evidence: Evidence | None = field(default=None, compare=False, repr=False)
 
     def as_kwargs(self) -> dict:
         return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,
-                "model_name": self.model_name, "copy_name": self.copy_name}
+                "model_name": self.model_name}
 
 
 def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps: int,
@@ -69,7 +77,7 @@ def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps
 
 def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
               reps: int = 4, model_name: str | None = None,
-              clock: Clock = wall_ms, copy_name: str | None = None) -> Calibration:
+              clock: Clock = wall_ms) -> Calibration:
     """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
     decodes of as many; every cache is left holding exactly what it held before."""
     width = max_gamma + 1
@@ -78,8 +86,7 @@ def calibrate(target: Session, draft: Session | None, max_gamma: int, context: S
                 if draft is not None
                 else [0.0] * width)
     return Calibration(draft_ms=draft_ms, verify_ms=verify_ms,
-                       model_name=model_name if draft is not None else None,
-                       copy_name=copy_name)
+                       model_name=model_name if draft is not None else None)
 
 
 def at_width(table: Sequence[float], w: int) -> float:
@@ -88,6 +95,20 @@ def at_width(table: Sequence[float], w: int) -> float:
         return float(table[w - 1])
     step = table[-1] - table[-2] if len(table) > 1 else table[-1]
     return float(table[-1] + max(step, 0.0) * (w - len(table)))
+
+
+def round_cost(verify: npt.ArrayLike, gamma: npt.ArrayLike, draft_token: float,
+               catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
+    """C(g) = verify(g + 1) + [g > 0] * (g * draft_token + catch_up), element-wise: `verify`
+    holds verify(g + 1) for each g; a copy's round has draft_token = catch_up = 0. In ms, or in
+    units of a plain token for the closed forms.
+
+    >>> round_cost([1.0, 1.25, 1.5], [0, 1, 2], 0.25, 0.5).tolist()
+    [1.0, 2.0, 2.5]
+    """
+    g = np.asarray(gamma, dtype=np.float64)
+    share = np.asarray(catch_up, dtype=np.float64)
+    return np.asarray(verify, dtype=np.float64) + (g * draft_token + share) * (g > 0)
 
 
 def expected_tokens(acceptance: float, gamma: int) -> float:
@@ -112,12 +133,13 @@ class CostModel:
         self.pad_verify = list(self.verify)
         self.pad_draft = list(self.draft_batch)
         self.draft_token = self.draft_batch[0]
-        # verify_costs' answer until a verify cost is learned (the controller reads it several
-        # times a round).
+        # verify_costs' answer, kept up to date as costs are learned (the controller prices
+        # every gamma of every round with it).
         self._verify_costs: np.ndarray | None = None
+        self._gammas = np.arange(64, dtype=np.float64)
 
     def verify_costs(self, n: int) -> np.ndarray:
-        """`verify_cost(w)` for w = 1..n, as an array."""
+        """`verify_cost(w)` for w = 1..n, as an array (not to be written to)."""
         cached = self._verify_costs
         if cached is None or len(cached) != n:
             cached = self._verify_costs = np.array([self.verify_cost(w) for w in range(1, n + 1)])
@@ -134,23 +156,24 @@ class CostModel:
         wide = at_width(self.draft_batch, padded_width(self.pad_draft, lag))
         return max(wide - at_width(self.draft_batch, 1), 0.0)
 
-    def round_ms(self, gamma: int, copying: bool, catch_up: float = 0.0) -> float:
-        """A round drafting `gamma`: its verify, plus for the draft model its decodes and the
-        share of its catch-up charged to this round."""
-        cost = self.verify_cost(gamma + 1)
-        if gamma > 0 and not copying:
-            cost += gamma * self.draft_token + catch_up
-        return cost
+    def round_ms(self, max_gamma: int, model_drafts: bool,
+                 catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
+        """`round_cost` of rounds drafting 0..max_gamma: their verify, plus when the draft model
+        drafts its decodes and the share of its catch-up charged to each."""
+        verify = self.verify_costs(max_gamma + 1)
+        if not model_drafts:
+            return verify
+        return round_cost(verify, self._gammas[:max_gamma + 1], self.draft_token, catch_up)
 
     def draft_relative(self) -> float:
         """The draft model's cost per token relative to one target token."""
         return self.draft_token / self.verify[0]
 
-    def speedup(self, gamma: int, acceptance: float, copying: bool) -> float:
+    def speedup(self, gamma: int, acceptance: float, model_drafts: bool) -> float:
         """Predicted speed of rounds drafting `gamma` over plain decoding, at a per-token
         acceptance, the draft kept in step (no catch-up)."""
         return (expected_tokens(acceptance, gamma) * self.verify_cost(1)
-                / self.round_ms(gamma, copying))
+                / float(self.round_ms(gamma, model_drafts)[gamma]))
 
     def learn_draft(self, draft_ms: float, proposed: int, lag: int) -> None:
         """A model round drafted `proposed` tokens in `draft_ms`, after a lag of `lag`."""
@@ -158,7 +181,6 @@ class CostModel:
         self.draft_token += self.rate * (per_token - self.draft_token)
 
     def learn_verify(self, width: int, measured: float) -> None:
-        self._verify_costs = None
         while len(self.verify) < width:
             self.verify.append(at_width(self.verify, len(self.verify) + 1))
         ratio = measured / self.verify[width - 1]
@@ -170,7 +192,10 @@ class CostModel:
             self.verify = [v * common for v in self.verify]
             self.draft_token *= common
             self.draft_batch = [d * common for d in self.draft_batch]
+            if self._verify_costs is not None:
+                self._verify_costs = self._verify_costs * common
             return
+        self._verify_costs = None
         # A wide verify also learns the curve's shape: the width seen moves fully, the others
         # follow a fraction.
         for i in range(len(self.verify)):

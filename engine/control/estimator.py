@@ -1,8 +1,10 @@
 """The acceptance estimator: a_j, the chance that drafted position j is accepted given the
-earlier ones were, tracked online per drafter (the draft model, and copies from the context)
-with decaying counts, so the estimate follows easy and hard stretches of text.
+earlier ones were, tracked online per evidence key (the draft model; a copy source at a match
+length's bucket, engine/round_plan.py) with decaying counts, so the estimate follows easy and
+hard stretches of text; and, undecayed, each key's rounds and first-position acceptance over its
+whole life, which the exploration rule and the reason line read (engine/control/controller.py).
 
-Rounds that draft teach their source's counts. Plain rounds say how predictable the text is too:
+Rounds that draft teach their key's counts. Plain rounds say how predictable the text is too:
 the target's top probability at the token it commits tracks the draft's agreement, so each adds a
 pseudo-observation `conf_weight * scale * confidence` to the model's counts, where `scale`
 (acceptance per unit of confidence) is learned from the rounds that did draft.
@@ -14,14 +16,21 @@ from typing import Sequence
 import numpy as np
 
 from engine.control.constants import ControllerConstants
+from engine.round_plan import MODEL
+from engine.generation_config import MAX_GAMMA
 
 
 class Counts:
-    """Decayed tries and hits per draft position."""
+    """Decayed tries and hits per draft position, and the undecayed tally of rounds and of
+    first-position hits."""
 
-    def __init__(self, max_gamma: int) -> None:
+    def __init__(self, max_gamma: int = MAX_GAMMA) -> None:
         self.tries = np.zeros(max_gamma, dtype=np.float64)
         self.hits = np.zeros(max_gamma, dtype=np.float64)
+        self.rounds = 0
+        self.first_hits = 0
+        # Bumped by every change, so a prediction made from these counts can be kept until then.
+        self.version = 0
 
     def learn(self, drafted: int, accepted: int, decay: float) -> None:
         self.tries *= decay
@@ -30,12 +39,16 @@ class Counts:
         seen = min(accepted + 1, drafted, len(self.tries))
         self.tries[:seen] += 1.0
         self.hits[:min(accepted, seen)] += 1.0
+        self.rounds += 1
+        self.first_hits += accepted > 0
+        self.version += 1
 
     def forget(self, decay: float) -> None:
-        """A round this source could have drafted but did not: its evidence ages, so the
-        estimate drifts back to the prior and the source is tried again."""
+        """A round this key could have drafted but did not: its evidence ages, so the
+        estimate drifts back to the prior."""
         self.tries *= decay
         self.hits *= decay
+        self.version += 1
 
     def rates(self, prior: float, weight: float, hope: float = 0.0) -> np.ndarray:
         """a_j, shrunk towards the pooled rate where data is thin (the pooled rate towards
@@ -47,44 +60,65 @@ class Counts:
     def empty(self) -> bool:
         return not self.tries.any()
 
+    def as_dict(self) -> dict:
+        return {"tries": self.tries.tolist(), "hits": self.hits.tolist(), "rounds": self.rounds,
+                "first_hits": self.first_hits}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Counts":
+        c = cls(len(d["tries"]))
+        c.tries = np.asarray(d["tries"], dtype=np.float64)
+        c.hits = np.asarray(d["hits"], dtype=np.float64)
+        if c.tries.shape != c.hits.shape or c.tries.ndim != 1:
+            raise ValueError("counts of different shapes")
+        c.rounds, c.first_hits = int(d["rounds"]), int(d["first_hits"])
+        return c
+
 
 class AcceptanceEstimator:
-    def __init__(self, max_gamma: int, k: ControllerConstants) -> None:
+    def __init__(self, k: ControllerConstants) -> None:
         self.constants = k
-        self.model = Counts(max_gamma)
-        # One set of counts per copying part, by name (prompt lookup, the history); "" for a
-        # copy whose part was not named. A part not yet seen reads as empty counts.
-        self.copies: dict[str, Counts] = {}
-        self._unseen = Counts(max_gamma)
-        self.max_gamma = max_gamma
+        # One set of counts per evidence key (`RoundPlan.evidence`); a key not yet seen reads
+        # as empty counts.
+        self.keys: dict[str, Counts] = {MODEL: Counts()}
+        self._unseen = Counts()
         self.scale_hits = 0.0
         self.scale_conf = 0.0
+        # The last `expected` answer, with what it was computed from.
+        self._memo: tuple[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     @property
-    def copy(self) -> Counts:
-        """The counts of copies whose part was not named."""
-        return self.counts(True)
+    def model(self) -> Counts:
+        return self.keys[MODEL]
 
-    def counts(self, copying: bool, source: str = "") -> Counts:
-        if not copying:
-            return self.model
-        return self.copies.get(source, self._unseen)
+    def counts(self, key: str) -> Counts:
+        return self.keys.get(key, self._unseen)
 
-    def _learning(self, copying: bool, source: str) -> Counts:
-        if copying and source not in self.copies:
-            self.copies[source] = Counts(self.max_gamma)
-        return self.counts(copying, source)
+    def _learning(self, key: str) -> Counts:
+        if key not in self.keys:
+            self.keys[key] = Counts()
+        return self.keys[key]
 
-    def acceptance(self, copying: bool, hope: float = 0.0, source: str = "") -> np.ndarray:
-        return self.counts(copying, source).rates(self.constants.prior,
-                                                  self.constants.prior_weight, hope)
+    def expected(self, key: str, n: int, cap: float = 1.0,
+                 hope: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(a_j for j < n, E(g), E(g) with `hope` imagined successes per position) for
+        g = 0..n: E(g) = sum_{i<=g} prod_{j<i} a_j, each a_j at most `cap`."""
+        k = self.constants
+        counts = self.counts(key)
+        memo_key = (key, id(counts), counts.version, n, cap, hope, k.prior, k.prior_weight)
+        if self._memo is not None and self._memo[0] == memo_key:
+            return self._memo[1]
+        tries, hits = counts.tries[:n], counts.hits[:n]
+        pooled = (hits.sum() + k.prior_weight * k.prior) / (tries.sum() + k.prior_weight)
+        a = (hits + k.prior_weight * pooled) / (tries + k.prior_weight)
+        hopeful = (hits + k.prior_weight * pooled + hope) / (tries + k.prior_weight + hope)
+        result = (a, np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(a, cap))))),
+                  np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(hopeful, cap))))))
+        self._memo = (memo_key, result)
+        return result
 
-    def expected(self, copying: bool, cap: float = 1.0, hope: float = 0.0,
-                 source: str = "") -> np.ndarray:
-        """Expected tokens a round commits, E(g) = sum_{i<=g} prod_{j<i} a_j, for g = 0..max,
-        each a_j at most `cap` (`hope`: imagined successes per position)."""
-        a = np.minimum(self.acceptance(copying, hope, source), cap)
-        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(a))))
+    def acceptance(self, key: str, hope: float = 0.0) -> np.ndarray:
+        return self.counts(key).rates(self.constants.prior, self.constants.prior_weight, hope)
 
     @property
     def scale(self) -> float:
@@ -92,12 +126,12 @@ class AcceptanceEstimator:
         w = self.constants.scale_prior_weight
         return (self.scale_hits + w) / (self.scale_conf + w)
 
-    def learn(self, drafted: int, accepted: int, copying: bool,
-              confidence: Sequence[float] = (), source: str = "") -> None:
-        """A round drafted `drafted` tokens and `accepted` of them were kept; `confidence` is
-        the target's top probability per row (model rounds teach `scale` with it)."""
-        self._learning(copying, source).learn(drafted, accepted, self.constants.decay)
-        if copying:
+    def learn(self, key: str, drafted: int, accepted: int,
+              confidence: Sequence[float] = ()) -> None:
+        """A round drafted `drafted` tokens under `key` and `accepted` of them were kept;
+        `confidence` is the target's top probability per row (model rounds teach `scale`)."""
+        self._learning(key).learn(drafted, accepted, self.constants.decay)
+        if key != MODEL:
             return
         seen = min(accepted + 1, drafted)
         if len(confidence) < seen:
@@ -105,20 +139,34 @@ class AcceptanceEstimator:
         self.scale_hits = self.constants.decay * self.scale_hits + min(accepted, seen)
         self.scale_conf = self.constants.decay * self.scale_conf + float(sum(confidence[:seen]))
 
-    def forget(self, source: str) -> None:
-        """Copying part `source` could have drafted a round and drafted nothing."""
-        if source in self.copies:
-            self.copies[source].forget(self.constants.decay)
+    def forget(self, key: str) -> None:
+        """Key `key` could have drafted a round and drafted nothing."""
+        if key in self.keys:
+            self.keys[key].forget(self.constants.decay)
 
-    def observe_confidence(self, confidence: float, aged: bool = False) -> None:
+    def observe_confidence(self, confidence: float, aged: bool = False, rounds: int = 1) -> None:
         """The target's confidence at a token no draft was tested on (a plain round's, or the
         row after a round's last tested one) predicts how a draft would have fared there; it
         counts as a fraction of an observation at every position. `aged`: the round already
-        aged the counts."""
+        aged the counts. `rounds`: the plain rounds this reading stands for (plain rounds
+        read the confidence only now and then): it ages the counts and weighs as that many."""
         a = min(self.scale * confidence, 1.0)
-        m, w = self.model, self.constants.conf_weight
+        m, w = self.model, self.constants.conf_weight * rounds
         if not aged:
-            m.tries *= self.constants.decay
-            m.hits *= self.constants.decay
+            m.tries *= self.constants.decay ** rounds
+            m.hits *= self.constants.decay ** rounds
         m.tries += w
         m.hits += w * a
+        m.version += 1
+
+    def as_dict(self) -> dict:
+        return {"keys": {k: c.as_dict() for k, c in self.keys.items()},
+                "scale_hits": self.scale_hits, "scale_conf": self.scale_conf}
+
+    def restore(self, d: dict) -> None:
+        """Take the counts of `as_dict` (raises ValueError or KeyError on a malformed one)."""
+        keys = {str(k): Counts.from_dict(v) for k, v in d["keys"].items()}
+        keys.setdefault(MODEL, Counts())
+        self.keys = keys
+        self._memo = None
+        self.scale_hits, self.scale_conf = float(d["scale_hits"]), float(d["scale_conf"])

@@ -1,5 +1,6 @@
 """How many tokens to draft each round. Before a round the generator asks the policy's
-`next_gamma`, which hands out a `Decision`; after it, the policy takes that decision back with
+`next_gamma(plan)` (the drafter's plan of the round, engine/round_plan.py), which hands out a
+`Decision`; after it, the policy takes that decision back with
 the round's outcome in `update(decision, round)`. Everything a choice depended on travels in the
 decision, so nothing the policy holds changes between the two calls.
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from engine.control.costs import Calibration
+from engine.round_plan import NO_PLAN, RoundPlan
 from engine.errors import SettingsError
 from engine.stats import ControllerReport, RoundStats
 
@@ -22,20 +24,14 @@ from engine.stats import ControllerReport, RoundStats
 class Decision:
     """A policy's choice for one round, and what it was made from.
 
-    >>> FixedGamma(3).next_gamma(copying=True, behind=2)
-    Decision(gamma=3, copying=True, behind=2, source='', prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=())
+    >>> FixedGamma(3).next_gamma()
+    Decision(gamma=3, plan=RoundPlan(source='', drafter='', tokens=(), shares=(), match=0, document=-1, behind=0, samples=False), prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=(), confidence=True)
     """
 
     # The most tokens the round may draft (0: a plain round).
     gamma: int
-    # What the policy was told of the round: whether it copies from the context
-    # (`Drafter.copies`) and how many committed tokens the drafter must catch up on first
-    # (`Drafter.behind`).
-    copying: bool = False
-    behind: int = 0
-    # Which copying part the round would copy with (`Drafter.copy_source`: prompt lookup, the
-    # history), "" for a model's round: each keeps acceptance counts of its own.
-    source: str = ""
+    # The drafter's plan of the round, which the choice was made from.
+    plan: RoundPlan = NO_PLAN
     # The tokens/s the policy expects of the round (None: it predicts nothing), and why it
     # chose this gamma, in one line (shown by the CLI, the app and the API).
     prediction: float | None = None
@@ -44,6 +40,9 @@ class Decision:
     # was beating, and the predicted tokens/s of every gamma 0..max it compared.
     probing: bool = False
     speeds: tuple[float, ...] = ()
+    # Whether the round should report the target's confidence, for a policy that wants it
+    # (`GammaPolicy.wants_confidence`): one that reads it only now and then says when.
+    confidence: bool = True
 
 
 class GammaPolicy:
@@ -54,17 +53,17 @@ class GammaPolicy:
     # Whether the generator should report the target's top probability per verified row.
     wants_confidence: bool = False
 
-    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
-        """The decision for the next round; `copying` says whether that round would copy from
-        the context rather than run a model (`Drafter.copies`), for policies that price the
-        two apart, `behind` how many committed tokens the drafter must decode before it
-        drafts (`Drafter.behind`: its catch-up), and `source` which part would copy
-        (`Drafter.copy_source`)."""
+    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
+        """The decision for the next round, from the drafter's `plan` of it (where its draft
+        would come from, a copy's match, a model's catch-up), for policies that price them."""
         raise NotImplementedError
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         """Take back the round's decision with what the round did."""
         raise NotImplementedError
+
+    def finish(self) -> None:
+        """The generation ended (a policy that keeps evidence across answers hands it on)."""
 
     def report(self, decision: Decision) -> ControllerReport:
         """What the policy knew when it made `decision`, its latest."""
@@ -100,9 +99,8 @@ class FixedGamma(GammaPolicy):
         self.name = f"fixed-{gamma}"
         self.gamma = gamma
 
-    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
-        return Decision(self.gamma, copying, behind, source,
-                        reason=f"fixed: gamma {self.gamma} every round")
+    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
+        return Decision(self.gamma, plan, reason=f"fixed: gamma {self.gamma} every round")
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         pass
@@ -115,8 +113,8 @@ class NeverDraft(GammaPolicy):
     def __init__(self) -> None:
         self.name = "plain"
 
-    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
-        return Decision(0, copying, behind, source, reason="plain: the control policy never drafts")
+    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
+        return Decision(0, plan, reason="plain: the control policy never drafts")
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         pass
@@ -133,8 +131,8 @@ class HeuristicGamma(GammaPolicy):
         self.gamma = min(gamma, max_gamma)
         self.max_gamma = max_gamma
 
-    def next_gamma(self, copying: bool = False, behind: int = 0, source: str = "") -> Decision:
-        return Decision(self.gamma, copying, behind, source,
+    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
+        return Decision(self.gamma, plan,
                         reason=(f"heuristic: gamma {self.gamma} (+2 after a round that kept "
                                 "every drafted token, -1 after a rejection)"))
 

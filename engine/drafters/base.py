@@ -1,9 +1,12 @@
 """The drafter base class shared by every way of proposing tokens.
 
-`propose(context, gamma, params, rng, keep)` returns up to `gamma` token ids and, when the
-drafter sampled them from a distribution q, its rows (n `Dist`s); `q is None` means the
-tokens carry no probabilities and are verified with the one-hot rule (q one-hot at each token,
-which is also what a model drafting greedily has, so it gives no rows).
+A drafter answers one question per round, `plan(context, params)` (engine/round_plan.py:
+where the draft would come from, what a copy would propose, how far a model is behind, whether
+the draft samples); the policy decides from that plan, and `propose(plan, gamma, params, rng,
+keep)` drafts from the same plan: up to `gamma` token ids and, when the drafter sampled them from
+a distribution q, its rows (n `Dist`s); `q is None` means the tokens carry no probabilities and
+are verified with the one-hot rule (q one-hot at each token, which is also what a model drafting
+greedily has, so it gives no rows). A new drafter implements `plan` and `propose`.
 
 What may decide whether drafted token x_i is put before the target (docs/EXACTNESS.md): the
 committed text, x_0..x_{i-1}, and the draft's row q_i *before* x_i is drawn. Never x_i itself,
@@ -15,7 +18,7 @@ row (its largest probability), before the token is drawn.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,7 +26,9 @@ import numpy.typing as npt
 
 from engine.dist import Dist
 from engine.drafters.history_index import HistoryIndex
-from engine.sampling import Rng, SamplingParams
+from engine.round_plan import MODEL, RoundPlan
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 
 I32 = npt.NDArray[np.int32]
@@ -50,10 +55,6 @@ class Proposal:
     q: Sequence[Dist] | None = None
     # Which drafter produced the tokens, by name, for reports (the hybrid drafter delegates).
     source: str = ""
-    # Copied from the context (prompt lookup) rather than decoded by a model: such a round
-    # costs no draft decode and no catch-up, and keeps acceptance counts of its own.
-    copied: bool = False
-    meta: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -64,39 +65,35 @@ def empty_proposal(source: str) -> Proposal:
 
 
 class Drafter:
-    """Base class. Subclasses implement `propose`; the rest declare what the pair and the
-    generator need to know of a drafter (its model, whether it copies, whether it samples) and
-    hooks that default to doing nothing."""
+    """Base class. Subclasses implement `plan` and `propose`; the rest declare what the pair and
+    the generator need to know of a drafter (its model) and hooks that default to doing
+    nothing."""
 
     name: str = "drafter"
     # The model session a drafter decodes with, if any: calibration times its decodes.
     session: Session | None = None
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+    def plan(self, context: Sequence[int], params: SamplingParams) -> RoundPlan:
+        """What the round after `context` would draft (engine/round_plan.py): a function of
+        the committed text (and of the history as the generation began) alone. By default a
+        model's round that is never behind and draws nothing (its draft is a function of the
+        text): a drafter with a cache, a copy or a sampled draft says so in its own."""
+        return RoundPlan(MODEL, self.name, context=context)
+
+    def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
+        """At most `gamma` tokens, drafted as `plan` (this drafter's, for this round) says."""
         raise NotImplementedError
+
+    def draft(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+              keep: Keep | None = None) -> Proposal:
+        """Plan and propose in one call, for a caller outside a round (tools, tests)."""
+        return self.propose(self.plan(context, params), gamma, params, rng, keep)
 
     @property
     def model_name(self) -> str | None:
         """The name of the part that runs a model (reports price it), None when none does."""
         return self.name if self.session is not None else None
-
-    @property
-    def copy_name(self) -> str | None:
-        """The name of the part that copies from the context, None when none does."""
-        return None
-
-    def copy_source(self, context: Sequence[int]) -> str | None:
-        """The name of the part that would draft the round after `context` by copying (from the
-        context, or from the history of past requests) rather than by running a model; None
-        when a model would. A function of the committed text (and of the history as the
-        generation began) alone, so a policy may price the round by it and keep acceptance
-        counts per copying part."""
-        return None
-
-    def copies(self, context: Sequence[int]) -> bool:
-        """Whether the round after `context` would copy rather than run a model."""
-        return self.copy_source(context) is not None
 
     # Whether `with_history` gives this drafter something to draft from: a drafter that copies
     # from the history of past prompts and answers (engine/drafters/suffix.py).
@@ -107,22 +104,11 @@ class Drafter:
         does not use a history). The history must not change until the generation ends."""
         return self
 
-    def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
-        """Whether the draft after `context` draws its tokens from q under `params`: it then
-        gives q rows (`Proposal.q`), and its round's verify width is fixed before drafting
-        (engine/round.py). A copy, or a model drafting greedily, does not sample."""
-        return False
-
-    def behind(self, context: Sequence[int]) -> int:
-        """How many tokens of `context` the drafter must decode before it can draft after it
-        (a model's catch-up); 0 for a drafter with no cache."""
-        return 0
-
     def prefill(self, context: Sequence[int]) -> None:
         """Called once with the prompt before the first round (a model warms its cache)."""
 
-    def feedback(self, proposal: Proposal, n_accepted: int) -> None:
-        """Hears how many of the proposed tokens the target accepted."""
+    def feedback(self, plan: RoundPlan, proposal: Proposal, n_accepted: int) -> None:
+        """Hears how many of the tokens proposed from `plan` the target accepted."""
 
     def pad_catch_up(self, widths: Callable[[int], int] | None) -> None:
         """Decode catch-up batches at `widths(n)` tokens (padding, engine/widths.py); the pair
@@ -130,3 +116,4 @@ class Drafter:
 
     def reset(self) -> None:
         """Forget all state (a benchmark's cold start)."""
+

@@ -22,8 +22,12 @@ import numpy as np
 from engine.backend import Backend
 from engine.dist import Dist
 from engine.drafters.base import Drafter, Keep, Proposal
+from engine.round_plan import MODEL, RoundPlan
 from engine.errors import SettingsError
-from engine.sampling import Rng, SamplingParams, distribution, top_probability
+from engine.confidence import top_probability
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import distribution
 from engine.session import Session
 
 
@@ -47,9 +51,6 @@ class DraftModelDrafter(Drafter):
         # the pair's calibration through `pad_catch_up`.
         self._widths: Callable[[int], int] | None = None
 
-    def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
-        return not params.greedy
-
     def pad_catch_up(self, widths: Callable[[int], int] | None) -> None:
         self._widths = widths
 
@@ -57,21 +58,24 @@ class DraftModelDrafter(Drafter):
         """Warm the draft's cache on the prompt (so the first round only pays for drafting)."""
         self.session.sync(context, feed_last=False)
 
-    def behind(self, context: Sequence[int]) -> int:
-        # What `Session.sync(context, feed_last=True)` feeds: at least the last token.
-        return len(context) - min(self.session.common_prefix(context), len(context) - 1)
+    def plan(self, context: Sequence[int], params: SamplingParams) -> RoundPlan:
+        # `behind`: what `Session.sync(context, feed_last=True)` feeds, at least the last token.
+        # A model drafting greedily draws nothing: its draft is a function of the text.
+        behind = len(context) - min(self.session.common_prefix(context), len(context) - 1)
+        return RoundPlan(MODEL, self.name, behind=behind, samples=not params.greedy,
+                         context=context)
 
     def reset(self) -> None:
         self.session.rollback(0)
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+    def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
         tokens: list[int] = []
         rows: list[Dist] = []
         own: list[float] = []
-        sampled = self.samples(context, params)
+        sampled = plan.samples
         if gamma > 0:
-            logits = self.session.sync(context, feed_last=True, widths=self._widths)
+            logits = self.session.sync(plan.context, feed_last=True, widths=self._widths)
             assert logits is not None
             eog = self.session.backend.is_eog
             chain = 1.0

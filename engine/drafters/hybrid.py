@@ -3,8 +3,8 @@
 The copying part is prompt lookup (the context), or the suffix drafter (the longer match
 in the context or the history of past requests, engine/drafters/suffix.py) when the generation is given a history.
 A copy is free and, when it matches (code edits, quoted text, repeated requests), often right
-for many tokens; the model covers everything else. `Proposal.copied` says which one drafted each
-round. Which one drafts depends on the committed text (and the history as the generation began)
+for many tokens; the model covers everything else. The round's plan says which one drafts it
+(`RoundPlan.source`); it depends on the committed text (and the history as the generation began)
 alone, so the choice keeps the output exact.
 
 The model is not prefilled: it catches up on the text (its session's `sync`) the first time it
@@ -18,19 +18,21 @@ from engine.drafters.base import Drafter, Keep, Proposal
 from engine.drafters.history_index import HistoryIndex
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
-from engine.sampling import Rng, SamplingParams
+from engine.round_plan import RoundPlan
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 
 
 class HybridDrafter(Drafter):
     uses_history = True
 
     def __init__(self, lookup: PromptLookupDrafter, model: Drafter,
-                 copier: PromptLookupDrafter | SuffixDrafter | None = None) -> None:
+                 copy: PromptLookupDrafter | SuffixDrafter | None = None) -> None:
         self.name = "hybrid"
         self.lookup = lookup
         self.model = model
         # What copies: prompt lookup, or the suffix drafter over it when given a history.
-        self.copier = copier or lookup
+        self.copy = copy or lookup
         # Calibration times the model's decodes: a copy costs none.
         self.session = model.session
 
@@ -42,35 +44,25 @@ class HybridDrafter(Drafter):
     def model_name(self) -> str | None:
         return self.model.model_name
 
-    @property
-    def copy_name(self) -> str | None:
-        return self.lookup.copy_name
-
-    def copy_source(self, context: Sequence[int]) -> str | None:
-        return self.copier.match_source(context)
-
-    def samples(self, context: Sequence[int], params: SamplingParams) -> bool:
-        return not self.copies(context) and self.model.samples(context, params)
+    def plan(self, context: Sequence[int], params: SamplingParams) -> RoundPlan:
+        # A round with a copy is planned, priced and drafted as a copy: it copies, or drafts
+        # nothing if the copy's own stop declines its first token; never the model, whose
+        # decodes and catch-up the decision did not pay for.
+        plan = self.copy.plan(context, params)
+        return plan if plan.drafts else self.model.plan(context, params)
 
     def pad_catch_up(self, widths: Callable[[int], int] | None) -> None:
         self.model.pad_catch_up(widths)
 
-    def behind(self, context: Sequence[int]) -> int:
-        return self.model.behind(context)
-
     def reset(self) -> None:
-        self.copier.reset()
+        self.copy.reset()
         self.model.reset()
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+    def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
-        # The round was priced as a copy when the copier has a match (`copy_source`): it copies,
-        # or drafts nothing if the copy's own stop declines its first token; never the model,
-        # whose decodes and catch-up the decision did not pay for.
-        if self.copier.match_source(context) is not None:
-            return self.copier.propose(context, gamma, params, rng, keep)
-        return self.model.propose(context, gamma, params, rng, keep)
+        part = self.copy if plan.is_copy else self.model
+        return part.propose(plan, gamma, params, rng, keep)
 
-    def feedback(self, proposal: Proposal, n_accepted: int) -> None:
-        part = self.copier if proposal.copied else self.model
-        part.feedback(proposal, n_accepted)
+    def feedback(self, plan: RoundPlan, proposal: Proposal, n_accepted: int) -> None:
+        part = self.copy if plan.is_copy else self.model
+        part.feedback(plan, proposal, n_accepted)

@@ -2,7 +2,9 @@
 
 No model runs, so a proposal costs microseconds. The last n tokens of the context (prompt plus
 text so far) are searched for earlier in the context, longest n first; the tokens that followed
-the match are the draft. Tokens carry no probabilities (q is None), so the target verifies them
+the match are the draft: of the latest occurrence with `max_draft` tokens after it, else of the
+latest (the round's plan holds the copy, engine/round_plan.py, and a round takes as much of it
+as its gamma allows). Tokens carry no probabilities (q is None), so the target verifies them
 with the one-hot rule, which keeps the output exact. A copy ends at an end-of-generation token
 (`is_eog`, when given): the chat template's turn ends are in the prompt, and nothing after one can
 be committed.
@@ -15,9 +17,12 @@ from bisect import bisect_right
 
 import numpy as np
 
-from engine.drafters.base import Drafter, Keep, Proposal
+from engine.drafters.base import Drafter, Keep, Proposal, empty_proposal
+from engine.drafters.history_index import MATCH_MAX
+from engine.round_plan import CONTEXT, NO_PLAN, RoundPlan
 from engine.errors import SettingsError
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 
 
 class PromptLookupDrafter(Drafter):
@@ -35,17 +40,6 @@ class PromptLookupDrafter(Drafter):
         self.is_eog = is_eog
         self._index: NgramIndex | None = None
 
-    @property
-    def copy_name(self) -> str | None:
-        return self.name
-
-    def copy_source(self, context: Sequence[int]) -> str | None:
-        return self.name
-
-    def match_source(self, context: Sequence[int]) -> str | None:
-        """This drafter's name when the context has something to copy after it, else None."""
-        return self.name if self.find(context, 1)[2] else None
-
     def find(self, context: Sequence[int], want: int) -> tuple[int, int, int]:
         """(n, start, length) of the continuation to copy; length 0 when nothing matches."""
         size = len(context)
@@ -56,9 +50,9 @@ class PromptLookupDrafter(Drafter):
             hits = index.starts(n, context)
             if not hits:
                 continue
-            # The most recent match whose continuation is long enough, else the longest one.
+            # The most recent match whose continuation is long enough, else the most recent.
             j = bisect_right(hits, size - n - want) - 1
-            start = (hits[j] if j >= 0 else hits[0]) + n
+            start = (hits[j] if j >= 0 else hits[-1]) + n
             return n, start, min(want, size - start)
         return 0, 0, 0
 
@@ -74,18 +68,31 @@ class PromptLookupDrafter(Drafter):
     def reset(self) -> None:
         self._index = None
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+    def plan(self, context: Sequence[int], params: SamplingParams) -> RoundPlan:
+        """A copy of what followed the latest match of the context's end (up to `max_draft`
+        tokens, ending at an end-of-generation token), with the match's length: the n-gram
+        extended back as far as the context agrees (up to MATCH_MAX); nothing without a match."""
+        n, start, length = self.find(context, self.max_draft)
+        if not length:
+            return NO_PLAN
+        tokens = [int(t) for t in context[start:start + length]]
+        if self.is_eog is not None:
+            end = next((i for i, t in enumerate(tokens) if self.is_eog(t)), None)
+            if end is not None:
+                tokens = tokens[:end + 1]
+        i, j = start - n - 1, len(context) - n - 1
+        while n < MATCH_MAX and i >= 0 and context[i] == context[j]:
+            n, i, j = n + 1, i - 1, j - 1
+        return RoundPlan(CONTEXT, self.name, tokens=tuple(tokens), match=n, context=context)
+
+    def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
         # A copy is a function of the committed text alone, so `keep` (a cut for sampled
         # drafts) has nothing to add here.
-        n, start, length = self.find(context, min(gamma, self.max_draft)) if gamma > 0 else (0, 0, 0)
-        tokens = np.asarray(context[start:start + length], dtype=np.int32)
-        if self.is_eog is not None:
-            end = next((i for i, t in enumerate(tokens.tolist()) if self.is_eog(t)), None)
-            if end is not None:
-                tokens = tokens[:end + 1]
-        return Proposal(tokens=tokens, q=None, source=self.name, copied=True,
-                        meta={"ngram": n, "match": start - n if length else -1})
+        if gamma <= 0 or not plan.tokens:
+            return empty_proposal(self.name)
+        return Proposal(tokens=np.asarray(plan.tokens[:gamma], dtype=np.int32), q=None,
+                        source=self.name)
 
 
 class NgramIndex:

@@ -18,10 +18,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.drafters.base import Drafter, Keep, Proposal, empty_proposal
-from engine.drafters.history_index import MATCH_MAX, NO_MATCH, HistoryIndex, HistoryMatch
+from engine.drafters.history_index import HistoryIndex
+from engine.round_plan import HISTORY, RoundPlan
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 
 SUFFIX = "suffix"
 # A copy from the history stops before the token at which fewer than this share of the matching
@@ -57,80 +59,50 @@ class SuffixDrafter(Drafter):
         self.max_draft = max_draft
         self.min_share = min_share
         self.spec_factor = spec_factor
-        self._last: tuple[tuple[int, ...], HistoryMatch] | None = None
-
-    @property
-    def copy_name(self) -> str | None:
-        return self.name
 
     def with_history(self, history: HistoryIndex) -> "SuffixDrafter":
         return SuffixDrafter(self.lookup, history, self.is_eog, self.max_draft, self.min_share,
                              self.spec_factor)
 
-    def _context_match(self, context: Sequence[int]) -> int:
-        """How many tokens the context's own match covers (prompt lookup's n-gram, extended
-        back as far as it agrees, up to MATCH_MAX); 0 when it has none."""
-        n, start, length = self.lookup.find(context, 1)
-        if not length:
-            return 0
-        i, j = start - n - 1, len(context) - n - 1
-        while n < MATCH_MAX and i >= 0 and context[i] == context[j]:
-            n, i, j = n + 1, i - 1, j - 1
-        return n
-
-    def _history_match(self, context: Sequence[int]) -> HistoryMatch:
-        """The history's continuation of `context` (at most `max_draft` tokens), kept for the
-        round's `propose` after `copy_source` asked: it depends only on the context's last
-        MATCH_MAX tokens and on the history, which does not change during a generation."""
+    def plan(self, context: Sequence[int], params: SamplingParams) -> RoundPlan:
+        """The copy with the longer match of `context`'s end: the history's when its match is
+        longer (and at least HISTORY_MATCH_MIN tokens), else the context's, which also wins a
+        tie; nothing when neither has one. A copy from the history drafts at most
+        `spec_factor` tokens per token matched."""
+        in_context = self.lookup.plan(context, params)
         if self.history is None:
-            return NO_MATCH
-        key = tuple(int(t) for t in context[-MATCH_MAX:])
-        if self._last is not None and self._last[0] == key:
-            return self._last[1]
+            return in_context
         match = self.history.match(context, self.max_draft, self.min_share, HISTORY_MATCH_MIN)
-        self._last = (key, match)
-        return match
-
-    def match_source(self, context: Sequence[int]) -> str | None:
-        """The source with the longer match of `context`'s end: the history when its match
-        is longer, else the context (which also wins a tie); None when neither has one."""
-        in_context = self._context_match(context)
-        history = self._history_match(context)
-        if len(history) and history.length > in_context:
-            return self.name
-        return self.lookup.name if in_context else None
-
-    def copy_source(self, context: Sequence[int]) -> str | None:
-        # Alone, every round copies (or drafts nothing); which source it copies from has
-        # acceptance counts of its own.
-        return self.match_source(context) or self.lookup.name
+        if not len(match) or match.length <= in_context.match:
+            return in_context
+        limit = min(len(match), max(1, int(self.spec_factor * match.length)))
+        tokens = match.tokens[:limit]
+        if self.is_eog is not None:
+            end = next((i for i, t in enumerate(tokens) if self.is_eog(t)), None)
+            if end is not None:
+                tokens = tokens[:end + 1]
+        return RoundPlan(HISTORY, self.name, tokens=tuple(int(t) for t in tokens),
+                         shares=tuple(float(v) for v in match.shares[:len(tokens)]),
+                         match=match.length, document=match.document, context=context)
 
     def reset(self) -> None:
         self.lookup.reset()
-        self._last = None
 
-    def propose(self, context: Sequence[int], gamma: int, params: SamplingParams, rng: Rng,
+    def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
                 keep: Keep | None = None) -> Proposal:
-        if gamma <= 0 or self.match_source(context) != self.name:
-            return self.lookup.propose(context, gamma, params, rng, keep)
-        match = self._history_match(context)
-        limit = min(len(match), gamma, max(1, int(self.spec_factor * match.length)))
+        if plan.source != HISTORY:
+            return self.lookup.propose(plan, gamma, params, rng, keep)
         tokens: list[int] = []
-        for i in range(limit):
+        for i in range(min(len(plan.tokens), gamma)):
             # The shares are the history's, fixed before the round: a stop on them reads
             # nothing the target decides.
-            if keep is not None and not keep(match.shares[:i], match.shares[i]):
+            if keep is not None and not keep(plan.shares[:i], plan.shares[i]):
                 break
-            tokens.append(match.tokens[i])
-            if self.is_eog is not None and self.is_eog(match.tokens[i]):
-                break
+            tokens.append(plan.tokens[i])
         if not tokens:
             return empty_proposal(self.name)
-        return Proposal(tokens=np.asarray(tokens, dtype=np.int32), q=None, source=self.name,
-                        copied=True, meta={"match": match.length,
-                                           "occurrences": match.occurrences,
-                                           "document": match.document})
+        return Proposal(tokens=np.asarray(tokens, dtype=np.int32), q=None, source=self.name)
 
-    def feedback(self, proposal: Proposal, n_accepted: int) -> None:
-        if proposal.source == self.name and n_accepted > 0 and self.history is not None:
-            self.history.touch(int(proposal.meta["document"]))
+    def feedback(self, plan: RoundPlan, proposal: Proposal, n_accepted: int) -> None:
+        if plan.source == HISTORY and n_accepted > 0 and self.history is not None:
+            self.history.touch(plan.document)

@@ -50,10 +50,10 @@ class Ceiling:
         return max(range(1, len(speeds)), key=lambda g: speeds[g])
 
 
-def _break_even(costs: CostModel, gamma: int, copying: bool) -> float | None:
+def _break_even(costs: CostModel, gamma: int, model_drafts: bool) -> float | None:
     """The acceptance a at which E(a, gamma) * verify(1) equals the round's cost (bisection:
     E grows with a)."""
-    need = costs.round_ms(gamma, copying) / costs.verify_cost(1)
+    need = float(costs.round_ms(gamma, model_drafts)[gamma]) / costs.verify_cost(1)
     if expected_tokens(1.0, gamma) < need:
         return None
     lo, hi = 0.0, 1.0
@@ -74,12 +74,12 @@ def ceiling(calibration: Calibration, max_gamma: int) -> Ceiling:
         verify_ms=[round(v, 3) for v in calibration.verify_ms],
         draft_ms=[round(d, 3) for d in calibration.draft_ms],
         draft_relative=round(costs.draft_relative(), 4),
-        model=[round(costs.speedup(g, 1.0, False), 3) for g in gammas],
-        lookup=[round(costs.speedup(g, 1.0, True), 3) for g in gammas],
-        model_break_even=[_break_even(costs, g, False) for g in gammas[1:]],
-        lookup_break_even=[_break_even(costs, g, True) for g in gammas[1:]],
-        model_typical=[round(costs.speedup(g, a, False), 3) for g in gammas],
-        lookup_typical=[round(costs.speedup(g, a, True), 3) for g in gammas],
+        model=[round(costs.speedup(g, 1.0, True), 3) for g in gammas],
+        lookup=[round(costs.speedup(g, 1.0, False), 3) for g in gammas],
+        model_break_even=[_break_even(costs, g, True) for g in gammas[1:]],
+        lookup_break_even=[_break_even(costs, g, False) for g in gammas[1:]],
+        model_typical=[round(costs.speedup(g, a, True), 3) for g in gammas],
+        lookup_typical=[round(costs.speedup(g, a, False), 3) for g in gammas],
         draft_must_cost_under=round(max(cheapest, 0.0), 3))
 
 

@@ -4,13 +4,20 @@ On a GPU a token of a 1.5B target takes 3-5 ms, so every millisecond the engine 
 its decodes (row transforms, draws, the acceptance rule, bookkeeping) is paid on top. Here both
 models are `InstantBackend`s: each decode returns precomputed logit rows at the real vocabulary
 size, and the time spent inside decode (copying those rows, as llama.cpp's backend copies its
-own) is measured and subtracted, so what is left is the engine's time alone.
+own) is measured and subtracted, so what is left is the engine's time alone. Times are the
+thread's CPU time, so other programs on a shared machine do not count in them.
 
 The rows are shaped like the embedded Qwen2.5 target's (151,936 logits a row: the bulk around
 -4 with a spread of 2.5, the top token 16-23 nats up, a few to a few hundred tokens within 10
 nats of it, some thousands within 16), drawn once per bank slot; a context picks its slot from
 its last two tokens. The draft's bank is the target's with N(0, 0.5) noise added: sampled drafts
 are accepted 0.7-0.9 of the time, as the embedded pair's are on code.
+
+The "fresh text" paths are where nothing drafts: each row is rolled by an offset of its position,
+so the text never repeats (prompt lookup and the history find nothing to copy), and the draft's
+rows by another, so it never agrees with the target (a draft that never pays). What the default
+costs there over plain decoding is its bookkeeping alone (issue 35's budget: 0.1 ms a token, 0.2
+with a history of 2,000,000 tokens).
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.events import DoneEvent, RoundEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.drafters.base import PLAIN, plain_alias
 from engine.drafters.history_index import HistoryIndex
@@ -42,17 +49,26 @@ MODES = {
     "T 0.8, top-k 40, top-p 0.95, min-p 0.05": SamplingParams(temperature=0.8, top_k=40,
                                                               top_p=0.95, min_p=0.05, seed=0),
 }
+FRESH_LABEL = "fresh text"
+# The history of the fresh-text path with a history: the budget's 2,000,000 tokens.
+FRESH_HISTORY_TOKENS = 2_000_000
 # (label, drafter, gamma, policy): plain decoding, each drafter at a fixed gamma, and the default
 # (hybrid with the adaptive controller, whose calibration here measures backends that cost
-# nothing: what is timed is its bookkeeping, not its choices).
+# nothing: what is timed is its bookkeeping, not its choices); then plain and the default where
+# nothing drafts (the module docstring).
 PATHS = (("plain", PLAIN, 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"),
          ("prompt lookup, γ 4", "lookup", 4, "fixed"), ("hybrid, γ 4", "hybrid", 4, "fixed"),
          ("default: hybrid, adaptive ≤ 8", "hybrid", 8, "adaptive"),
          (f"suffix, γ 4, {HISTORY_LABEL}", SUFFIX, 4, "fixed"),
-         (f"default, {HISTORY_LABEL}", "hybrid", 8, "adaptive"))
+         (f"default, {HISTORY_LABEL}", "hybrid", 8, "adaptive"),
+         (f"plain on {FRESH_LABEL}", PLAIN, 0, "fixed"),
+         (f"default on {FRESH_LABEL}", "hybrid", 8, "adaptive"),
+         (f"default on {FRESH_LABEL} with a 2M {HISTORY_LABEL}", "hybrid", 8, "adaptive"))
 # Paths that draft from a history of past requests (the suffix drafter's index, filled with
-# `history_tokens` tokens of Zipf-distributed documents).
+# `history_tokens` tokens of Zipf-distributed documents; 2,000,000 on fresh text).
 HISTORY_PATHS = {p[0] for p in PATHS if HISTORY_LABEL in p[0]}
+# Paths over the backends whose text never repeats.
+FRESH_PATHS = {p[0] for p in PATHS if FRESH_LABEL in p[0]}
 
 
 def llm_like_bank(n_vocab: int, seed: int, slots: int = BANK) -> np.ndarray:
@@ -68,10 +84,14 @@ def llm_like_bank(n_vocab: int, seed: int, slots: int = BANK) -> np.ndarray:
 
 
 class InstantBackend:
-    """A `Backend` whose decode returns bank rows at once; `decode_s` totals its own time."""
+    """A `Backend` whose decode returns bank rows at once; `decode_s` totals its own time.
+    With `shift`, the row at position p is rolled by p * 7919 + shift entries, so the text
+    never repeats and backends of different shifts never agree."""
 
-    def __init__(self, bank: np.ndarray, name: str, n_ctx: int = 8192) -> None:
+    def __init__(self, bank: np.ndarray, name: str, n_ctx: int = 8192,
+                 shift: int | None = None) -> None:
         self.bank = bank
+        self.shift = shift
         self.n_vocab = bank.shape[1]
         self.n_ctx = n_ctx
         self.n_batch = 512
@@ -92,12 +112,19 @@ class InstantBackend:
         return "".join(m["content"] for m in messages)
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         self.cache[pos:] = [int(t) for t in tokens]
         slots = [(self.cache[pos + r - 1] * 31 + self.cache[pos + r]) % len(self.bank)
                  if pos + r else 0 for r in rows]
-        out = self.bank[slots]
-        self.decode_s += time.perf_counter() - t0
+        if self.shift is None:
+            out = self.bank[slots]
+        else:
+            out = np.empty((len(slots), self.n_vocab), dtype=self.bank.dtype)
+            for i, (slot, r) in enumerate(zip(slots, rows)):
+                k = ((pos + r) * 7919 + self.shift) % self.n_vocab
+                out[i, k:] = self.bank[slot, :self.n_vocab - k]
+                out[i, :k] = self.bank[slot, self.n_vocab - k:]
+        self.decode_s += time.thread_time() - t0
         return out
 
     def truncate(self, n: int) -> None:
@@ -175,7 +202,7 @@ def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: 
     config = GenerationConfig(params=params, gamma=gamma, max_tokens=max_tokens)
     policy = pair.make_policy(policy_name, drafter, gamma) if gamma else None
     target.decode_s = draft.decode_s = 0.0
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     rounds = drafted = accepted = tokens = 0
     # Only a history path names it: research/overhead_tree.py runs this harness on trees from
     # before the history.
@@ -187,13 +214,14 @@ def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: 
             accepted += ev.round.accepted
         elif isinstance(ev, DoneEvent):
             tokens = len(ev.tokens)
-    wall = time.perf_counter() - t0
-    return wall - target.decode_s - draft.decode_s, tokens, rounds, drafted, accepted
+    spent = time.thread_time() - t0
+    return spent - target.decode_s - draft.decode_s, tokens, rounds, drafted, accepted
 
 
 def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int = 5,
                  modes: Sequence[str] = tuple(MODES), paths: Sequence[str] = (),
-                 noise: float = 0.5, history_tokens: int = HISTORY_TOKENS
+                 noise: float = 0.5, history_tokens: int = HISTORY_TOKENS,
+                 fresh_history_tokens: int = FRESH_HISTORY_TOKENS
                  ) -> tuple[list[OverheadRow], HistoryTiming | None]:
     """Every path x mode, `repeats` generations each, interleaved so drift hits all alike;
     and, when a path drafts from a history, that history's lookup and add times."""
@@ -206,16 +234,27 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
     wanted = {plain_alias(p) for p in paths}
     chosen = [p for p in PATHS if not wanted or p[0] in wanted or p[1] in wanted]
     history = (zipf_history(history_tokens, n_vocab)
-               if any(p[0] in HISTORY_PATHS for p in chosen) else None)
+               if any(p[0] in HISTORY_PATHS - FRESH_PATHS for p in chosen) else None)
+    fresh_history = (zipf_history(fresh_history_tokens, n_vocab)
+                     if any(p[0] in HISTORY_PATHS & FRESH_PATHS for p in chosen) else None)
+    fresh_target = InstantBackend(bank, "fresh-target", shift=0)
+    fresh_draft = InstantBackend(bank, "fresh-draft", shift=n_vocab // 2)
+    fresh_pair = Pair(fresh_target, fresh_draft) if FRESH_PATHS & {p[0] for p in chosen} else None
     # A prompt that repeats, so prompt lookup finds matches as it would in code.
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a"
     samples: dict[tuple[str, str], list[tuple[float, int, int, int, int]]] = {}
     for _ in range(repeats + 1):  # the first pass warms caches and calibrations
         for label, drafter, gamma, policy in chosen:
             for mode in modes:
-                got = measure(pair, target, draft, drafter, gamma, policy, MODES[mode],
-                              max_tokens, prompt,
-                              history if label in HISTORY_PATHS else None)
+                if label in FRESH_PATHS:
+                    assert fresh_pair is not None
+                    got = measure(fresh_pair, fresh_target, fresh_draft, drafter, gamma, policy,
+                                  MODES[mode], max_tokens, "a",
+                                  fresh_history if label in HISTORY_PATHS else None)
+                else:
+                    got = measure(pair, target, draft, drafter, gamma, policy, MODES[mode],
+                                  max_tokens, prompt,
+                                  history if label in HISTORY_PATHS else None)
                 samples.setdefault((label, mode), []).append(got)
     rows = []
     for (label, mode), runs in samples.items():
@@ -229,6 +268,8 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
         rows.append(OverheadRow(label, mode, per_token, per_round, tokens / max(n_rounds, 1),
                                 accepted / drafted if drafted else float("nan")))
     pair.close()
+    if fresh_pair is not None:
+        fresh_pair.close()
     return rows, (time_history(history, n_vocab) if history is not None else None)
 
 

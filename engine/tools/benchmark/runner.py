@@ -24,7 +24,7 @@ from engine.drafters.base import PLAIN, plain_alias
 from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig
+from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams

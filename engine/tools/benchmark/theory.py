@@ -9,12 +9,16 @@ per-token acceptance rate a, gamma drafted tokens per round, c = (draft time per
                                                         (gamma + 1 when a = 1)
     speedup       = E(a, gamma) / (gamma * c + v(gamma))
 
-The paper's form is the special case v = 1 (a batch costs as much as one token).
+The paper's form is the special case v = 1 (a batch costs as much as one token). The denominator
+is the cost model's round cost in units of a plain token (`round_cost`, engine/control/costs.py),
+the one formula the adaptive controller prices rounds with.
 
 Amdahl: when a fraction s of the baseline's end-to-end time is prefill (which speculation does
 not shorten) and decoding gets faster by S, the end-to-end speedup is 1 / (s + (1 - s) / S).
 """
 from __future__ import annotations
+
+from engine.control.costs import round_cost
 
 
 def expected_tokens_per_round(alpha: float, gamma: float) -> float:
@@ -27,7 +31,7 @@ def expected_tokens_per_round(alpha: float, gamma: float) -> float:
 
 def predicted_speedup(alpha: float, gamma: float, cost_ratio: float, verify_ratio: float) -> float:
     """E(a, gamma) / (gamma * c + v(gamma)); see the module docstring."""
-    denom = gamma * cost_ratio + verify_ratio
+    denom = float(round_cost(verify_ratio, gamma, cost_ratio))
     if denom <= 0:
         raise ValueError("draft and verify costs must not both be zero")
     return expected_tokens_per_round(alpha, gamma) / denom

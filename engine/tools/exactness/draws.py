@@ -14,7 +14,8 @@ from typing import Callable, Hashable, Sequence
 from engine.acceptance import verify
 from engine.drafters.base import Drafter
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.round import VerifyRule
 from engine.control.policy import GammaPolicy
 from engine.sampling import SamplingParams

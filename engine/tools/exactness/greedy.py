@@ -18,7 +18,8 @@ import numpy as np
 
 from engine.drafters.base import Drafter
 from engine.events import DoneEvent
-from engine.generator import GenerationConfig, generate
+from engine.generator import generate
+from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
 from engine.session import Session
 

@@ -1,0 +1,96 @@
+"""The pair's evidence on disk: what the adaptive controller learned of each drafter (acceptance
+per source and match length, the exploration ledger: engine/control/evidence.py), kept beside
+the pairing record as `pairs/<key>.evidence.json`, so that a new process starts from it.
+
+It is kept for one identity: the pair (the hashes of the target, adapter and draft files:
+models/tuned.py's `PairKey`), the models as loaded (a requantized or trimmed draft is another
+model), the machine and the build (the versions of tandem and llama-cpp-python). Evidence of
+another identity is stale, as a pairing record of another target is: it is not read, and the
+next save replaces it. An unreadable file counts as none.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from engine.control.evidence import Evidence
+from engine.errors import ModelFileError
+from engine.pair import Pair
+from models.tandem_store import write_atomically
+from models.tuned import PairKey, pairs_dir
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _cpu() -> str:
+    """The CPU's kind: a hash of its model and flag lines (Linux), else what platform says."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return platform.processor()
+    kind = sorted({line for line in text.splitlines() if line.startswith(("model name", "flags"))})
+    return hashlib.sha256("\n".join(kind).encode()).hexdigest()[:16]
+
+
+def identity(key: PairKey, pair: Pair) -> dict:
+    """What evidence is kept for: the pair, its models as loaded, the machine, the build."""
+    draft = pair.draft_backend.name if pair.draft_backend is not None else ""
+    return {"pair": key.id, "models": [pair.target.backend.name, draft],
+            "machine": f"{platform.system()} {platform.machine()}, {_cpu()}, "
+                       f"{os.cpu_count()} CPUs",
+            "build": f"tandem {_version('tandem')}, llama-cpp-python "
+                     f"{_version('llama_cpp_python')}"}
+
+
+class EvidenceFile:
+    """One pair's evidence file: `evidence(drafter)` restores a drafter's (or starts it afresh)
+    and `save` writes every drafter's back, atomically."""
+
+    def __init__(self, path: Path, ident: dict) -> None:
+        self.path = path
+        self.identity = ident
+        self.drafters: dict[str, Evidence] = {}
+        self._stored: dict = {}
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(stored, dict) and stored.get("identity") == ident:
+                self._stored = dict(stored.get("drafters") or {})
+        except (OSError, ValueError):
+            pass
+
+    def evidence(self, drafter: str) -> Evidence:
+        found = self.drafters.get(drafter)
+        if found is None:
+            try:
+                found = Evidence.restore(self._stored.get(drafter))
+            except (KeyError, TypeError, ValueError):
+                found = Evidence()
+            found.keeper = self.save
+            self.drafters[drafter] = found
+        return found
+
+    def save(self, _: Evidence | None = None) -> None:
+        text = json.dumps({"identity": self.identity,
+                           "drafters": {k: v.as_dict() for k, v in self.drafters.items()}})
+        try:
+            write_atomically(self.path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        except ModelFileError:
+            # A store that cannot be written costs the evidence of this answer, not the answer.
+            pass
+
+
+def keep_evidence(pair: Pair, key: PairKey) -> EvidenceFile:
+    """Let `pair`'s drafters start from the evidence kept for it on disk, and keep what they
+    learn there after every answer."""
+    kept = EvidenceFile(pairs_dir() / f"{key.id}.evidence.json", identity(key, pair))
+    pair.calibrations.evidence = kept.evidence
+    return kept

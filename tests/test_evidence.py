@@ -1,0 +1,76 @@
+"""The controller's evidence outlives an answer: in the process (the pair's calibration carries
+it), and on disk beside the pairing record (loading/evidence.py), for one pair, machine and
+build only."""
+from __future__ import annotations
+
+import json
+
+from engine.control.evidence import Evidence
+from engine.events import DoneEvent, RoundEvent
+from engine.generation_config import GenerationConfig
+from engine.sampling import SamplingParams
+from loading.evidence import EvidenceFile, identity, keep_evidence
+from models.tuned import PairKey, pairs_dir
+from tests.costed import GPU, PATTERNS, script, scripted_pair
+
+KEY = PairKey("a" * 64, "", "b" * 64)
+GREEDY = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=24)
+
+
+def answer(pair, prompt: str) -> list:
+    events = list(pair.generate(prompt, GREEDY, raw=True))
+    assert isinstance(events[-1], DoneEvent)
+    return [e.round for e in events if isinstance(e, RoundEvent)]
+
+
+def test_answers_of_one_pair_share_their_evidence_in_the_process():
+    s = script(PATTERNS["high"], 0)
+    pair, _ = scripted_pair(GPU, s)
+    answer(pair, s.prompt_text)
+    evidence = pair.calibration("hybrid", 4).evidence
+    assert evidence is not None and evidence.answers == 1 and evidence.plain_ms > 0
+    counts = evidence.estimator.keys
+    drafted = sum(c.rounds for c in counts.values())
+    answer(pair, s.prompt_text)
+    assert pair.calibration("hybrid", 4).evidence is evidence and evidence.answers == 2
+    assert sum(c.rounds for c in evidence.estimator.keys.values()) > drafted
+
+
+def test_evidence_is_kept_on_disk_for_its_pair_machine_and_build_only():
+    s = script(PATTERNS["high"], 0)
+    pair, _ = scripted_pair(GPU, s)
+    kept = keep_evidence(pair, KEY)
+    rounds = answer(pair, s.prompt_text)
+    assert any(r.drafted for r in rounds)
+    path = pairs_dir() / f"{KEY.id}.evidence.json"
+    stored = json.loads(path.read_text())
+    assert stored["identity"] == identity(KEY, pair) and "hybrid" in stored["drafters"]
+    learned = kept.drafters["hybrid"].estimator.as_dict()
+
+    # A new process: the same pair starts from it.
+    again, _ = scripted_pair(GPU, s)
+    keep_evidence(again, KEY)
+    restored = again.calibration("hybrid", 4).evidence
+    assert restored is not None and restored.adopt(kept.drafters["hybrid"].estimator.constants)
+    assert restored.estimator.as_dict() == learned
+    assert restored.plain_ms == kept.drafters["hybrid"].plain_ms
+
+    # Another machine's (or build's, or models') evidence is stale: not read.
+    stored["identity"]["machine"] = "another machine"
+    path.write_text(json.dumps(stored))
+    other = EvidenceFile(path, identity(KEY, pair)).evidence("hybrid")
+    assert other.plain_ms == 0 and other.pending == {}
+    # An unreadable file counts as none.
+    path.write_text("{not json")
+    assert EvidenceFile(path, identity(KEY, pair)).evidence("hybrid").plain_ms == 0
+
+
+def test_evidence_of_another_format_is_refused():
+    ev = Evidence(plain_ms=5.0)
+    assert Evidence.restore(ev.as_dict()).plain_ms == 5.0
+    for bad in (None, {}, {**ev.as_dict(), "format": 99}):
+        try:
+            Evidence.restore(bad)  # type: ignore[arg-type]
+        except ValueError:
+            continue
+        raise AssertionError(f"restored {bad!r}")
