@@ -6,7 +6,8 @@ It is kept for one identity: the pair (the hashes of the target, adapter and dra
 models/tuned.py's `PairKey`), the models as loaded (a requantized or trimmed draft is another
 model), the machine and the build (the versions of tandem and llama-cpp-python). Evidence of
 another identity is stale, as a pairing record of another target is: it is not read, and the
-next save replaces it. An unreadable file counts as none.
+next save replaces it. An unreadable file is set aside with one warning line and counts as none;
+the file is written atomically and user-only (models/atomic.py), like the history.
 """
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from engine.control.evidence import Evidence
-from engine.errors import ModelFileError
 from engine.pair import Pair
-from models.tandem_store import write_atomically
+from models.atomic import set_aside, write_text
 from models.tuned import PairKey, pairs_dir
 
 
@@ -61,11 +61,18 @@ class EvidenceFile:
         self.drafters: dict[str, Evidence] = {}
         self._stored: dict = {}
         try:
-            stored = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(stored, dict) and stored.get("identity") == ident:
-                self._stored = dict(stored.get("drafters") or {})
-        except (OSError, ValueError):
-            pass
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            return
+        try:
+            stored = json.loads(text)
+            if not isinstance(stored, dict) or not isinstance(stored.get("drafters", {}), dict):
+                raise ValueError("not an evidence file")
+        except ValueError as exc:
+            set_aside(path, "the evidence file", exc)
+            return
+        if stored.get("identity") == ident:
+            self._stored = dict(stored.get("drafters") or {})
 
     def evidence(self, drafter: str) -> Evidence:
         found = self.drafters.get(drafter)
@@ -82,8 +89,9 @@ class EvidenceFile:
         text = json.dumps({"identity": self.identity,
                            "drafters": {k: v.as_dict() for k, v in self.drafters.items()}})
         try:
-            write_atomically(self.path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-        except ModelFileError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text(self.path, text, private=True)
+        except OSError:
             # A store that cannot be written costs the evidence of this answer, not the answer.
             pass
 

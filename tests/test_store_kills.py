@@ -26,6 +26,8 @@ import numpy as np
 import pytest
 
 from loading.derived.files import derive, derived_path, file_sha256
+from engine.control.evidence import Evidence
+from loading.evidence import EvidenceFile
 from loading.history import HistoryStore
 from models import embedded, tuned
 from models.tandem_store import write_atomically
@@ -188,6 +190,33 @@ def _history_read(root: Any) -> int:
     return index.clock
 
 
+# The controller's evidence (loading/evidence.py) ---------------------------------------------
+
+EVIDENCE_ID = {"pair": "kill", "models": ["t.gguf", "d.gguf"], "machine": "m", "build": "b"}
+DRAFTERS = [f"drafter-{j}" for j in range(8)]
+
+
+def _evidence_setup(tmp: Path) -> Any:
+    return tmp / "pair.evidence.json"
+
+
+def _evidence_write(path: Any, i: int) -> None:
+    # Long notes, so that writing, not building the text, takes most of the time.
+    kept = EvidenceFile(path, EVIDENCE_ID)
+    kept.drafters = {d: Evidence(plain_ms=float(i), explored_ms=0.0, answers=i,
+                                 pending={"note": f"{i:08d}" * 50_000})
+                     for d in DRAFTERS}
+    kept.save()
+
+
+def _evidence_read(path: Any) -> int:
+    kept = EvidenceFile(path, EVIDENCE_ID)
+    versions = {kept.evidence(d).answers for d in DRAFTERS}
+    if len(versions) != 1:
+        raise Torn(f"evidence mixes versions {sorted(versions)}")
+    return versions.pop()
+
+
 # The negative control: the model file written in place ------------------------------------
 
 def _in_place_write(ctx: Any, i: int) -> None:
@@ -204,6 +233,7 @@ STORES = [
     Store("derived draft", _derived_setup, _derived_write, _derived_read, ordered=False),
     Store("pairing record", _record_setup, _record_write, _record_read),
     Store("history", _history_setup, _history_write, _history_read),
+    Store("evidence", _evidence_setup, _evidence_write, _evidence_read),
 ]
 IN_PLACE = Store("model file written in place", _model_setup, _in_place_write, _model_read,
                  ordered=False)
