@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from app.runtime.tuned import apply, expected_acceptance, lookup, running_name
+from app.runtime.tuned import expected_acceptance, for_command, lookup, running_name
+from app.settings import request_spec
+from loading.options import LoadOptions
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from models import tuned
@@ -87,11 +89,14 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_a_matching_record_is_applied_and_said(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path))
-    use = lookup(t, d)
     args = _args()
-    apply(args, use)
-    assert use.applied and args.drafter == "draft" and args.draft_quant == "q4_0"
-    assert args.policy == "adaptive" and args.gamma == 8
+    use = for_command(args, lookup(t, d))
+    assert use.applied and use.overrides == {"drafter": "draft", "policy": "adaptive", "gamma": 8}
+    assert use.load_options(LoadOptions()).draft_quant == "q4_0"
+    # The record's choice is returned, not written into the command line.
+    assert args.drafter is None and args.draft_quant is None
+    spec = request_spec(args, use)
+    assert (spec.drafter, spec.policy, spec.gamma) == ("draft", "adaptive", 8)
     assert any("using tuned pairing" in m for m in use.messages)
     assert not any("warning" in m for m in use.messages)
 
@@ -100,14 +105,12 @@ def test_explicit_flags_and_no_pairing_win_over_the_record(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path))
     args = _args("--drafter", "lookup")
-    use = lookup(t, d)
-    apply(args, use)
-    assert not use.applied and args.drafter == "lookup"
+    use = for_command(args, lookup(t, d))
+    assert not use.applied and use.overrides == {} and request_spec(args, use).drafter == "lookup"
     assert any("not used" in m for m in use.messages)
     args = _args("--no-pairing")
-    use = lookup(t, d)
-    apply(args, use)
-    assert not use.applied and args.drafter is None
+    use = for_command(args, lookup(t, d))
+    assert not use.applied and request_spec(args, use).drafter == "hybrid"
 
 
 def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(store):
@@ -117,9 +120,7 @@ def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(sto
     use = lookup(adapted, d)
     assert use.record is None and use.reference is not None
     assert any("tuned" in m and "another version of the target" in m for m in use.messages)
-    args = _args()
-    apply(args, use)
-    assert not use.applied and args.drafter is None
+    assert not for_command(_args(), use).applied
 
 
 def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store, monkeypatch):
@@ -129,11 +130,11 @@ def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store,
     monkeypatch.setattr("app.runtime.tuned.read_info", lambda path: path)
     monkeypatch.setattr("app.runtime.tuned.resolve_quant", lambda choice, model, gpu:
                         None if choice == "off" else "q4_0")
-    name = running_name(_args("--drafter", "draft", "--draft-quant", "q4_0"), d, 28)
+    name = running_name("draft", LoadOptions(draft_quant="q4_0"), d, 28)
     assert name == "draft-q4_0"
     assert expected_acceptance(use, name) == pytest.approx(0.6)
-    assert expected_acceptance(use, running_name(_args("--drafter", "lookup"), d, 28)) is None
-    assert running_name(_args("--drafter", "early-exit"), None, 28) == "early-exit-21"
+    assert expected_acceptance(use, running_name("lookup", LoadOptions(), d, 28)) is None
+    assert running_name("early-exit", LoadOptions(), None, 28) == "early-exit-21"
     assert expected_acceptance(use, "plain") is None
 
 
@@ -173,11 +174,11 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     opts = LoadOptions(check_budget=False)
     assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)), opts) is None
     assert holder.status.state == READY
-    assert holder.pair.default_drafter == "lookup"
+    assert holder.offer().drafter == "lookup" and holder.pair.default_drafter == "hybrid"
     assert "tuned pairing: lookup adaptive g=8" in holder.status.message
     # Another target with this draft: the banner says the draft was tuned for another one.
     assert holder.load(ModelConfig(str(t2)), ModelConfig(str(d)), opts) is None
-    assert holder.pair.default_drafter == "hybrid"
+    assert holder.offer().drafter == "hybrid"
     assert "another version of the target" in holder.status.message
 
 

@@ -53,9 +53,10 @@ def status_banner(holder: PairHolder) -> str:
 def _drafter_updates(holder: PairHolder) -> tuple[dict, dict]:
     if holder.status.state != READY:
         return gr.update(), gr.update()
-    names = holder.pair.drafters
+    offer = holder.offer()
+    names = list(offer.drafters)
     speculative = [d for d in names if d != PLAIN]
-    default = holder.pair.default_drafter
+    default = offer.drafter
     return (gr.update(choices=names, value=default),
             gr.update(choices=speculative,
                       value=default if default in speculative else (speculative[0] if speculative else None)))
@@ -65,8 +66,8 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
     """The whole page for `holder`'s pair; it works (and says so) while loading or after a failure."""
     flags = flags or StopFlags()
     ready = holder.status.state == READY
-    drafters = holder.pair.drafters if ready else [DEFAULT_DRAFTER, "draft", PLAIN]
-    default = holder.pair.default_drafter if ready else DEFAULT_DRAFTER
+    drafters = list(holder.offer().drafters) if ready else [DEFAULT_DRAFTER, "draft", PLAIN]
+    default = holder.offer().drafter if ready else DEFAULT_DRAFTER
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         gr.Markdown(f"## {TITLE}\nA small draft model proposes tokens; the target checks them in one "
                     "batch and keeps exactly its own distribution.")
