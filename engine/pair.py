@@ -85,7 +85,6 @@ class Pair:
         self._own_backends: dict[str, Backend] = {}
         self._calibrations: dict[str, Calibration] = {}
         self._drafters: dict[str, Drafter] = {}
-        self.preferred_drafter: str | None = None
         if draft is not None:
             model = DraftModelDrafter(draft, p_min=p_min, chain_min=chain_min)
             self._drafters["draft"] = model
@@ -107,9 +106,6 @@ class Pair:
 
     @property
     def default_drafter(self) -> str:
-        # A drafter chosen for this pair (a pairing record, `tandem tune`) comes first.
-        if self.preferred_drafter in self.drafters:
-            return self.preferred_drafter
         return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else PLAIN
 
     def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
