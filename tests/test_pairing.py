@@ -7,6 +7,7 @@ import json
 import pytest
 
 from app.runtime.tuned import expected_acceptance, for_command, lookup, running_name
+from app.runtime.request import resolve
 from app.settings import request_spec
 from loading.options import LoadOptions
 from engine.backend import ModelConfig
@@ -167,7 +168,7 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     t2 = tinygguf.write(tmp_path / "t2.gguf", n_embd=64, n_layer=3)
     d = tinygguf.write(tmp_path / "d.gguf", n_embd=64)
     rec = _record(key_for(t, d), t, d, drafter="lookup")
-    rec.chosen.draft_quant = "off"
+    rec.chosen.draft_quant, rec.chosen.policy, rec.chosen.gamma = "off", "fixed", 3
     save(rec)
     holder = PairHolder()
     holder._loader = lambda config: FakeBackend()
@@ -175,7 +176,14 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)), opts) is None
     assert holder.status.state == READY
     assert holder.offer().drafter == "lookup" and holder.pair.default_drafter == "hybrid"
-    assert "tuned pairing: lookup adaptive g=8" in holder.status.message
+    assert "tuned pairing: lookup fixed g=3" in holder.status.message
+    # The page's chat starts on the record's drafter, policy and gamma; a request that chooses
+    # none of them runs with them.
+    from app.ui import _choice_updates
+    assert [u["value"] for u in _choice_updates(holder)[:3]] == ["lookup", "fixed", 3]
+    spec = resolve({}, holder.offer())
+    assert (spec.drafter, spec.policy, spec.gamma) == ("lookup", "fixed", 3)
+    assert resolve({"gamma": 5}, holder.offer()).drafter == "hybrid"
     # Another target with this draft: the banner says the draft was tuned for another one.
     assert holder.load(ModelConfig(str(t2)), ModelConfig(str(d)), opts) is None
     assert holder.offer().drafter == "hybrid"

@@ -178,4 +178,4 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
     forget.click(on_forget, None, None, api_visibility="private", queue=False)
     clear.click(lambda: ([], metrics.token_view([]), metrics.live_panel(None), None), None,
                 [chatbot, tokens, panel, stats], api_name="clear", queue=False)
-    return {"drafter": widgets[0], "chatbot": chatbot}
+    return {**dict(zip(controls.WIDGETS, widgets)), "chatbot": chatbot}

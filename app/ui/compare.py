@@ -219,4 +219,4 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
         flags.stop(request.session_hash or "")
 
     stop.click(on_stop, None, None, api_name="stop_compare", queue=False)
-    return {"drafter": widgets[0]}
+    return dict(zip(controls.WIDGETS, widgets))

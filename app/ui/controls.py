@@ -60,8 +60,9 @@ def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool 
                           elem_id=eid("gamma"), info="tokens drafted per round: fixed value, "
                           "heuristic start, adaptive maximum" + ("" if compare else
                                                                  f"; {row.meaning}"))
-        # Each policy starts from its own default gamma, as on the command line and in the API.
-        policy.change(lambda p: gr.update(value=DEFAULT_GAMMA.get(p, DEFAULT_GAMMA[DEFAULT_POLICY])),
+        # Each policy the user picks starts from its own default gamma, as on the command line
+        # and in the API (`input`: the pairing record's policy and gamma are set together).
+        policy.input(lambda p: gr.update(value=DEFAULT_GAMMA.get(p, DEFAULT_GAMMA[DEFAULT_POLICY])),
                       policy, gamma, queue=False, api_visibility="private")
     with gr.Row():
         # The sliders' ends are the page's choice; the ranges are the table's.
