@@ -14,7 +14,7 @@ from app.reports import bench_files, bench_markdown
 from app.reports.machine import command_line, machine_line, run_context
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
-                          model_configs)
+                          model_configs, print_plan)
 from engine.tools.benchmark import overhead
 from engine.tools.benchmark.aggregate import summarize
 from engine.tools.benchmark.runner import HISTORY_MARK, BenchPlan, SpecConfig, run_benchmark
@@ -69,7 +69,7 @@ def _load_pair(args: argparse.Namespace, drafters: list[str], chosen: str | None
     """The pair for bench (several drafters) or exactness (one, `chosen`)."""
     tcfg, dcfg = model_configs(args, chosen)
     pair = load_pair(tcfg, dcfg, load_options(args, drafters, early_exit_layers=early_exit_layers),
-                     lookup_ngram=lookup_ngram, **draft_stops(args))
+                     lookup_ngram=lookup_ngram, announce=print_plan, **draft_stops(args))
     return pair, tcfg, dcfg
 
 
@@ -78,8 +78,8 @@ def _model_words(args: argparse.Namespace) -> list[str]:
     for flag, value in (("--target", args.target), ("--draft", args.draft),
                         ("--threads", args.threads), ("--ctx", args.ctx),
                         ("--batch", None if args.batch == 512 else args.batch),
-                        ("--gpu-layers", args.gpu_layers or None),
-                        ("--draft-gpu-layers", args.draft_gpu_layers or None)):
+                        ("--gpu-layers", args.gpu_layers),
+                        ("--draft-gpu-layers", args.draft_gpu_layers)):
         if value is not None:
             words += [flag, str(value)]
     for flag, paths in (("--lora", args.lora), ("--draft-lora", args.draft_lora)):
@@ -208,11 +208,15 @@ def _write_bench(out: Path, records: list, context: dict) -> None:
 
     summary = summarize(records)
     out.mkdir(parents=True, exist_ok=True)
+    # The report keeps tables and plots, one per figure; the raw runs go to the user's cache.
+    raw = bench_files.runs_dir(out)
+    context["raw_runs"] = str(raw)
     plots = [bench_plots.speedup_by_category(records, out / "speedup_by_category.png"),
-             bench_plots.gamma_sweep(summary, out / "gamma_sweep.png"),
+             *([bench_plots.gamma_sweep(summary, out / "gamma_sweep.png")]
+               if bench_plots.swept(summary) else []),
              bench_plots.acceptance_by_position(summary, out / "acceptance_by_position.png")]
-    bench_files.write_json(out / "runs.json", records, summary, context)
-    bench_files.write_csv(out / "runs.csv", records)
+    bench_files.write_json(raw / "runs.json", records, summary, context)
+    bench_files.write_csv(raw / "runs.csv", records)
     (out / "report.md").write_text(bench_markdown.render(summary, context, [p.name for p in plots]),
                                    encoding="utf-8")
     for row in summary.speedups:
@@ -223,7 +227,7 @@ def _write_bench(out: Path, records: list, context: dict) -> None:
     for best in summary.sweep_best:
         print(f"latency-optimal gamma for {best.drafter} {best.policy}, {best.sampling}: "
               f"{best.latency_optimal_gamma} ({best.latency_optimal_speedup:.2f}x)")
-    print(f"reports in {out}")
+    print(f"reports in {out}, raw runs in {raw}")
 
 
 def cmd_exactness(args: argparse.Namespace) -> int:
@@ -260,9 +264,8 @@ def cmd_exactness(args: argparse.Namespace) -> int:
             def tick(label: str) -> None:
                 bar.set_description_str(label, refresh=False)
                 bar.update(1)
-            with pair.lock:
-                # Batches padded as every speculative generation pads them (engine/widths.py).
-                widths = pair.use_widths(name, args.gamma)
+            # Batches padded as every speculative generation pads them (engine/widths.py).
+            widths = pair.use_widths(name, args.gamma)
             report = run_exactness(pair.target, drafter, prompt, plan, greedy_prompts, tick=tick,
                                    policy=policy, widths=widths)
     finally:

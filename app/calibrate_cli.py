@@ -11,7 +11,7 @@ from pathlib import Path
 
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
-                          model_configs)
+                          model_configs, print_plan)
 from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from loading.load import load_pair
 
@@ -67,7 +67,8 @@ def _table(c: Ceiling, has_draft: bool) -> list[str]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     tcfg, dcfg = model_configs(args)
-    pair = load_pair(tcfg, dcfg, load_options(args, ["hybrid"]), **draft_stops(args))
+    pair = load_pair(tcfg, dcfg, load_options(args, ["hybrid"]), announce=print_plan,
+                     **draft_stops(args))
     try:
         c = measure(pair, args.gamma)
         draft_file = pair.draft_path

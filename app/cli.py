@@ -17,16 +17,17 @@ from app.runtime.tuned import (PairingUse, expected_acceptance, for_command, loo
                                running_name, stale_line)
 from app.serve_cli import register as register_serve
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
-                          history_store, load_options, model_configs, request_spec)
+                          history_store, load_options, model_configs, print_plan, request_spec)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, Event, TokenEvent
+from engine.llama.quiet import quiet_llama
 from engine.staleness import StaleDraftEvent, watch
-from loading.load import load_pair
+from loading.load import execute
+from loading.plan import plan_load
 from models.cli import register as register_models
-from models.gguf_info import read_info
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -39,19 +40,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
         dcfg = dcfg if spec.drafter in NEEDS_DRAFT_MODEL else None
     for line in use.messages:
         print(line, file=sys.stderr)
-    options = use.load_options(load_options(args, [spec.drafter],
-                                            early_exit_layers=args.early_exit_layers))
-    expected = None
-    if use.reference is not None and spec.drafter != PLAIN:
-        expected = expected_acceptance(use, running_name(spec.drafter, options, dcfg,
-                                                         read_info(tcfg.path).n_layer))
-    pair = load_pair(tcfg, dcfg, options, lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    # Each file's header is read once, by the plan, and handed to what needs it.
+    plan = plan_load(tcfg, dcfg, use.load_options(load_options(
+        args, [spec.drafter], early_exit_layers=args.early_exit_layers)))
+    print_plan(plan)
+    expected = expected_acceptance(use, running_name(spec.drafter, plan))
+    pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
     try:
         # Tokenized and refused when the context cannot hold it, once, before calibrating.
         tokens = prompt_tokens(pair, spec)
-        history = history_store(args, tcfg) if spec.history else None
+        history = history_store(args, plan.target_info) if spec.history else None
         events = generate(pair, spec, tokens, history.index() if history else None)
-        done, stale = _run(events, expected, args.json)
+        done, stale = _run(events, expected if spec.drafter != PLAIN else None, args.json)
         if history is not None:
             history.save()
     finally:
@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    quiet_llama()
     try:
         return int(args.func(args) or 0)
     except TandemError as exc:

@@ -17,9 +17,10 @@ from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION,
                               parse_origins)
 from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
-                          history_store, load_options, model_configs)
+                          history_store, load_options, model_configs, print_plan)
 from engine.errors import SettingsError
-from loading.load import load_pair
+from loading.load import execute
+from loading.plan import plan_load
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -40,11 +41,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dcfg = None
     for line in use.messages:
         print(line, flush=True)
-    pair = load_pair(tcfg, dcfg, use.load_options(load_options(args)), **draft_stops(args))
+    plan = plan_load(tcfg, dcfg, use.load_options(load_options(args)))
+    print_plan(plan)
+    pair = execute(plan, **draft_stops(args))
     # The record's drafter, policy and gamma are what requests that choose none run with.
     holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
                         else args.history_tokens, pairing=use)
-    holder.history = history_store(args, tcfg)
+    holder.offload = plan.offload
+    holder.history = history_store(args, plan.target_info)
     return serve(holder, access)
 
 

@@ -2,23 +2,27 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Sequence
 
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
-                                  DEFAULT_POLICY, DRAFTERS, HISTORY, HISTORY_TOKENS, LOAD,
-                                  LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
+                                  DEFAULT_POLICY, DRAFTERS, GPU_LAYERS, HISTORY, HISTORY_TOKENS,
+                                  LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
 from app.runtime.ranges import BY_NAME, parse_text
 from app.runtime.request import Offer, RunSpec, resolve
 from app.runtime.tuned import PairingUse
 from engine.rpc import parse_endpoints
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.history import HistoryStore
+from loading.plan import LoadPlan
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
-from models import embedded, stores
+from models import embedded, other_stores
+from models.gguf_info import GGUFInfo
 from models.cli import add_models_dir_arg
+from models.offload import gpu_layers
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -37,10 +41,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch", type=int, default=512,
                    help="most tokens per llama.cpp decode; longer batches are split (default 512, "
                    "capped at the context length)")
-    g.add_argument("--gpu-layers", type=int, default=0,
-                   help="target layers on the GPU (-ngl; -1 or more than the model has: all)")
-    g.add_argument("--draft-gpu-layers", type=int, default=0,
-                   help="draft layers on the GPU (-ngld; -1 or more than the model has: all)")
+    g.add_argument("--gpu-layers", type=gpu_layers, default=GPU_LAYERS, metavar="auto|all|N",
+                   help="target layers on the GPU (-ngl): auto places as many as fit once the "
+                   "draft is placed; all (or -1) every one; a number is taken as given "
+                   f"(default {GPU_LAYERS})")
+    g.add_argument("--draft-gpu-layers", type=gpu_layers, default=GPU_LAYERS, metavar="auto|all|N",
+                   help="draft layers on the GPU (-ngld): auto puts the draft whole on the GPU "
+                   f"when it fits; all (or -1); a number (default {GPU_LAYERS})")
     g.add_argument("--lora", action="append", default=[], metavar="PATH",
                    help="GGUF LoRA adapter applied to the target (repeatable)")
     g.add_argument("--lora-scale", type=float, default=1.0,
@@ -109,11 +116,12 @@ def add_history_args(g) -> None:
                    f"used first out (default {HISTORY_TOKENS:,})")
 
 
-def history_store(args: argparse.Namespace, target: ModelConfig) -> HistoryStore | None:
-    """The history store for `target`'s vocabulary (add_history_args), None with --no-history."""
+def history_store(args: argparse.Namespace, target: GGUFInfo) -> HistoryStore | None:
+    """The history store for the vocabulary of `target` (its header, read by the load's plan;
+    add_history_args), None with --no-history."""
     if args.no_history:
         return None
-    return HistoryStore.for_model(target.path, args.history_tokens)
+    return HistoryStore.for_model(target, args.history_tokens)
 
 
 def add_draft_stop_args(g) -> None:
@@ -139,6 +147,12 @@ def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_e
                        early_exit_layers=early_exit_layers,
                        draft_quant=args.draft_quant or LOAD.draft_quant,
                        draft_vocab=args.draft_vocab or LOAD.draft_vocab)
+
+
+def print_plan(plan: LoadPlan) -> None:
+    """Where the load puts everything, once, in one line (load_pair's `announce`)."""
+    if plan.offload is not None:
+        print(f"offload: {plan.offload.line()}", file=sys.stderr, flush=True)
 
 
 def request_settings(args: argparse.Namespace) -> dict:
@@ -179,7 +193,7 @@ def model_configs(args: argparse.Namespace,
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
-    target, target_name = (stores.resolve(args.target, args.models_dir) if args.target
+    target, target_name = (other_stores.resolve(args.target, args.models_dir) if args.target
                            else (embedded_target, ""))
     tcfg = ModelConfig(path=str(target), n_ctx=args.ctx, n_threads=args.threads,
                        n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
@@ -188,7 +202,7 @@ def model_configs(args: argparse.Namespace,
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
         return tcfg, None
-    draft, draft_name = (stores.resolve(draft_arg, args.models_dir) if draft_arg is not None
+    draft, draft_name = (other_stores.resolve(draft_arg, args.models_dir) if draft_arg is not None
                          else (embedded_draft, ""))
     return tcfg, ModelConfig(path=str(draft), n_ctx=args.ctx, n_threads=args.threads,
                              n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,

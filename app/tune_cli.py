@@ -99,7 +99,7 @@ def table_lines(results, cats: list[str]) -> list[str]:
 
 
 def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
-    from engine.llama_backend import default_threads
+    from engine.llama.backend import default_threads
     from engine.tools.tuning.decide import OVERALL, choose, row
     from models.tuned import PairingRecord
     from app.reports.machine import _cpu_model
@@ -137,14 +137,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     from app.runtime.defaults import DEFAULT_DRAFTER, DRAFTERS
     from app.runtime.request import Offer, resolve
-    from app.settings import draft_stops, model_configs, request_settings
+    from app.settings import draft_stops, model_configs, print_plan, request_settings
     from engine.tools.tuning.candidates import default_candidates
     from engine.tools.tuning.decide import categories
     from loading.options import LoadOptions
-    from loading.load import load_pair
+    from loading.load import execute
+    from loading.plan import plan_load
     from loading.tuning_host import PairHost
     from engine.tools.tuning.measure import measure
-    from models.gguf_info import read_info
     from app.runtime.tuned import key_for
     from models.tuned import save
 
@@ -157,13 +157,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     config = spec.config
     tcfg, dcfg = model_configs(args)
     key = key_for(tcfg.path, dcfg.path if dcfg else None, tcfg.lora, dcfg.lora if dcfg else ())
-    candidates = _candidates(args.candidates, default_candidates(
-        dcfg is not None, read_info(tcfg.path).n_layer, policy=spec.policy or args.policy,
-        gamma=config.gamma))
     # The draft as given: tuning decides whether a requantized or trimmed one is faster.
-    pair = load_pair(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
-                                             draft_quant="off"),
-                     lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    plan = plan_load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
+                                             draft_quant="off"))
+    candidates = _candidates(args.candidates, default_candidates(
+        dcfg is not None, plan.target_info.n_layer, policy=spec.policy or args.policy,
+        gamma=config.gamma))
+    print_plan(plan)
+    pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    # The configs as placed: the record names the device the target ran on.
+    tcfg, dcfg = plan.target, plan.draft
     print(f"tuning {len(candidates)} candidates on {len(prompts)} prompts "
           f"({', '.join(dict.fromkeys(p.category for p in prompts))}), budget "
           f"{args.budget_minutes:g} min, load {os.getloadavg()[0]:.2f}", file=sys.stderr)

@@ -13,9 +13,9 @@ from app.serve.access import KEY_FILE_OPTION, KEY_OPTION, Access
 from app.runtime.queue import GenerationQueue
 from app.serve_cli import (access_from_args, add_api_args, add_network_args, api_key,
                            checked_max_queue)
-from app.settings import add_history_args, add_model_args, load_options, model_configs
+from app.settings import add_history_args, add_model_args, load_options, model_configs, print_plan
 from engine.errors import SettingsError
-from models import stores
+from models import other_stores
 
 DEFAULT_PORT = 7860
 # The page is open to whoever passes the Host and Origin checks; the key guards the API.
@@ -29,9 +29,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     access = ui_access(args)
     # The page's Models tab searches the --models-dir folders too.
-    stores.extend_models_dirs(args.models_dir)
+    other_stores.extend_models_dirs(args.models_dir)
     holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)),
-                        history_tokens=None if args.no_history else args.history_tokens)
+                        history_tokens=None if args.no_history else args.history_tokens,
+                        announce=print_plan)
     options = load_options(args, early_exit=args.early_exit,
                            early_exit_layers=args.early_exit_layers)
     holder.prepare_async(lambda: model_configs(args), options)
@@ -47,7 +48,7 @@ def ui_access(args: argparse.Namespace) -> Access:
 
 def serve_app(holder, access: Access, api: bool) -> int:
     """Serve the page (and the API) over `holder` until Ctrl-C, then close the pair. The lines
-    below are printed while the models may still be loading (engine/llama_backend.py keeps the
+    below are printed while the models may still be loading (engine/llama/backend.py keeps the
     process's streams where they are)."""
     from app.serve.routes import api_router
     from app.serve.server import launch

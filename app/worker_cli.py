@@ -10,6 +10,7 @@ import sys
 from engine.errors import SettingsError
 from engine.limits import MAX_THREADS
 from engine.rpc import DEFAULT_PORT, parse_endpoints, probe_all
+from loading import devices
 from models import cli as models_cli
 from models.rpc_server import find_rpc_server
 
@@ -59,7 +60,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_budget(args: argparse.Namespace) -> int:
     """`tandem budget`, with `--rpc`: the workers probed (the models library stays off the
     network), then what each would hold."""
-    return models_cli.cmd_budget(args, probe_all(parse_endpoints(args.rpc)) if args.rpc else ())
+    return models_cli.cmd_budget(args, probe_all(parse_endpoints(args.rpc)) if args.rpc else (),
+                                 devices.detect())
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

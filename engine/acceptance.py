@@ -24,7 +24,8 @@ import numpy.typing as npt
 
 from engine.dist import Dist
 from engine.errors import DraftLawError
-from engine.sampling import Rng, Rows
+from engine.rng import Rng
+from engine.transform import Rows
 
 # Target rows: `Rows` (transformed lazily, so a round rejected at position 0 pays for one row,
 # not γ+1) or any sequence of `Dist`.

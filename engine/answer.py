@@ -42,12 +42,13 @@ class Answer:
     def room(self, n_context: int) -> int:
         """The most tokens the next round may draft after a context of `n_context` tokens: the
         round commits one more, and both the answer and the context must hold them. Below 0
-        the answer has ended, at its length."""
-        room = min(self.config.max_tokens - len(self.tokens) - 1,
+        no round fits: the answer ends at its length (`end_at_length`)."""
+        return min(self.config.max_tokens - len(self.tokens) - 1,
                    self.backend.n_ctx - n_context - 1)
-        if room < 0:
-            self.finish = "length"
-        return room
+
+    def end_at_length(self) -> None:
+        """End the answer: no round fits in the answer's or the context's length."""
+        self.finish = "length"
 
     def commit(self, result: RoundResult, context: list[int]) -> Iterator[TokenEvent]:
         """Commit the round's tokens in order, appending each to `context`, until one ends

@@ -1,4 +1,4 @@
-"""The small interface every model backend offers; only `llama_backend` talks to llama.cpp.
+"""The small interface every model backend offers; only engine/llama/ talks to llama.cpp.
 
 A backend is one model with one KV cache (one sequence). It knows nothing of positions beyond
 what it is told: the `Session` that owns it decides where tokens go and when to roll back.
@@ -23,7 +23,9 @@ class ModelConfig:
     path: str
     n_ctx: int = 4096
     n_threads: int | None = None
-    n_gpu_layers: int = 0
+    # Layers on the GPU, as llama.cpp's -ngl: a number (-1: all), or None, "auto": the loading
+    # plan places them (loading/plan.py); a backend built without a plan keeps them on the CPU.
+    n_gpu_layers: int | None = None
     n_batch: int = 512
     # GGUF LoRA adapters applied on load, each (path, scale) (loading/adapters.py).
     lora: tuple[tuple[str, float], ...] = ()

@@ -17,7 +17,8 @@ from engine.events import Event, RoundEvent
 from engine.limits import check_prompt_fits
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.round import NoDrafter, Rounds, VerifyRule, run_round
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import GenerationStats
 
@@ -71,7 +72,11 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     rounds.drafter.prefill(context)
     answer.prefilled()
     decision = None
-    while not answer.finish and (room := answer.room(len(context))) >= 0:
+    while not answer.finish:
+        room = answer.room(len(context))
+        if room < 0:
+            answer.end_at_length()
+            break
         result = run_round(rounds, context, room, stats.rounds)
         yield from answer.commit(result, context)
         stats.record_round(result.stats, max(result.stats.drafted, len(stats.drafted_at)))

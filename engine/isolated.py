@@ -54,7 +54,7 @@ def _child(conn, config: ModelConfig, make: Callable[[ModelConfig], Any]) -> Non
 
 class IsolatedBackend:
     """The Backend interface of the backend `make(config)` builds in a child process (`make`
-    is passed by reference: engine.llama_backend.LlamaBackend, imported there)."""
+    is passed by reference: engine.llama.backend.LlamaBackend, imported there)."""
 
     def __init__(self, config: ModelConfig, make: Callable[[ModelConfig], Any]) -> None:
         self.config = config

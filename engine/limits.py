@@ -3,7 +3,7 @@
 llama.cpp does not report a bad setting or an oversized batch as an error: it aborts the process
 (`GGML_ASSERT(n_tokens_all <= cparams.n_batch)` took down `tandem generate --ctx 16`). So every
 setting is checked here before a model loads, and every decode is checked against the context's
-real limits before the call (engine/llama_backend.py, engine/session.py).
+real limits before the call (engine/llama/backend.py, engine/session.py).
 """
 from __future__ import annotations
 
@@ -17,15 +17,17 @@ MAX_INT32 = 2**31 - 1
 MAX_THREADS = 512
 
 
-def check_hardware(n_ctx: int, n_threads: int | None, n_gpu_layers: int, n_batch: int) -> None:
+def check_hardware(n_ctx: int, n_threads: int | None, n_gpu_layers: int | None,
+                   n_batch: int) -> None:
     """Refuse hardware settings llama.cpp cannot take; documented meanings pass (threads None:
-    every core; gpu layers -1: all of them, and any count above the model's layers is all)."""
+    every core; gpu layers None: auto, -1: all of them, and any count above the model's layers
+    is all)."""
     if not (MIN_CTX <= n_ctx <= MAX_INT32):
         raise SettingsError(f"context length must be between {MIN_CTX} and {MAX_INT32}, got {n_ctx}")
     if n_threads is not None and not (1 <= n_threads <= MAX_THREADS):
         raise SettingsError(f"threads must be between 1 and {MAX_THREADS} (leave it out to use "
                             f"every core), got {n_threads}")
-    if not (-1 <= n_gpu_layers <= MAX_INT32):
+    if n_gpu_layers is not None and not (-1 <= n_gpu_layers <= MAX_INT32):
         raise SettingsError(f"GPU layers must be >= 0 (-1 puts every layer on the GPU), "
                             f"got {n_gpu_layers}")
     if not (1 <= n_batch <= MAX_INT32):

@@ -1,39 +1,34 @@
-"""A loaded target (and optional draft) with the generation entry point used by CLI and UI.
+"""A loaded target (and optional draft) and its generation entry point, used by the CLI, the
+app and the API.
 
 The pair is built from backends already loaded (loading/load.py checks the files and loads
-them; tests pass fakes). llama.cpp contexts are not thread-safe, so a lock serialises
-generations: a second caller waits its turn instead of corrupting the KV caches.
+them; tests pass fakes). It holds its drafters (engine/drafter_registry.py) and their
+calibrations (engine/calibration_cache.py). Without an explicit policy a generation uses the
+adaptive controller, calibrated once per drafter on first use.
 
-Drafters by name: "draft" (the draft model) and "hybrid" (prompt lookup, else the draft model)
-when a draft is loaded, "lookup" and "suffix" (the longer match in the context or, when a generation is
-given one, the history of past requests) always, "early-exit" once the loading step added the target's
-first k layers (loading.load.add_early_exit). The default is hybrid when a draft is loaded
-(plain decoding otherwise): over the benchmark suite it matched the draft model's medians with a shorter tail of
-slow answers, in greedy and sampled runs, and it edits whole files at the lookup's speed
-(docs/BENCHMARKS.md). Without an explicit policy a generation uses the adaptive controller,
-calibrated once per drafter on first use.
+llama.cpp contexts are not thread-safe and a pair runs one generation at a time: it takes no
+lock of its own. The app and the API take turns through their one queue
+(app/runtime/queue.py), which holds a turn for the whole of a generation; the command line runs
+one at a time by itself.
 """
 from __future__ import annotations
 
-import threading
 from functools import partial
 from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend
+from engine.calibration_cache import CALIBRATION_TEXT, CalibrationCache
 from engine.clock import Clock, wall_ms
-from engine.control.costs import Calibration, calibrate
+from engine.control.costs import Calibration
+from engine.control.policy import GammaPolicy
+from engine.control.registry import make_policy
+from engine.drafter_registry import DEFAULT_DRAFTER, DrafterRegistry
 from engine.drafters.base import PLAIN, Drafter, plain_alias
-from engine.drafters.draft_model import DraftModelDrafter
-from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.history_index import HistoryIndex
-from engine.drafters.prompt_lookup import PromptLookupDrafter
-from engine.drafters.suffix import SUFFIX, SuffixDrafter
 from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import GenerationConfig, generate
 from engine.limits import check_prompt_fits
-from engine.control.registry import make_policy
-from engine.control.policy import GammaPolicy
 from engine.session import Session
 from engine.widths import padded_width
 
@@ -41,27 +36,9 @@ from engine.widths import padded_width
 # this to be right (engine/drafters/draft_model.py); 0 drafts the full gamma every round.
 DEFAULT_CHAIN_MIN = 0.5
 
-# Calibrations measure at least widths 1..9: enough to see which batch widths are worth padding to.
-PAD_CALIBRATION_GAMMA = 8
-
-# Calibration decodes this text when a cache is still empty.
-CALIBRATION_TEXT = "def add(a, b):\n    return a + b\n"
-
 Prompt = str | Sequence[dict]
 
-# Who drafts when nobody says: prompt lookup where the text so far repeats, else the draft model.
-DEFAULT_DRAFTER = "hybrid"
-
-
-def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[list[int], int]:
-    """The calibration's context and widest batch for a context of `n_ctx`: all of both when
-    they fit, else half the context (at least one token) and the widths the rest holds. The
-    controller extrapolates costs past the widths measured (engine/control/controller.py)."""
-    context = [int(t) for t in context]
-    if len(context) + widths <= n_ctx:
-        return context, widths
-    context = context[:max(1, min(len(context), n_ctx // 2))]
-    return context, max(1, min(widths, n_ctx - len(context)))
+__all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "Pair", "Prompt"]
 
 
 class Pair:
@@ -78,71 +55,38 @@ class Pair:
         self.draft_path = draft_path
         self.p_min = p_min
         self.chain_min = chain_min
-        self.lock = threading.Lock()
         # Times calibration and generation (a virtual clock in tests, engine/clock.py).
         self.clock = clock
-        # Models only one drafter uses (early exit), by drafter name; closed with the pair.
-        self._own_backends: dict[str, Backend] = {}
-        self._calibrations: dict[str, Calibration] = {}
-        self._drafters: dict[str, Drafter] = {}
-        if draft is not None:
-            model = DraftModelDrafter(draft, p_min=p_min, chain_min=chain_min)
-            self._drafters["draft"] = model
-            # A 1-gram match is a weaker bet than the draft model, so hybrid wants 2 or more.
-            self._drafters["hybrid"] = HybridDrafter(
-                PromptLookupDrafter(ngram_max=max(lookup_ngram, 2), ngram_min=2,
-                                    is_eog=target.is_eog), model)
-        self._drafters["lookup"] = PromptLookupDrafter(ngram_max=lookup_ngram,
-                                                       is_eog=target.is_eog)
-        # The longer match in the context or the history of past requests, when a generation is
-        # given one.
-        self._drafters[SUFFIX] = SuffixDrafter(
-            PromptLookupDrafter(ngram_max=max(lookup_ngram, 2), ngram_min=2,
-                                is_eog=target.is_eog), is_eog=target.is_eog)
+        self.calibrations = CalibrationCache()
+        self.registry = DrafterRegistry(target.is_eog, draft, p_min, chain_min, lookup_ngram,
+                                        forget=self.calibrations.forget)
 
     @property
     def drafters(self) -> list[str]:
-        return [PLAIN, *self._drafters]
+        return self.registry.names
 
     @property
     def default_drafter(self) -> str:
-        return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else PLAIN
+        return self.registry.default
+
+    @property
+    def preferred_drafter(self) -> str | None:
+        """A drafter chosen for this pair (a pairing record, `tandem tune`): the default."""
+        return self.registry.preferred
+
+    @preferred_drafter.setter
+    def preferred_drafter(self, name: str | None) -> None:
+        self.registry.preferred = name
 
     def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
-        """Offer `drafter` as `name`, replacing any drafter of that name. `backend` is a model
-        only this drafter uses: the pair closes it with itself, or when the name is replaced."""
-        with self.lock:
-            old = self._own_backends.pop(name, None)
-            if old is not None:
-                old.close()
-            if backend is not None:
-                self._own_backends[name] = backend
-            self._drafters[name] = drafter
-            self._calibrations.pop(name, None)
+        """Offer `drafter` as `name` (DrafterRegistry.add); its calibration starts over."""
+        self.registry.add(name, drafter, backend)
 
     def remove_drafter(self, name: str) -> None:
-        """Forget drafter `name` and its calibration, closing the model only it used."""
-        with self.lock:
-            old = self._own_backends.pop(name, None)
-            if old is not None:
-                old.close()
-            self._drafters.pop(name, None)
-            self._calibrations.pop(name, None)
+        self.registry.remove(name)
 
     def drafter(self, name: str) -> Drafter | None:
-        name = plain_alias(name)
-        if name == PLAIN:
-            return None
-        if name not in self._drafters:
-            raise SettingsError(f"unknown drafter {name!r}; available: {', '.join(self.drafters)}")
-        return self._drafters[name]
-
-    def _speculating(self, name: str) -> Drafter:
-        """Drafter `name`, refused for plain decoding (which has no costs to measure)."""
-        chosen = self.drafter(name)
-        if chosen is None:
-            raise SettingsError("plain decoding drafts nothing to calibrate")
-        return chosen
+        return self.registry.get(name)
 
     def tokens_for(self, prompt: Prompt, raw: bool = False) -> list[int]:
         backend = self.target.backend
@@ -164,7 +108,7 @@ class Pair:
     def n_ctx(self) -> int:
         """The context every loaded model can hold (the smallest of theirs)."""
         sizes = [self.target.backend.n_ctx]
-        sizes += [b.n_ctx for b in (self.draft_backend, *self._own_backends.values())
+        sizes += [b.n_ctx for b in (self.draft_backend, *self.registry.own_backends.values())
                   if b is not None]
         return min(sizes)
 
@@ -175,28 +119,11 @@ class Pair:
         return tokens
 
     def calibration(self, drafter: str, max_gamma: int) -> Calibration:
-        """Measured costs for `drafter` up to `max_gamma`, cached; caches are left unchanged.
-        Call with the lock held (generate does)."""
-        max_gamma = max(max_gamma, PAD_CALIBRATION_GAMMA)
-        cached = self._calibrations.get(drafter)
-        if cached is not None and len(cached.verify_ms) >= max_gamma + 1:
-            return cached
-        chosen = self._speculating(drafter)
-        session = chosen.session
-        context, widths = calibration_plan(self.tokens_for(CALIBRATION_TEXT, raw=True),
-                                           max_gamma + 1, self.n_ctx)
-        if cached is not None and len(cached.verify_ms) >= widths:
-            return cached
-        for s in (self.target, session):
-            # Calibration decodes after what a cache holds; a cache too full for it starts
-            # over (the next generation re-decodes its prompt, nothing else changes).
-            if s is not None and s.n_past + widths + (0 if s.n_past else len(context)) > s.backend.n_ctx:
-                s.rollback(0)
-        result = calibrate(self.target, session, widths - 1, context,
-                           model_name=chosen.model_name, clock=self.clock,
-                           copy_name=chosen.copy_name)
-        self._calibrations[drafter] = result
-        return result
+        """Measured costs for `drafter` up to `max_gamma`, cached (engine/calibration_cache.py);
+        caches are left unchanged."""
+        return self.calibrations.get(
+            drafter, self.registry.speculating(drafter), self.target, max_gamma, self.n_ctx,
+            lambda: self.tokens_for(CALIBRATION_TEXT, raw=True), self.clock)
 
     def make_policy(self, name: str, drafter: str, gamma: int,
                     opening: int | None = None) -> GammaPolicy:
@@ -204,12 +131,11 @@ class Pair:
         and `opening` plain opening tokens when given."""
         policy = make_policy(name, gamma, opening=opening)
         if plain_alias(drafter) != PLAIN:
-            with self.lock:
-                self._calibrate(policy, drafter)
+            self._calibrate(policy, drafter)
         return policy
 
     def _calibrate(self, policy: GammaPolicy, drafter: str) -> None:
-        """Hand `policy` the calibration it asks for, if any. Call with the lock held."""
+        """Hand `policy` the calibration it asks for, if any."""
         need = policy.calibration_need()
         if need is not None:
             policy.use_calibration(self.calibration(drafter, need))
@@ -217,8 +143,7 @@ class Pair:
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str | None = None,
                  raw: bool = False, policy: GammaPolicy | None = None,
                  history: HistoryIndex | None = None) -> Iterator[Event]:
-        """Stream events of one generation; holds the pair's lock until it ends or is closed.
-        `drafter` None is the pair's default drafter.
+        """Stream events of one generation. `drafter` None is the pair's default drafter.
         Without a policy, speculation uses the adaptive controller with max gamma `config.gamma`.
         Speculation pads verify and catch-up batches to the cheaper widths the drafter's
         calibration measured (engine/widths.py), whatever the policy. `history`: past prompts
@@ -234,28 +159,24 @@ class Pair:
         tokenizes it once."""
         drafter = self.default_drafter if drafter is None else drafter
         chosen = self.drafter(drafter)
-        with self.lock:
-            widths = None
-            if chosen is not None and config.gamma > 0:
-                if policy is None:
-                    policy = make_policy("adaptive", config.gamma)
-                self._calibrate(policy, drafter)
-                widths = self.use_widths(drafter, config.gamma)
-            yield from generate(self.target, chosen, tokens, config, policy, widths=widths,
-                                clock=self.clock, history=history)
+        widths = None
+        if chosen is not None and config.gamma > 0:
+            if policy is None:
+                policy = make_policy("adaptive", config.gamma)
+            self._calibrate(policy, drafter)
+            widths = self.use_widths(drafter, config.gamma)
+        yield from generate(self.target, chosen, tokens, config, policy, widths=widths,
+                            clock=self.clock, history=history)
 
     def use_widths(self, name: str, gamma: int) -> Callable[[int], int]:
         """Pad drafter `name`'s catch-up batches to the cheaper widths of its calibration, and
-        return the verify batch widths to pad to likewise (engine/widths.py). Call with the
-        lock held."""
+        return the verify batch widths to pad to likewise (engine/widths.py)."""
         cal = self.calibration(name, gamma)
-        self._speculating(name).pad_catch_up(partial(padded_width, cal.draft_ms))
+        self.registry.speculating(name).pad_catch_up(partial(padded_width, cal.draft_ms))
         return partial(padded_width, cal.verify_ms)
 
     def close(self) -> None:
         self.target.backend.close()
-        for backend in self._own_backends.values():
-            backend.close()
-        self._own_backends.clear()
+        self.registry.close()
         if self.draft_backend is not None:
             self.draft_backend.close()

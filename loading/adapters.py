@@ -21,9 +21,10 @@ from typing import Sequence
 import gguf
 
 from engine.errors import IncompatiblePairError, ModelFileError, SettingsError
-from models.gguf_info import GGUFInfo
 from loading.derived.files import derive
-from loading.derived.gguf_copy import open_gguf, write_copy
+from loading.derived.gguf_copy import kept, write_copy
+from models.gguf_file import GGUFFile
+from models.gguf_info import GGUFInfo, read_info
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Tensor types llama.cpp's LoRA matmuls are known to take.
@@ -45,36 +46,31 @@ class AdapterInfo:
     n_bytes: int
 
 
-def _field(reader: gguf.GGUFReader, key: str):
-    f = reader.fields.get(key)
-    return None if f is None else f.contents()
-
-
 def read_adapter(path: str | Path) -> AdapterInfo:
     """An adapter file's header; a clear error when it is not a LoRA adapter GGUF."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"LoRA adapter not found: {path}")
-    reader = open_gguf(path)
-    kind = _field(reader, gguf.Keys.General.TYPE)
-    if kind != "adapter" or _field(reader, gguf.Keys.Adapter.TYPE) != "lora":
+    info = read_info(path)
+    kind = info.metadata.get(gguf.Keys.General.TYPE)
+    if kind != "adapter" or info.metadata.get(gguf.Keys.Adapter.TYPE) != "lora":
         raise ModelFileError(f"{path.name} is not a LoRA adapter GGUF (general.type {kind!r}; "
                              "expected 'adapter' with adapter.type 'lora')")
-    names = [t.name for t in reader.tensors]
+    names = [t.name for t in info.tensors]
     targets = sorted({n[:-len(".lora_a")] for n in names if n.endswith(".lora_a")})
     if not targets or any(f"{t}.lora_b" not in names for t in targets):
         raise ModelFileError(f"{path.name} holds no complete lora_a/lora_b tensor pair")
-    odd = [t for t in reader.tensors if t.tensor_type not in LORA_TYPES]
+    odd = [t for t in info.tensors if t.ggml_type not in LORA_TYPES]
     if odd:
         # llama.cpp would accept the file and crash at the first decode (an F64 tensor does).
-        raise ModelFileError(f"{path.name}: tensor {odd[0].name} is {odd[0].tensor_type.name}; "
+        raise ModelFileError(f"{path.name}: tensor {odd[0].name} is {odd[0].type_name}; "
                              f"LoRA tensors must be one of {', '.join(t.name for t in LORA_TYPES)}")
-    ranks = {int(t.shape[-1]) for t in reader.tensors if t.name.endswith(".lora_a")}
+    ranks = {int(t.shape[-1]) for t in info.tensors if t.name.endswith(".lora_a")}
     layers = sorted({int(m.group(1)) for t in targets if (m := _BLOCK.match(t))})
-    return AdapterInfo(path, str(_field(reader, gguf.Keys.General.ARCHITECTURE)),
-                       float(_field(reader, gguf.Keys.Adapter.LORA_ALPHA) or 0.0),
+    return AdapterInfo(path, info.architecture,
+                       float(info.metadata.get(gguf.Keys.Adapter.LORA_ALPHA) or 0.0),
                        max(ranks), tuple(targets), tuple(layers),
-                       sum(int(t.n_bytes) for t in reader.tensors))
+                       sum(t.n_bytes for t in info.tensors))
 
 
 def check_adapters(model: GGUFInfo, lora: Sequence[tuple[str, float]]) -> None:
@@ -113,10 +109,10 @@ def adapter_for_layers(path: str | Path, layers: int) -> Path:
         return info.path
 
     def prepare(source: Path, sha: str):
-        reader = open_gguf(source)
-        kept = [(t, t.data) for t in reader.tensors
-                if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
-        return lambda tmp: write_copy(reader, tmp, lambda key, value: value, [], kept)
+        adapter = GGUFFile(read_info(source))
+        tensors = [kept(t, adapter) for t in adapter.info.tensors
+                   if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
+        return lambda tmp: write_copy(adapter, tmp, {}, [], tensors)
 
     return derive(path, f"layers-{layers}", prepare)
 

@@ -26,8 +26,8 @@ import numpy as np
 
 from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
-from models.gguf_info import read_info
-from models.store import tandem_home
+from models.gguf_info import GGUFInfo
+from models.tandem_store import tandem_home
 
 FORMAT = 1
 LOCAL = "local"
@@ -44,9 +44,10 @@ def owner_for_key(api_key: str) -> str:
     return "key-" + hashlib.sha256(api_key.encode("utf-8")).hexdigest()[:16]
 
 
-def tokenizer_id(model_path: str | Path) -> str:
-    """The hash that names a model's histories: its token strings' SHA-256, shortened."""
-    return read_info(model_path).tokens_sha256[:16]
+def tokenizer_id(model: GGUFInfo) -> str:
+    """The hash that names a model's histories: its token strings' SHA-256 (`model` is its
+    header, read once by the load's plan), shortened."""
+    return model.tokens_sha256[:16]
 
 
 def _private_dir(path: Path) -> Path:
@@ -72,9 +73,9 @@ class HistoryStore:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_model(cls, model_path: str | Path, capacity: int,
+    def for_model(cls, model: GGUFInfo, capacity: int,
                   root: Path | None = None) -> "HistoryStore":
-        return cls(tokenizer_id(model_path), capacity, root)
+        return cls(tokenizer_id(model), capacity, root)
 
     def path(self, owner: str = LOCAL) -> Path:
         return self.root / self.tokenizer / f"{owner}.npz"

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Callable
 
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.backend import Backend, ModelConfig
 from engine.drafters.early_exit import early_exit_drafter
 from engine.pair import DEFAULT_CHAIN_MIN, Pair
@@ -26,16 +26,19 @@ from loading.derived.quantized import Quantizer, derive_quantized
 from loading.derived.vocab_trim import derive_trimmed
 from loading.options import LoadOptions
 from loading.plan import LoadPlan, plan_load
-from models.gguf_info import read_info
+from models.gguf_info import GGUFInfo, read_info
+from models.machine import Machine
 
 Loader = Callable[[ModelConfig], Backend]
+# Hears the plan once it is made, before anything loads (the commands print its offload line).
+Announce = Callable[[LoadPlan], None]
 # Hears each model's config just before it is loaded (the app's progress steps).
 Progress = Callable[[ModelConfig], None]
 
 
 def _loader(loader: Loader | None, progress: Progress | None = None) -> Loader:
     # llama.cpp's by default, looked up at the call so a test may stand in for it.
-    chosen = loader or llama_backend.load
+    chosen = loader or llama.load
     if progress is None:
         return chosen
 
@@ -48,11 +51,15 @@ def _loader(loader: Loader | None, progress: Progress | None = None) -> Loader:
 def load_pair(target: ModelConfig, draft: ModelConfig | None,
               options: LoadOptions = LoadOptions(), loader: Loader | None = None,
               p_min: float = 0.0, lookup_ngram: int = 3, quantizer: Quantizer | None = None,
-              chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None) -> Pair:
-    """Plan the load (check the files, decide the derivations), then execute it; `p_min`,
-    `lookup_ngram` and `chain_min` go to Pair, `quantizer` stands in for llama.cpp's when
-    deriving a requantized draft."""
-    return execute(plan_load(target, draft, options), loader, p_min=p_min,
+              chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None,
+              announce: Announce | None = None, machine: Machine | None = None) -> Pair:
+    """Plan the load (check the files, place the models, decide the derivations), then execute
+    it; `p_min`, `lookup_ngram` and `chain_min` go to Pair, `quantizer` stands in for llama.cpp's
+    when deriving a requantized draft, `machine` for the devices llama.cpp reports."""
+    plan = plan_load(target, draft, options, machine=machine)
+    if announce is not None:
+        announce(plan)
+    return execute(plan, loader, p_min=p_min,
                    lookup_ngram=lookup_ngram, quantizer=quantizer, chain_min=chain_min,
                    progress=progress)
 
@@ -63,18 +70,22 @@ def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
     """Derive the files `plan` asks for, load the models and build the Pair."""
     load = _loader(loader, progress)
     target, draft, trimmed = plan.target, plan.draft, None
+    draft_info = plan.draft_info
     if draft is not None:
         if plan.draft_quant is not None:
             draft = replace(draft, path=str(derive_quantized(draft.path, plan.draft_quant,
                                                              quantizer)))
+            # The requantized file is another file; the trimmed one is derived from it.
+            draft_info = read_info(draft.path) if plan.trim_vocab else None
         if plan.trim_vocab:
-            trimmed = replace(draft, path=str(derive_trimmed(draft.path)))
+            trimmed = replace(draft, path=str(derive_trimmed(draft.path, info=draft_info)))
     with ExitStack() as owned:
         target_backend = load(target)
         owned.callback(target_backend.close)
         draft_backend = None
         if trimmed is not None:
-            draft_backend = _load_trimmed(draft.path, trimmed, load)
+            assert draft_info is not None
+            draft_backend = _load_trimmed(draft_info, trimmed, load)
         elif draft is not None:
             draft_backend = load(draft)
         if draft_backend is not None:
@@ -83,13 +94,14 @@ def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
                     chain_min=chain_min,
                     draft_path=(trimmed or draft).path if draft is not None else None)
         if plan.early_exit_layers is not None:
-            add_early_exit(pair, target, plan.early_exit_layers, load)
+            add_early_exit(pair, target, plan.early_exit_layers, load,
+                           gpu_layers=plan.early_exit_gpu_layers, info=plan.target_info)
         # Loaded whole: the pair owns the backends now, and closes them with itself.
         owned.pop_all()
     return pair
 
 
-def _load_trimmed(source: str, trimmed: ModelConfig, load: Loader) -> Backend:
+def _load_trimmed(source: GGUFInfo, trimmed: ModelConfig, load: Loader) -> Backend:
     """The draft with a trimmed vocabulary: its derived head, read through the source's
     tokenizer and embeddings (loading/derived/embeddings.py), which then owns the head."""
     with ExitStack() as owned:
@@ -101,14 +113,18 @@ def _load_trimmed(source: str, trimmed: ModelConfig, load: Loader) -> Backend:
 
 
 def add_early_exit(pair: Pair, target: ModelConfig, layers: int | None = None,
-                   loader: Loader | None = None) -> None:
+                   loader: Loader | None = None, gpu_layers: int | None = None,
+                   info: GGUFInfo | None = None) -> None:
     """Derive (or reuse) the first-`layers` GGUF of `target`, the pair's target file (default:
-    three quarters of its layers), load it and add it to `pair` as drafter "early-exit"."""
+    three quarters of its layers), load it and add it to `pair` as drafter "early-exit", with
+    the GPU layers the plan gave it (None: the target's); `info` is the target's header when
+    the caller has read it."""
     if layers is None:
-        layers = default_layers(read_info(target.path).n_layer)
-    path = derive_early_exit(target.path, layers)
+        layers = default_layers((info or read_info(target.path)).n_layer)
+    path = derive_early_exit(target.path, layers, info=info)
     # An adapted target drafts through its own first layers, adapter included.
     lora = tuple((str(adapter_for_layers(p, layers)), s) for p, s in target.lora)
-    backend = _loader(loader)(replace(target, path=str(path), lora=lora))
+    gpu = target.n_gpu_layers if gpu_layers is None else gpu_layers
+    backend = _loader(loader)(replace(target, path=str(path), lora=lora, n_gpu_layers=gpu))
     pair.add_drafter("early-exit", early_exit_drafter(backend, p_min=pair.p_min,
                                                       chain_min=pair.chain_min), backend=backend)

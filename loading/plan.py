@@ -5,12 +5,15 @@
 loaded: each file's trained context, the pair's tokenizer compatibility, the adapters, and,
 unless the options skip it, the memory budget (a target on RPC workers probes each worker). From
 the same headers it decides the derivations: the draft's requantization, its trimmed vocabulary,
-the early-exit depth. The plan is data a test can inspect without loading anything;
-`loading.load.execute` carries it out.
+the early-exit depth. And it places every model on the GPU (`offload`, models/offload.py): GPU
+layers left on "auto" (None) are decided by the budget's byte accounting against the devices
+llama.cpp reports (loading/devices.py; tests pass a made-up `Machine`): the draft first, then
+the target's layers, then the early-exit drafter in what is left. The plan is data a test can
+inspect without loading anything; `loading.load.execute` carries it out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -22,9 +25,14 @@ from loading.adapters import adapter_bytes, check_adapters
 from loading.derived.early_exit import default_layers
 from loading.derived.quantized import resolve as resolve_quant
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
-from models.budget import WorkerMemory, require_fits
+from loading import devices
+from models import budget
+from models.budget import Layout, WorkerMemory
 from models.compat import compare, require
 from models.gguf_info import GGUFInfo, read_info
+from models.machine import Machine, physical_cores
+from models.offload import (OffloadPlan, Placement, first_layers, from_report, place_after,
+                            placement)
 
 # Probes a target's RPC workers for their memory (engine/rpc.py; tests script the workers).
 Probe = Callable[[Sequence[str]], Sequence[WorkerMemory]]
@@ -41,11 +49,17 @@ class LoadPlan:
     draft_quant: str | None = None
     trim_vocab: bool = False
     early_exit_layers: int | None = None
+    # Where every model goes (target and draft configs above carry the GPU layers it decided),
+    # and the early-exit drafter's GPU layers.
+    offload: OffloadPlan | None = None
+    early_exit_gpu_layers: int = 0
 
 
 def plan_load(target: ModelConfig, draft: ModelConfig | None,
-              options: LoadOptions = LoadOptions(), probe: Probe = probe_all) -> LoadPlan:
-    """Read each header once, check the load against them and decide its derivations."""
+              options: LoadOptions = LoadOptions(), probe: Probe = probe_all,
+              machine: Machine | None = None) -> LoadPlan:
+    """Read each header once, check the load against them, place the models and decide the
+    derivations. `machine`: the devices to plan for (default: what llama.cpp reports)."""
     if options.draft_vocab not in DRAFT_VOCAB_CHOICES:
         raise SettingsError(f"unknown draft vocabulary {options.draft_vocab!r}; choose one "
                             f"of {', '.join(DRAFT_VOCAB_CHOICES)}")
@@ -60,19 +74,81 @@ def plan_load(target: ModelConfig, draft: ModelConfig | None,
     check_adapters(tinfo, target.lora)
     if draft is not None and dinfo is not None:
         check_adapters(dinfo, draft.lora)
+    m = machine or devices.detect()
+    # A target on RPC workers: each is probed (a one-line error naming one that does not
+    # answer) and its share of the layers checked against the memory it reports.
+    workers = probe(target.rpc) if options.check_budget and target.rpc else ()
+    report = budget.estimate(tinfo, dinfo, workers=workers, machine=m,
+                             **budget_settings(target, draft))
     if options.check_budget:
-        # A target on RPC workers: each is probed (a one-line error naming one that does not
-        # answer) and its share of the layers checked against the memory it reports.
-        require_fits(tinfo, dinfo, workers=probe(target.rpc), **budget_settings(target, draft))
-    quant = (resolve_quant(options.draft_quant, dinfo, draft.n_gpu_layers)
+        budget.require(report)
+    asked = target.n_gpu_layers
+    target, draft, offload = _placed(report, target, tinfo, draft, dinfo, m)
+    quant = (resolve_quant(options.draft_quant, dinfo, draft.n_gpu_layers or 0)
              if draft is not None and dinfo is not None else None)
     layers = None
+    exit_gpu = 0
     if options.wants_early_exit:
         layers = (options.early_exit_layers if options.early_exit_layers is not None
                   else default_layers(tinfo.n_layer))
+        offload, exit_gpu = _place_early_exit(offload, m, target, tinfo, layers,
+                                              report.ram_needed, asked)
     return LoadPlan(target, tinfo, draft, dinfo, draft_quant=quant,
                     trim_vocab=draft is not None and options.draft_vocab == "trim",
-                    early_exit_layers=layers)
+                    early_exit_layers=layers, offload=offload, early_exit_gpu_layers=exit_gpu)
+
+
+def _placed(report: budget.BudgetReport, target: ModelConfig, tinfo: GGUFInfo,
+            draft: ModelConfig | None, dinfo: GGUFInfo | None,
+            m: Machine) -> tuple[ModelConfig, ModelConfig | None, OffloadPlan]:
+    """The configs with the GPU layers the budget placed where they were "auto", and the plan.
+    A model on RPC workers keeps every layer there (llama.cpp's -ngl -1) unless told otherwise;
+    with the target there, the draft is planned alone on this machine's GPU."""
+    lt = Layout.from_info(tinfo)
+    ld = Layout.from_info(dinfo) if dinfo is not None else None
+    if target.rpc:
+        plan = from_report(report, lt, None, target_on="RPC workers")
+        if draft is not None and ld is not None and not draft.rpc:
+            alone = budget.estimate_pair(ld, None, machine=m, n_ctx=draft.n_ctx,
+                                         gpu_layers=draft.n_gpu_layers, n_ubatch=draft.n_batch)
+            plan = replace(plan, models=plan.models + (placement("draft", ld, alone.target),))
+            draft = _resolved(draft, alone.target.gpu_layers)
+    else:
+        plan = from_report(report, lt, ld)
+    target = _resolved(target, report.target.gpu_layers)
+    if draft is not None and ld is not None and draft.rpc:
+        # A draft on workers of its own: all its layers there, none of this machine's GPU.
+        plan = replace(plan, models=tuple(p for p in plan.models if p.role != "draft") + (
+            Placement("draft", ld.name, ld.n_layer + 1, ld.n_layer, on="RPC workers"),))
+        draft = _resolved(draft, ld.n_layer + 1)
+    elif draft is not None and not target.rpc:
+        draft = _resolved(draft, report.draft.gpu_layers)
+    return target, draft, plan
+
+
+def _resolved(config: ModelConfig, placed: int) -> ModelConfig:
+    """`config` with its GPU layers decided: a number given stays; "auto" on workers is all of
+    them, else what the plan placed. A model with layers on this machine's GPU runs, unless
+    told, on llama.cpp's threads for it (the physical cores: there the CPU mostly waits on the
+    device and a thread per hyperthread only spins); on the CPU, Tandem's every core."""
+    if config.n_gpu_layers is None:
+        config = replace(config, n_gpu_layers=-1 if config.rpc else placed)
+    if config.n_threads is None and placed and not config.rpc:
+        config = replace(config, n_threads=physical_cores())
+    return config
+
+
+def _place_early_exit(plan: OffloadPlan, m: Machine, target: ModelConfig, tinfo: GGUFInfo,
+                      layers: int, ram_used: int, asked: int | None) -> tuple[OffloadPlan, int]:
+    """The early-exit drafter (the target's first `layers` blocks) after the pair. It loads
+    with the target's settings: the target's GPU layers when they were a number (`asked`),
+    else as many as the room the pair left holds; on the target's RPC workers, all there."""
+    if target.rpc:
+        return plan, -1 if asked is None else asked
+    layout = first_layers(Layout.from_info(tinfo), layers, f"{Path(target.path).stem} first {layers}")
+    plan = place_after(plan, m, "early exit", layout, n_ctx=target.n_ctx, n_ubatch=target.n_batch,
+                       gpu_layers=asked, ram_used=ram_used)
+    return plan, plan.models[-1].gpu_layers if asked is None else asked
 
 
 def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
@@ -81,5 +157,7 @@ def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
           "adapter_bytes": (adapter_bytes(target.lora),
                             adapter_bytes(draft.lora) if draft is not None else 0)}
     if draft is not None:
-        kw |= {"draft_n_ctx": draft.n_ctx, "draft_gpu_layers": draft.n_gpu_layers}
+        # A draft on its own RPC workers takes nothing of this machine's GPU.
+        layers = 0 if draft.rpc and draft.n_gpu_layers is None else draft.n_gpu_layers
+        kw |= {"draft_n_ctx": draft.n_ctx, "draft_gpu_layers": layers}
     return kw

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.backend import ModelConfig
 from engine.tools.benchmark.runner import HISTORY_CAP, cold_start
 from engine.tools.benchmark.suite import SuitePrompt
@@ -23,6 +23,7 @@ from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import derive_quantized
 from loading.derived.vocab_trim import derive_trimmed
 from loading.load import Loader, add_early_exit
+from models.gguf_info import read_info
 
 # A short unmeasured generation per candidate first: page faults and first-call costs.
 WARMUP_TEXT = "Say hello."
@@ -37,7 +38,7 @@ class PairHost(TuneHost):
         self.draft = draft
         self.max_tokens = max_tokens
         self.stop = stop
-        self.loader = loader or llama_backend.load
+        self.loader = loader or llama.load
         self._names: dict[Candidate, str] = {}
         # A history per candidate that reads one: the first run of every prompt so far.
         self._histories: dict[Candidate, HistoryIndex] = {}
@@ -66,10 +67,11 @@ class PairHost(TuneHost):
         if c.draft_quant != "off":
             cfg = replace(cfg, path=str(derive_quantized(cfg.path, c.draft_quant)))
         if c.draft_vocab == "trim":
-            trimmed = replace(cfg, path=str(derive_trimmed(cfg.path)))
+            source = read_info(cfg.path)
+            trimmed = replace(cfg, path=str(derive_trimmed(cfg.path, info=source)))
             inner = self.loader(trimmed)
             try:
-                backend = load_trimmed(cfg.path, trimmed.path, inner)
+                backend = load_trimmed(source, trimmed.path, inner)
             except Exception:
                 inner.close()
                 raise
@@ -90,8 +92,7 @@ class PairHost(TuneHost):
         policy = None
         if c is not None:
             # Calibration (cached per drafter) touches the caches: before the cold start.
-            with self.pair.lock:
-                self.pair.calibration(name, c.gamma)
+            self.pair.calibration(name, c.gamma)
             policy = self.pair.make_policy(c.policy, name, c.gamma)
         cold_start(self.pair)
         gen = GenerationConfig(params=params, gamma=c.gamma if c is not None else 0,

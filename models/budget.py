@@ -8,7 +8,9 @@ tests/test_models_budget.py):
 - KV cache: n_ctx (padded to 256) x layers x (K + V widths) x bytes per element of the KV type;
   sliding-window layers keep only window + n_ubatch cells.
 - compute buffer: the largest of the logits phase (n_vocab x n_ubatch f32) and the attention phase
-  (one f32 n_kv x n_ubatch score matrix per head plus the mask), plus a few activation rows.
+  (one f32 n_kv x n_ubatch score matrix per head plus the mask), plus a few activation rows. With
+  flash attention, which the backend turns on for a model with layers on a GPU, no score matrix
+  is made: the attention phase is its activation rows.
 - output buffer: n_vocab f32 logits for one sequence (the engine does not keep all logits).
 - RPC workers (`--rpc`): llama.cpp gives each worker a run of layers in proportion to the free
   memory it reports (the output matrix counts as one more layer and goes last); each worker then
@@ -113,7 +115,7 @@ def _kv_bytes(n_elems: int, kv_type: str) -> int:
 
 
 def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16", gpu_layers: int = 0,
-                   n_ubatch: int = 512, repack: bool = False) -> Breakdown:
+                   n_ubatch: int = 512, repack: bool = False, flash_attn: bool = False) -> Breakdown:
     """Bytes llama.cpp allocates for one model loaded with these settings."""
     if kv_type not in KV_TYPES:
         raise SettingsError(f"unknown KV cache type {kv_type!r}; use one of {', '.join(KV_TYPES)}")
@@ -140,7 +142,7 @@ def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16
     ub = min(n_ubatch, n_ctx)
     rows = layout.n_embd * ub * f32
     logits = layout.n_vocab * ub * f32 + 3 * rows
-    attention = (layout.n_head + 1) * n_kv * ub * f32 + 6 * rows
+    attention = (0 if flash_attn else (layout.n_head + 1) * n_kv * ub * f32) + 6 * rows
     comp_cpu = max(0 if output_on_gpu else logits, attention if g < n else 0, rows)
     comp_gpu = max(logits if output_on_gpu else 0, attention if g else 0)
     out = layout.n_vocab * f32
@@ -215,11 +217,11 @@ class BudgetReport:
 def _fits(t: Breakdown, d: Breakdown, m: machine_mod.Machine) -> bool:
     ram, gpu = t.cpu + d.cpu, t.gpu + d.gpu
     if m.unified:
-        return ram + gpu <= m.ram_available * RAM_SHARE and gpu <= m.gpu_free
-    return ram <= m.ram_available * RAM_SHARE and gpu <= m.gpu_free * GPU_SHARE
+        return ram + gpu <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
+    return ram <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
 
 
-def _layout(model: GGUFInfo | Layout | str | Path) -> Layout:
+def layout_of(model: GGUFInfo | Layout | str | Path) -> Layout:
     if isinstance(model, Layout):
         return model
     return Layout.from_info(model if isinstance(model, GGUFInfo) else read_info(model))
@@ -233,42 +235,53 @@ def _empty_layout() -> Layout:
 
 
 def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 4096, kv_type: str = "f16",
-                  gpu_layers: int = 0, draft_gpu_layers: int = 0, n_ubatch: int = 512,
+                  gpu_layers: int | None = 0, draft_gpu_layers: int | None = 0, n_ubatch: int = 512,
                   draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None,
                   adapter_bytes: tuple[int, int] = (0, 0)) -> BudgetReport:
     """Estimate the pair's memory on this machine and decide: fits, fits with offload, or does not fit.
 
     `target` and `draft` are GGUF paths, parsed headers, or layouts; `draft` may be None (target only).
     The draft's context defaults to the target's, as speculative decoding needs.
-    `adapter_bytes` are the LoRA adapters' tensors of target and draft, counted as CPU weights
-    (llama.cpp copies them in whole, beside the weights they adapt).
+    `adapter_bytes` are the LoRA adapters' tensors of target and draft, counted with the layers
+    they adapt (llama.cpp copies them in whole, beside those weights).
+    GPU layers: a number (llama.cpp's -ngl: the last blocks, the output matrix too once it
+    exceeds the block count; -1 all), or None, "auto": placed by `_auto_split` (the draft
+    first, then the target's layers) in what the GPU holds less its margin. A number given is
+    never changed.
     """
     m = machine or machine_mod.detect()
-    lt = _layout(target)
-    ld = _layout(draft) if draft is not None else _empty_layout()
+    lt = layout_of(target)
+    ld = layout_of(draft) if draft is not None else _empty_layout()
     d_ctx = draft_n_ctx or n_ctx
     if not m.has_gpu:
         # A CPU-only llama.cpp ignores n_gpu_layers, so the request cannot change where memory goes.
         gpu_layers = draft_gpu_layers = 0
+    if draft is None:
+        draft_gpu_layers = 0
 
     def est(g: int, dg: int, ctx: int = n_ctx, kv: str = kv_type) -> tuple[Breakdown, Breakdown]:
-        t = estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv, gpu_layers=g, n_ubatch=n_ubatch,
-                           repack=m.cpu_repacks)
-        t = replace(t, weights_cpu=t.weights_cpu + adapter_bytes[0])
+        # The backend turns flash attention on for a model with layers on a GPU.
+        t = _with_adapter(estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv,
+                                         gpu_layers=_all_as(g, lt), n_ubatch=n_ubatch,
+                                         repack=m.cpu_repacks, flash_attn=m.has_gpu and g != 0),
+                          lt, adapter_bytes[0])
         if draft is None:
             return t, Breakdown("draft", ld.name, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         dctx = max(256, d_ctx * ctx // n_ctx)
-        d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=dg, n_ubatch=n_ubatch,
-                           repack=m.cpu_repacks)
-        return t, replace(d, weights_cpu=d.weights_cpu + adapter_bytes[1])
+        d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=_all_as(dg, ld),
+                           n_ubatch=n_ubatch, repack=m.cpu_repacks,
+                           flash_attn=m.has_gpu and dg != 0)
+        return t, _with_adapter(d, ld, adapter_bytes[1])
 
+    if gpu_layers is None or draft_gpu_layers is None:
+        gpu_layers, draft_gpu_layers = _auto_split(lt, ld, est, m, gpu_layers, draft_gpu_layers)
     t, d = est(gpu_layers, draft_gpu_layers)
     report = BudgetReport(t, d, m, n_ctx, kv_type, "fits")
     if _fits(t, d, m):
         return report
     if m.has_gpu:
-        split = _find_split(lt, ld, est, m)
-        if split:
+        split = _auto_split(lt, ld, est, m, None, None if draft is not None else 0)
+        if _fits(*est(*split), m):
             report.target, report.draft = est(*split)
             report.verdict, report.split = "fits with offload", split
             report.suggestions.append(f"offload: --gpu-layers {split[0]} --draft-gpu-layers {split[1]}")
@@ -278,18 +291,32 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
     return report
 
 
-def _find_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine) -> tuple[int, int] | None:
-    """The split that fits with the most bytes on the GPU (the draft first, since it runs most often)."""
-    best: tuple[int, int, int] | None = None
-    for dg in range(ld.n_layer + 1, -1, -1):
-        for g in range(lt.n_layer + 1, -1, -1):
-            t, d = est(g, dg)
-            if _fits(t, d, m):
-                score = t.gpu + d.gpu
-                if best is None or score > best[0]:
-                    best = (score, g, dg)
-                break  # fewer target layers only moves bytes back to RAM
-    return (best[1], best[2]) if best else None
+def _auto_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine, g_given: int | None,
+                dg_given: int | None) -> tuple[int, int]:
+    """GPU layers for the models left on "auto" (None): the draft first, whole if it fits,
+    since it decodes gamma times a round; then as many of the target's layers as fit, from the
+    output end, as llama.cpp offloads them (n_layer + 1 places the output matrix too). A number
+    given stays. Where nothing fits, auto places nothing and the verdict says why."""
+    drafts = [dg_given] if dg_given is not None else range(ld.n_layer + 1, -1, -1)
+    targets = [g_given] if g_given is not None else range(lt.n_layer + 1, -1, -1)
+    for dg in drafts:
+        for g in targets:
+            if _fits(*est(g, dg), m):
+                return g, dg
+    return (g_given if g_given is not None else 0, dg_given if dg_given is not None else 0)
+
+
+def _all_as(layers: int, layout: Layout) -> int:
+    """llama.cpp's -1 (every layer, the output matrix too) as a count."""
+    return layout.n_layer + 1 if layers < 0 else layers
+
+
+def _with_adapter(b: Breakdown, layout: Layout, n_bytes: int) -> Breakdown:
+    """A model's breakdown with its LoRA adapters' tensors beside the layers they adapt: on
+    the GPU for the offloaded share of its blocks."""
+    on_gpu = n_bytes * min(b.gpu_layers, layout.n_layer) // max(layout.n_layer, 1)
+    return replace(b, weights_cpu=b.weights_cpu + n_bytes - on_gpu,
+                   weights_gpu=b.weights_gpu + on_gpu)
 
 
 def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int, kv_type: str,
@@ -306,9 +333,9 @@ def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int
             out.append(f"a quantized KV cache: --kv-type {kv} fits")
             break
     t, d = est(g, dg)
-    if d.gpu and m.has_gpu and t.gpu + d.gpu > m.gpu_free * GPU_SHARE:
+    if d.gpu and m.has_gpu and t.gpu + d.gpu > m.gpu_room:
         out.append(f"fewer draft GPU layers (now {dg}): the GPU is short by "
-                   f"{(t.gpu + d.gpu - m.gpu_free * GPU_SHARE) / MIB:.0f} MiB")
+                   f"{(t.gpu + d.gpu - m.gpu_room) / MIB:.0f} MiB")
     draft_weights = sum(ld.layer_bytes) + ld.output_bytes + ld.other_bytes
     if re.match(r"(Q[5-8]|F16|BF16|ALL_F32)", ld.quant):
         out.append(f"a smaller draft quantization than {ld.quant} (Q4_K_M is about half of Q8_0): the draft's"
@@ -361,7 +388,7 @@ def worker_split(target: ModelLike, workers: Sequence[WorkerMemory], *, n_ctx: i
     """llama.cpp's layer split over RPC workers (llama-model.cpp load_tensors): layer il of
     n_layer + 1 goes to the first worker whose cumulative share of the free memory exceeds
     il / (n_layer + 1); `gpu_layers` < 0 offloads them all, else the last `gpu_layers`."""
-    lt = _layout(target)
+    lt = layout_of(target)
     n = lt.n_layer
     if not workers:
         return []
@@ -404,11 +431,12 @@ def estimate_rpc(target: ModelLike, draft: ModelLike | None, workers: Sequence[W
     """estimate_pair for a target spread over RPC workers: this machine keeps the target's
     embeddings, logits and the draft; each worker's share is checked against its free memory."""
     m = machine or machine_mod.detect()
-    lt = _layout(target)
+    lt = layout_of(target)
     offload = lt.n_layer + 1 if gpu_layers < 0 else gpu_layers
     pooled = machine_mod.Machine(m.ram_total, m.ram_available, gpu_name=f"{len(workers)} RPC workers",
                                  gpu_free=sum(w.free for w in workers),
-                                 gpu_total=sum(w.total for w in workers), cpu_repacks=m.cpu_repacks)
+                                 gpu_total=sum(w.total for w in workers), cpu_repacks=m.cpu_repacks,
+                                 gpu_margin=int(sum(w.free for w in workers) * (1 - GPU_SHARE)))
     report = estimate_pair(lt, draft, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=offload,
                            n_ubatch=n_ubatch, draft_n_ctx=draft_n_ctx, machine=pooled)
     report.machine = m
@@ -425,22 +453,29 @@ def estimate_rpc(target: ModelLike, draft: ModelLike | None, workers: Sequence[W
     return report
 
 
-def require_fits(target: ModelLike, draft: ModelLike | None = None,
-                 workers: Sequence[WorkerMemory] = (), **kw) -> BudgetReport:
-    """estimate_pair, raising DoesNotFitError (one line, numbers and suggestions) when the pair
-    does not fit. The loading step passes a load's hardware settings in `kw`
-    (loading/plan.py `budget_settings`), and the probed RPC workers of a target spread over
-    them in `workers` (estimate_rpc)."""
+def estimate(target: ModelLike, draft: ModelLike | None = None,
+             workers: Sequence[WorkerMemory] = (), **kw) -> BudgetReport:
+    """estimate_pair with a load's hardware settings in `kw` (loading/plan.py
+    `budget_settings`), or estimate_rpc for a target spread over the probed RPC `workers`."""
     if workers:
         kw.pop("draft_gpu_layers", None)
         # Adapters are not counted on workers (nor supported there by the engine's checks).
         kw.pop("adapter_bytes", None)
         kw["gpu_layers"] = kw.get("gpu_layers") or -1
-        report = estimate_rpc(target, draft, workers, **kw)
-    else:
-        report = estimate_pair(target, draft, **kw)
+        return estimate_rpc(target, draft, workers, **kw)
+    return estimate_pair(target, draft, **kw)
+
+
+def require(report: BudgetReport) -> BudgetReport:
+    """`report`, or DoesNotFitError (one line, numbers and suggestions) when the pair does not fit."""
     if not report.ok:
         err = DoesNotFitError(report.one_line())
         err.report = report  # type: ignore[attr-defined]  # the UI shows the full table
         raise err
     return report
+
+
+def require_fits(target: ModelLike, draft: ModelLike | None = None,
+                 workers: Sequence[WorkerMemory] = (), **kw) -> BudgetReport:
+    """estimate, raising DoesNotFitError when the pair does not fit."""
+    return require(estimate(target, draft, workers, **kw))

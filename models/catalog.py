@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.errors import SettingsError
 from models import embedded
-from models.store import store_dir
+from models.tandem_store import store_dir
 
 CATALOG_FILE = Path(__file__).with_name("catalog.json")
 MIB = 1 << 20

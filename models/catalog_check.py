@@ -18,7 +18,7 @@ from typing import Sequence
 from engine.errors import HubError
 from models import hub
 from models.catalog import CATALOG_FILE, MIB
-from models.store import write_atomically
+from models.tandem_store import write_atomically
 
 # How far an estimate (size_mb) may be from the hub's size before it is reported.
 TOLERANCE = 0.05

@@ -12,10 +12,11 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from engine.errors import HubError, ModelFileError
-from models import budget, catalog, compat, disk_pairs, embedded, found, hub, registry, stores
+from engine.errors import HubError, ModelFileError, SettingsError
+from models import (budget, catalog, compat, disk_pairs, embedded, found, hub, machine, offload,
+                    other_stores, registry)
 from models.found import size_text
-from models.store import store_dir
+from models.tandem_store import store_dir
 
 PAIRS_CTX = 4096
 
@@ -157,9 +158,9 @@ def resolve_model(spec: str, role: str, models_dirs: Sequence[str] = ()) -> Path
     p = Path(spec).expanduser()
     if p.is_file():
         return p
-    on_disk = stores.find(spec, models_dirs)
+    on_disk = other_stores.find(spec, models_dirs)
     if on_disk is not None:
-        return stores.usable_path(on_disk)
+        return other_stores.usable_path(on_disk)
     if spec.endswith(".gguf") and ":" not in spec:
         return p
     pair = next((x for x in catalog.load_catalog() if x.id == spec), None)
@@ -178,20 +179,37 @@ def resolve_model(spec: str, role: str, models_dirs: Sequence[str] = ()) -> Path
     raise ModelFileError(f"{spec} is not a local file nor in the store; run `tandem pull {repo}:{filename or 'FILE'}` first")
 
 
-def cmd_budget(args: argparse.Namespace, workers: Sequence[budget.WorkerMemory] = ()) -> int:
-    """The budget table; with probed RPC `workers` (`tandem budget --rpc`, added by the app),
+def cmd_budget(args: argparse.Namespace, workers: Sequence[budget.WorkerMemory] = (),
+               here: machine.Machine | None = None) -> int:
+    """The budget table and the offload plan, for the pair given (positionally or by --target
+    and --draft; a catalog pair id names both) or the default, the embedded pair; on `here`
+    (the app passes what llama.cpp reports), or on the device asked about with --gpu-memory
+    or --unified-memory; with probed RPC `workers` (`tandem budget --rpc`, added by the app),
     the target spread over them."""
-    target = resolve_model(args.target, "target", args.models_dir)
-    is_pair = any(p.id == args.target for p in catalog.load_catalog())
-    draft_spec = args.draft or (args.target if is_pair else None)
-    draft = resolve_model(draft_spec, "draft", args.models_dir) if draft_spec else None
+    if len(args.models) > 2 or (args.models and (args.target or args.draft)):
+        raise SettingsError("give the pair once: TARGET [DRAFT], or --target and --draft")
+    target_spec = args.target or (args.models[0] if args.models else None)
+    draft_spec = args.draft or (args.models[1] if len(args.models) > 1 else None)
+    if target_spec is None:
+        target, draft = embedded.ensure()
+    else:
+        target = resolve_model(target_spec, "target", args.models_dir)
+        is_pair = any(p.id == target_spec for p in catalog.load_catalog())
+        draft_spec = draft_spec or (target_spec if is_pair else None)
+        draft = resolve_model(draft_spec, "draft", args.models_dir) if draft_spec else None
+    m = machine.what_if(here or machine.detect(),
+                        machine.parse_size(args.gpu_memory) if args.gpu_memory else None,
+                        machine.parse_size(args.unified_memory) if args.unified_memory else None)
     if workers:
         report = budget.estimate_rpc(target, draft, workers, n_ctx=args.ctx, kv_type=args.kv_type,
-                                     gpu_layers=args.gpu_layers or -1)
-    else:
-        report = budget.estimate_pair(target, draft, n_ctx=args.ctx, kv_type=args.kv_type,
-                                      gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers)
+                                     gpu_layers=args.gpu_layers or -1, machine=m)
+        print(report.text())
+        return 0 if report.ok else 1
+    report, plan = offload.plan_pair(target, draft, m, n_ctx=args.ctx, kv_type=args.kv_type,
+                                     gpu_layers=args.gpu_layers,
+                                     draft_gpu_layers=args.draft_gpu_layers)
     print(report.text())
+    print(f"offload: {plan.line()}")
     return 0 if report.ok else 1
 
 
@@ -220,12 +238,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("draft")
     c.set_defaults(func=cmd_compat)
 
-    b = subparsers.add_parser("budget", help="memory needed by a pair on this machine")
-    b.add_argument("--target", required=True, metavar="PATH|NAME|PAIR|REPO[:FILE]")
+    b = subparsers.add_parser("budget", help="memory needed by a pair, and where its layers go, on "
+                              "this machine or on a GPU you name")
+    b.add_argument("models", nargs="*", metavar="TARGET [DRAFT]",
+                   help="the pair (a path, a name, a catalog pair id; default: the embedded pair)")
+    b.add_argument("--target", metavar="PATH|NAME|PAIR|REPO[:FILE]")
     b.add_argument("--draft", metavar="PATH|NAME|PAIR|REPO[:FILE]")
     add_models_dir_arg(b)
     b.add_argument("--ctx", type=int, default=4096)
-    b.add_argument("--gpu-layers", type=int, default=0)
-    b.add_argument("--draft-gpu-layers", type=int, default=0)
+    b.add_argument("--gpu-layers", type=offload.gpu_layers, default=offload.AUTO,
+                   metavar="auto|all|N", help=f"target layers on the GPU (default {offload.AUTO})")
+    b.add_argument("--draft-gpu-layers", type=offload.gpu_layers, default=offload.AUTO,
+                   metavar="auto|all|N", help=f"draft layers on the GPU (default {offload.AUTO})")
+    what_if = b.add_mutually_exclusive_group()
+    what_if.add_argument("--gpu-memory", metavar="SIZE",
+                         help="plan for a discrete GPU of this size instead of this machine's "
+                         "(e.g. 8GiB: will the pair fit my 8 GB card?)")
+    what_if.add_argument("--unified-memory", metavar="SIZE",
+                         help="plan for an Apple Silicon Mac with this much unified memory "
+                         "(e.g. 16GiB)")
     b.add_argument("--kv-type", choices=sorted(budget.KV_TYPES), default="f16")
     b.set_defaults(func=cmd_budget)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import HubError, ModelFileError
-from models.store import sha256_of, store_dir, tandem_home, write_atomically
+from models.tandem_store import sha256_of, store_dir, tandem_home, write_atomically
 
 
 @dataclass(frozen=True)

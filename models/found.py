@@ -1,4 +1,4 @@
-"""The models found on this machine (models/stores.py), each described from its GGUF header:
+"""The models found on this machine (models/other_stores.py), each described from its GGUF header:
 architecture, parameters, quantization, size, trained context and tokenizer family.
 
 Only headers are read (models/gguf_info.py), so a scan of many files is quick. A file that
@@ -15,7 +15,7 @@ from typing import Sequence
 
 from engine.errors import ModelFileError
 from models.gguf_info import read_info
-from models.stores import LABELS, Located, Place, locate, places
+from models.other_stores import LABELS, Located, Place, locate, places
 
 COLUMNS = ("name", "found in", "architecture", "parameters", "quantization", "size", "context",
            "tokenizer")

@@ -16,7 +16,8 @@ import gguf
 
 from engine.errors import ModelFileError
 
-_SCALARS: dict[int, str] = {
+# struct formats of GGUF's scalar value types (also used to write them, loading/derived/gguf_copy.py).
+SCALARS: dict[int, str] = {
     gguf.GGUFValueType.UINT8: "<B", gguf.GGUFValueType.INT8: "<b",
     gguf.GGUFValueType.UINT16: "<H", gguf.GGUFValueType.INT16: "<h",
     gguf.GGUFValueType.UINT32: "<I", gguf.GGUFValueType.INT32: "<i",
@@ -25,15 +26,28 @@ _SCALARS: dict[int, str] = {
     gguf.GGUFValueType.FLOAT64: "<d",
 }
 # Arrays we only need to skip or hash; decoding 150k merges into Python strings is wasted work.
-_SKIP_ARRAYS = {"tokenizer.ggml.merges", "tokenizer.ggml.scores"}
+_SKIP_ARRAYS = frozenset({"tokenizer.ggml.merges", "tokenizer.ggml.scores"})
 
 
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
+    # As stored: ggml's order, the row length first.
     shape: tuple[int, ...]
     type_name: str
     n_bytes: int
+    # ggml's type number, and where the data starts in the file (an absolute offset).
+    ggml_type: int = 0
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class FieldSpan:
+    """Where one metadata entry (key, type and value) lies in the header, for a copy that keeps
+    it byte for byte (loading/derived/gguf_copy.py)."""
+    vtype: int
+    start: int
+    end: int
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,9 @@ class GGUFInfo:
     token_types: tuple[int, ...] = field(default=(), repr=False, compare=False)
     tensors: tuple[TensorInfo, ...] = field(default=(), repr=False, compare=False)
     metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Every metadata entry's place in the header, in file order, and the tensor data's alignment.
+    fields: dict[str, FieldSpan] = field(default_factory=dict, repr=False, compare=False)
+    alignment: int = gguf.GGUF_DEFAULT_ALIGNMENT
 
     @property
     def control_tokens(self) -> frozenset[int]:
@@ -75,10 +92,11 @@ class GGUFInfo:
 
 
 class _Cursor:
-    def __init__(self, data: bytes, path: Path) -> None:
+    def __init__(self, data: bytes, path: Path, skip: frozenset[str] = _SKIP_ARRAYS) -> None:
         self.data = data
         self.pos = 0
         self.path = path
+        self.skip = skip
 
     def take(self, fmt: str) -> Any:
         size = struct.calcsize(fmt)
@@ -102,18 +120,18 @@ class _Cursor:
     def value(self, vtype: int, key: str) -> Any:
         if vtype == gguf.GGUFValueType.STRING:
             return self.string()
-        if vtype in _SCALARS:
-            return self.take(_SCALARS[vtype])
+        if vtype in SCALARS:
+            return self.take(SCALARS[vtype])
         if vtype == gguf.GGUFValueType.ARRAY:
             itype = self.take("<I")
             n = self.take("<Q")
-            if key in _SKIP_ARRAYS:
+            if key in self.skip:
                 self._skip_array(itype, n)
                 return n
             if itype == gguf.GGUFValueType.STRING:
                 return [self.string() for _ in range(n)]
-            if itype in _SCALARS:
-                fmt = _SCALARS[itype]
+            if itype in SCALARS:
+                fmt = SCALARS[itype]
                 size = struct.calcsize(fmt)
                 if self.pos + size * n > len(self.data):
                     raise _Truncated
@@ -129,8 +147,8 @@ class _Cursor:
                 self.pos += 8 + self.take("<Q")
             if self.pos > len(self.data):
                 raise _Truncated
-        elif itype in _SCALARS:
-            self.pos += struct.calcsize(_SCALARS[itype]) * n
+        elif itype in SCALARS:
+            self.pos += struct.calcsize(SCALARS[itype]) * n
         else:
             for _ in range(n):
                 self.value(itype, "")
@@ -140,7 +158,20 @@ class _Truncated(Exception):
     pass
 
 
-def _parse(path: Path, data: bytes) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, int]], int]:
+def entry_value(entry: bytes, path: Path) -> Any:
+    """The whole value of one metadata entry's bytes (`FieldSpan`), arrays included."""
+    cur = _Cursor(entry, path, skip=frozenset())
+    key = cur.string()
+    try:
+        return cur.value(cur.take("<I"), key)
+    except _Truncated:
+        raise ModelFileError(f"{path} changed since its header was read (entry {key})") from None
+
+
+Raw = list[tuple[str, tuple[int, ...], int, int]]
+
+
+def _parse(path: Path, data: bytes) -> tuple[dict[str, Any], dict[str, FieldSpan], Raw, int]:
     cur = _Cursor(data, path)
     magic = cur.take("<I")
     if magic != gguf.GGUF_MAGIC:
@@ -151,10 +182,13 @@ def _parse(path: Path, data: bytes) -> tuple[dict[str, Any], list[tuple[str, tup
     n_tensors = cur.take("<Q")
     n_kv = cur.take("<Q")
     meta: dict[str, Any] = {}
+    spans: dict[str, FieldSpan] = {}
     for _ in range(n_kv):
+        start = cur.pos
         key = cur.string()
         vtype = cur.take("<I")
         meta[key] = cur.value(vtype, key)
+        spans[key] = FieldSpan(vtype, start, cur.pos)
     tensors = []
     for _ in range(n_tensors):
         name = cur.string()
@@ -165,10 +199,11 @@ def _parse(path: Path, data: bytes) -> tuple[dict[str, Any], list[tuple[str, tup
         tensors.append((name, shape, ttype, offset))
     align = int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
     data_start = (cur.pos + align - 1) // align * align
-    return meta, tensors, data_start
+    return meta, spans, tensors, data_start
 
 
-def _header(path: Path) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, int]], int, int]:
+def _header(path: Path) -> tuple[dict[str, Any], dict[str, FieldSpan], Raw, int, int]:
+    """The one parse of a file's header (read_info's); tests count its calls."""
     size = path.stat().st_size
     # Headers of real models are a few MB (the vocabulary); grow the window until parsing succeeds.
     window = 16 << 20
@@ -177,8 +212,8 @@ def _header(path: Path) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...]
             f.seek(0)
             data = f.read(window)
             try:
-                meta, tensors, data_start = _parse(path, data)
-                return meta, tensors, data_start, size
+                meta, spans, tensors, data_start = _parse(path, data)
+                return meta, spans, tensors, data_start, size
             except _Truncated:
                 if window >= size:
                     raise ModelFileError(f"{path} is truncated: its header ends past the end of the file") from None
@@ -186,6 +221,7 @@ def _header(path: Path) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...]
 
 
 def _tensor_bytes(shape: tuple[int, ...], ttype: int, path: Path, name: str) -> tuple[str, int]:
+    """The tensor's type name and its size in bytes."""
     try:
         qtype = gguf.GGMLQuantizationType(ttype)
     except ValueError:
@@ -211,7 +247,7 @@ def read_info(path: str | Path) -> GGUFInfo:
     p = Path(path).expanduser()
     if not p.is_file():
         raise ModelFileError(f"model file not found: {p}")
-    meta, raw_tensors, data_start, size = _header(p)
+    meta, spans, raw_tensors, data_start, size = _header(p)
     arch = str(meta.get("general.architecture", ""))
     if not arch:
         raise ModelFileError(f"{p} is not a model GGUF (no general.architecture key)")
@@ -223,7 +259,7 @@ def read_info(path: str | Path) -> GGUFInfo:
     end = data_start
     for name, shape, ttype, offset in raw_tensors:
         type_name, n_bytes = _tensor_bytes(shape, ttype, p, name)
-        tensors.append(TensorInfo(name, shape, type_name, n_bytes))
+        tensors.append(TensorInfo(name, shape, type_name, n_bytes, ttype, data_start + offset))
         end = max(end, data_start + offset + n_bytes)
     if end > size:
         raise ModelFileError(f"{p} is truncated: tensor data needs {end} bytes, the file has {size}")
@@ -263,6 +299,8 @@ def read_info(path: str | Path) -> GGUFInfo:
         token_types=tuple(meta.get("tokenizer.ggml.token_type") or ()),
         tensors=tuple(tensors),
         metadata={k: v for k, v in meta.items() if not isinstance(v, list)},
+        fields=spans,
+        alignment=int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)),
     )
 
 

@@ -29,7 +29,7 @@ from huggingface_hub.file_download import http_get
 from engine.errors import HubError
 from models.catalog import recorded_size
 from models.registry import read_stamp, write_stamp
-from models.store import sha256_of, store_dir
+from models.tandem_store import sha256_of, store_dir
 
 # An optional dependency's fallback, at the top of the module like any import.
 try:

@@ -1,17 +1,31 @@
-"""How much memory this machine offers: RAM (psutil), NVIDIA VRAM (nvidia-smi), Apple unified memory."""
+"""How much memory this machine offers: RAM (psutil) and its GPU, as the budget and the offload plan see it.
+
+The GPU is what llama.cpp's own device registry reports (engine/llama/devices.py, turned into a
+`Machine` by loading/devices.py); `detect` here is the fallback of the models layer, which may
+not ask llama.cpp: nvidia-smi, or Metal's share of an Apple Silicon Mac's unified memory.
+`what_if` describes a machine a user asks about (`tandem budget --gpu-memory 8GiB`).
+"""
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import psutil
+
+from engine.errors import SettingsError
 
 # Metal lets one process wire only part of unified memory (recommendedMaxWorkingSetSize is about
 # three quarters of RAM on current Macs).
 METAL_SHARE = 0.75
+# Memory left free on each GPU, as llama.cpp's `--fit` does by default (1 GiB per device): the
+# driver, the display and allocations llama.cpp makes outside its estimate live there.
+GPU_MARGIN = 1 << 30
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -23,6 +37,15 @@ class Machine:
     gpu_total: int = 0
     unified: bool = False
     cpu_repacks: bool = False
+    # Left free on the GPU (GPU_MARGIN per device), and why there is no GPU to plan for when
+    # there is none ("" when nothing needs saying).
+    gpu_margin: int = GPU_MARGIN
+    gpu_note: str = ""
+
+    @property
+    def gpu_room(self) -> int:
+        """What the plan may fill on the GPU: its free memory less the margin."""
+        return max(0, self.gpu_free - self.gpu_margin) if self.has_gpu else 0
 
     @property
     def has_gpu(self) -> bool:
@@ -66,7 +89,32 @@ def _cpu_repacks() -> bool:
     return machine in ("arm64", "aarch64") and platform.system() != "Darwin"
 
 
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as llama.cpp reports it; `unified` when it draws on the host's memory (Apple
+    Silicon, integrated GPUs)."""
+    name: str
+    free: int
+    total: int
+    unified: bool = False
+
+
+def with_gpus(gpus: Sequence[Gpu], note: str = "") -> Machine:
+    """This machine's RAM with the GPUs llama.cpp reports. Several GPUs are planned as one
+    device: llama.cpp splits the offloaded layers over them in proportion to their free memory;
+    each keeps its own margin. `note` says why there is none."""
+    vm = psutil.virtual_memory()
+    if not gpus:
+        return Machine(vm.total, vm.available, cpu_repacks=_cpu_repacks(), gpu_note=note)
+    name = gpus[0].name if len(gpus) == 1 else f"{len(gpus)} GPUs ({', '.join(g.name for g in gpus)})"
+    return Machine(vm.total, vm.available, name, sum(g.free for g in gpus),
+                   sum(g.total for g in gpus), unified=any(g.unified for g in gpus),
+                   cpu_repacks=_cpu_repacks(), gpu_margin=GPU_MARGIN * len(gpus), gpu_note=note)
+
+
 def detect() -> Machine:
+    """The fallback guess of the models layer (nvidia-smi, Metal's share of unified memory),
+    for callers that do not ask llama.cpp (loading/devices.py does)."""
     vm = psutil.virtual_memory()
     if platform.system() == "Darwin" and platform.machine() == "arm64":
         return Machine(vm.total, vm.available, "Apple GPU (Metal)", int(vm.total * METAL_SHARE),
@@ -75,3 +123,40 @@ def detect() -> Machine:
     if gpu:
         return Machine(vm.total, vm.available, gpu[0], gpu[1], gpu[2], cpu_repacks=_cpu_repacks())
     return Machine(vm.total, vm.available, cpu_repacks=_cpu_repacks())
+
+
+def physical_cores() -> int:
+    """Cores without their hyperthreads: llama.cpp's default thread count (-t)."""
+    return max(1, psutil.cpu_count(logical=False) or psutil.cpu_count() or 1)
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size like "8GiB", "8 GB", "8G" or "512MiB". GPUs are sold in binary units
+    (an "8 GB" card holds 8 GiB), so GB and GiB are both 2**30."""
+    m = _SIZE.match(text)
+    if not m:
+        raise SettingsError(f"cannot read {text!r} as a memory size; write it like 8GiB or 512MiB")
+    value = float(m.group(1)) * (1 << (10 * " KMGT".index((m.group(2) or " ").upper())))
+    if value <= 0:
+        raise SettingsError(f"a memory size must be positive, got {text!r}")
+    return int(value)
+
+
+def what_if(base: Machine, gpu_memory: int | None = None,
+            unified_memory: int | None = None) -> Machine:
+    """`base` with the GPU a user asks about: a discrete card of `gpu_memory` bytes (all of it
+    free), or an Apple Silicon Mac with `unified_memory` bytes in all (Metal may use
+    METAL_SHARE of them; RAM and GPU then draw on the same memory)."""
+    if gpu_memory is not None and unified_memory is not None:
+        raise SettingsError("ask about one device: --gpu-memory (a discrete card) or "
+                            "--unified-memory (Apple Silicon), not both")
+    gib = 1 << 30
+    if gpu_memory is not None:
+        return Machine(base.ram_total, base.ram_available, f"{gpu_memory / gib:g} GiB GPU (what-if)",
+                       gpu_memory, gpu_memory, cpu_repacks=base.cpu_repacks)
+    if unified_memory is not None:
+        metal = int(unified_memory * METAL_SHARE)
+        return Machine(unified_memory, unified_memory,
+                       f"{unified_memory / gib:g} GiB Apple Silicon Mac (what-if, Metal)", metal, metal,
+                       unified=True)
+    return base

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine.errors import ModelFileError
 from models.gguf_info import read_info
-from models.store import store_dir
+from models.tandem_store import store_dir
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.errors import ModelFileError
-from models.store import store_dir, writable_dir, write_atomically
+from models.tandem_store import store_dir, writable_dir, write_atomically
 
 RECORD_VERSION = 1
 # Plain decoding's drafter name (engine/drafters/base.py; models imports no engine module).

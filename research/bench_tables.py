@@ -2,7 +2,10 @@
 configuration the median speedup over the interleaved plain run, p10 and the share below 0.95x,
 and the default's median against the better of plain and the best fixed gamma.
 
-  .venv/bin/python research/bench_tables.py RUNS.json [RUNS.json ...] [--default CONFIG]
+  .venv/bin/python research/bench_tables.py RUNS [RUNS ...] [--default CONFIG]
+
+RUNS: a runs.json, or a `tandem bench` report folder (its raw runs are in the user's cache,
+app/reports/bench_files.py).
 
 The default is the first adaptive configuration unless --default names one; the reference is
 the better of plain decoding and the best fixed gamma.
@@ -12,14 +15,16 @@ from __future__ import annotations
 import gzip
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
+from app.reports.bench_files import runs_file
+
 
 def _read(path: str) -> bytes:
-    """A bench's runs.json, or the gzipped copy that scripts/benchmarks keeps."""
-    data = Path(path).read_bytes()
+    """A bench's runs.json (a report folder: the runs it names in the user's cache), or a
+    gzipped copy."""
+    data = runs_file(path).read_bytes()
     return gzip.decompress(data) if path.endswith(".gz") else data
 
 

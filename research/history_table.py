@@ -9,22 +9,25 @@ for widths 1-8 on a GPU) and the draft model a tenth of a target token, so a gen
 predicted speedup is output tokens / (target calls + 0.1 x tokens the draft model drafted).
 That keeps this run's rounds; a controller calibrated on the GPU would draft more.
 
-  .venv/bin/python research/history_table.py RUNS.json[.gz] [WARM_UP]
+  .venv/bin/python research/history_table.py RUNS [WARM_UP]
+
+RUNS: a runs.json, or the `tandem bench` report folder whose raw runs are in the user's cache.
 """
 from __future__ import annotations
 
 import gzip
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
+
+from app.reports.bench_files import runs_file
 
 GPU_DRAFT_COST = 0.1
 
 
 def _read(path: str) -> dict:
-    data = Path(path).read_bytes()
+    data = runs_file(path).read_bytes()
     return json.loads(gzip.decompress(data) if path.endswith(".gz") else data)
 
 

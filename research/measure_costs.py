@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.backend import ModelConfig  # noqa: E402
 from engine.tools.benchmark.suite import load_suite  # noqa: E402
 from loading.derived.quantized import derive_quantized  # noqa: E402
-from engine.llama_backend import LlamaBackend  # noqa: E402
+from engine.llama.backend import LlamaBackend  # noqa: E402
 from engine.pair import Pair  # noqa: E402
-from engine.sampling import top_probability  # noqa: E402
+from engine.confidence import top_probability  # noqa: E402
 from models.embedded import ensure  # noqa: E402
 
 TEXT = "Write a Python function that parses a CSV file and returns a list of dicts. " * 8
@@ -108,8 +108,9 @@ def decode(models: list[tuple[str, Callable[[], object]]]) -> None:
 def _trimmed(source: Path):
     from loading.derived.embeddings import load_trimmed
     from loading.derived.vocab_trim import derive_trimmed
+    from models.gguf_info import read_info
     path = derive_trimmed(source)
-    return load_trimmed(source, path, load(path))
+    return load_trimmed(read_info(source), path, load(path))
 
 
 def target_texts(target: Path) -> list[tuple[str, list[int], list[int]]]:
@@ -184,4 +185,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     raise SystemExit(main(sys.argv[1:]))

@@ -50,4 +50,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     raise SystemExit(main(sys.argv[1:]))

@@ -68,21 +68,22 @@ def _draft_backend(draft: Path, vocab: str):
     """The draft as the engine loads it by default (its Q4_0 copy), its vocabulary trimmed when
     `vocab` is "trim"."""
     from loading.derived.quantized import derive_quantized
-    from engine.llama_backend import LlamaBackend
+    from engine.llama.backend import LlamaBackend
     source = derive_quantized(draft, "q4_0")
     if vocab == "full":
         return LlamaBackend(ModelConfig(path=str(source), n_ctx=4096, n_threads=2))
     from loading.derived.embeddings import load_trimmed
     from loading.derived.vocab_trim import derive_trimmed
+    from models.gguf_info import read_info
     trimmed = derive_trimmed(source)
     inner = LlamaBackend(ModelConfig(path=str(trimmed), n_ctx=4096, n_threads=2))
-    return load_trimmed(source, trimmed, inner)
+    return load_trimmed(read_info(source), trimmed, inner)
 
 
 def _draft_columns(recs: list[dict], vocab: str) -> dict:
     """Teacher-force the draft over each record's text: its greedy token and untempered top
     probability at every position, and its batch costs."""
-    from engine.sampling import top_probability
+    from engine.confidence import top_probability
     from models.embedded import ensure
     db = _draft_backend(ensure()[1], vocab)
     for r in recs:
@@ -98,9 +99,9 @@ def _draft_columns(recs: list[dict], vocab: str) -> dict:
 
 def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -> None:
     from engine.tools.benchmark.suite import load_suite
-    from engine.llama_backend import LlamaBackend
+    from engine.llama.backend import LlamaBackend
     from engine.pair import Pair
-    from engine.sampling import top_probability
+    from engine.confidence import top_probability
     from models.embedded import ensure
 
     target, _ = ensure()
@@ -377,4 +378,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     raise SystemExit(main(sys.argv[1:]))

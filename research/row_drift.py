@@ -19,8 +19,9 @@ import sys
 import numpy as np
 
 from engine.backend import ModelConfig
-from engine.llama_backend import LlamaBackend
-from engine.sampling import SamplingParams, probabilities
+from engine.llama.backend import LlamaBackend
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 from models import embedded
 
@@ -90,4 +91,6 @@ def main(n_contexts: int) -> None:
 
 
 if __name__ == "__main__":
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     main(int(sys.argv[1]) if len(sys.argv) > 1 else len(TEXTS))

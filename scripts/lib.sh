@@ -22,10 +22,9 @@ llama_cmake_args() {
     return
   fi
   # GGML_RPC: the target can be spread over `tandem worker` machines (ggml-rpc).
-  local args="-DGGML_NATIVE=OFF -DGGML_RPC=ON"
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    args="$args -DGGML_CUDA=ON"
-  fi
+  local args="-DGGML_NATIVE=OFF -DGGML_RPC=ON" gpu
+  gpu="$(llama_gpu_args)"
+  [ -n "$gpu" ] && args="$args $gpu"
   if [ -r /proc/cpuinfo ] && [ "$(uname -m)" = "x86_64" ]; then
     # TANDEM_LLAMA_FLAGS (e.g. "avx avx2 fma f16c") builds for those CPU flags instead of this
     # CPU's: an AVX-512 machine reproduces an AVX2-only one's kernels and numerics with it.
@@ -42,6 +41,30 @@ llama_cmake_args() {
     has avx_vnni && args="$args -DGGML_AVX_VNNI=ON"
   fi
   echo "$args"
+}
+
+# The GPU backend to build, as CMake flags (nothing: CPU only). CUDA where nvcc is installed
+# (on PATH or in $CUDA_HOME/bin) and nvidia-smi sees a card, compiled for that card's own compute
+# capability only (every architecture takes most of an hour; one a few minutes); a card without
+# nvcc gets a CPU build and one line on what to install. Vulkan (AMD and Intel GPUs) where
+# glslc and the Vulkan headers are ($VULKAN_SDK, else /usr).
+llama_gpu_args() {
+  local nvcc caps
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    nvcc="$(command -v nvcc || true)"
+    [ -z "$nvcc" ] && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+    if [ -n "$nvcc" ]; then
+      # "8.9" -> 89; several cards: each architecture once, as a CMake list.
+      caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
+        | tr -d ' .' | grep -E '^[0-9]+$' | sort -u | paste -sd';' -)"
+      echo "-DGGML_CUDA=ON${caps:+ -DCMAKE_CUDA_ARCHITECTURES=$caps}${nvcc:+ -DCMAKE_CUDA_COMPILER=$nvcc}"
+      return
+    fi
+    log "an NVIDIA GPU is here but no nvcc: building for the CPU; install the CUDA toolkit (nvcc) and rerun to build for the GPU"
+  fi
+  if command -v glslc >/dev/null 2>&1 && [ -r "${VULKAN_SDK:-/usr}/include/vulkan/vulkan.h" ]; then
+    echo "-DGGML_VULKAN=ON"
+  fi
 }
 
 ensure_venv() {

@@ -10,7 +10,9 @@ x L, where L, the network cost of one target call, is read off plain decoding at
 RTT is the number of network round trips per target call.
 
 Usage: sudo .venv/bin/python scripts/rpc_bench.py [--tokens 64] [--reps 3] [--rtts 0,2,10]
-       [--out DIR]; `--table` rewrites summary.json (and prints the table) from DIR/runs.json.
+       [--out DIR]; `--table` rewrites summary.json (and prints the table) from the raw runs.
+The raw runs (runs.json) go to the user's cache (app/reports/bench_files.py runs_dir(DIR)),
+summary.json to DIR.
 Every namespace and process it starts is removed on exit, also on failure or Ctrl-C.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.reports.bench_files import runs_dir  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generator import GenerationConfig  # noqa: E402
@@ -64,7 +67,8 @@ def main() -> int:
     args = ap.parse_args()
     rtts = [float(r) for r in args.rtts.split(",")]
     if args.table:
-        write(Path(args.out), json.loads((Path(args.out) / "runs.json").read_text()), rtts)
+        write(Path(args.out), json.loads((runs_dir(Path(args.out)) / "runs.json").read_text()),
+              rtts)
         return 0
     reason = namespaces_allowed()
     if reason:
@@ -100,11 +104,12 @@ def main() -> int:
 
 
 def write(out: Path, runs: list[dict], rtts: list[float]) -> None:
-    """runs.json, and summary.json with the table: per route and RTT, L (the network cost per
-    target call: plain ms/token minus direct plain's), tok/s, speedup, and the model's
-    speculative tok/s = 1000 / (direct speculative ms/token + calls per token x L)."""
+    """runs.json (in the user's cache), and summary.json with the table: per route and RTT, L
+    (the network cost per target call: plain ms/token minus direct plain's), tok/s, speedup,
+    and the model's speculative tok/s = 1000 / (direct speculative ms/token + calls per token
+    x L)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "runs.json").write_text(json.dumps(runs, indent=1))
+    (runs_dir(out) / "runs.json").write_text(json.dumps(runs, indent=1))
 
     def med(route, rtt, drafter, key):
         return statistics.median(r[key] for r in runs
@@ -138,4 +143,6 @@ def write(out: Path, runs: list[dict], rtts: list[float]) -> None:
 
 
 if __name__ == "__main__":
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     sys.exit(main())

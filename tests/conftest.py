@@ -43,7 +43,9 @@ def embedded_paths():
 @pytest.fixture(scope="session")
 def embedded_backends(embedded_paths):
     from engine.backend import ModelConfig
-    from engine.llama_backend import LlamaBackend
+    from engine.llama.backend import LlamaBackend
+    from engine.llama.quiet import quiet_llama
+    quiet_llama()
     target = LlamaBackend(ModelConfig(str(embedded_paths[0]), n_ctx=512, n_threads=2))
     draft = LlamaBackend(ModelConfig(str(embedded_paths[1]), n_ctx=512, n_threads=2))
     yield target, draft

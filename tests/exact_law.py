@@ -17,7 +17,9 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 from engine.dist import Dist
-from engine.sampling import Rng, SamplingParams, probabilities
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from tests.fakes import FakeBackend
 
 

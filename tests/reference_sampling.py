@@ -1,5 +1,5 @@
 """The sampling transform as a plain float64 computation over the whole vocabulary, with a full
-sort: the reference that `engine.sampling.distribution` (float32, on supports, no full sort)
+sort: the reference that `engine.transform.distribution` (float32, on supports, no full sort)
 must agree with, ties at the truncation boundaries included (tests/test_dist.py)."""
 from __future__ import annotations
 

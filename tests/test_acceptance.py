@@ -14,7 +14,9 @@ from scipy import stats
 from engine.acceptance import Verdict, greedy_verify, one_hot_verify, residual, speculative_verify
 from engine.dist import Dist
 from engine.errors import DraftLawError
-from engine.sampling import Rng, SamplingParams, probabilities
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 
 V = 6
 N = 20000

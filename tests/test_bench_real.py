@@ -7,13 +7,15 @@ import json
 import pytest
 
 from app.cli import main
+from app.reports.bench_files import runs_dir
 from tests.realmodels import smollm2_135m
 
 pytestmark = pytest.mark.real
 
 
-def test_bench_quick_writes_every_report(tmp_path, capsys):
+def test_bench_quick_writes_every_report(tmp_path, capsys, monkeypatch):
     model = str(smollm2_135m())
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
     out = tmp_path / "bench"
     rc = main(["bench", "--quick", "--categories", "code-editing", "--max-tokens", "10",
                "--gammas", "2,3", "--target", model, "--draft", model, "--threads", "2",
@@ -22,7 +24,10 @@ def test_bench_quick_writes_every_report(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "draft g=2, greedy: median speedup" in printed
     assert "latency-optimal gamma for draft-model fixed, greedy:" in printed
-    data = json.loads((out / "runs.json").read_text())
+    # The raw runs go to the user's cache, the report folder keeps tables and plots.
+    raw = runs_dir(out)
+    assert raw.is_relative_to(tmp_path / "home") and not (out / "runs.json").exists()
+    data = json.loads((raw / "runs.json").read_text())
     runs = data["runs"]
     assert [r["role"] for r in runs].count("baseline") == 1 and len(runs) == 3
     for r in runs:
@@ -30,7 +35,7 @@ def test_bench_quick_writes_every_report(tmp_path, capsys):
         if r["role"] == "speculative":
             # Target and draft are the same model: nearly every drafted token is accepted.
             assert r["acceptance_rate"] > 0.7 and r["speedup"] > 0
-    assert len(list(csv.DictReader(open(out / "runs.csv")))) == 3
+    assert len(list(csv.DictReader(open(raw / "runs.csv")))) == 3
     md = (out / "report.md").read_text()
     assert "## Gamma sweep" in md and "tandem bench --categories code-editing" in md
     assert "--gammas 2,3 --temperatures 0 --top-p 1.0 --max-tokens 10 --prompts-per-category 1" in md

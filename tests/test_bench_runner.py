@@ -100,7 +100,7 @@ def test_warm_up_is_not_recorded():
     # 1 baseline + 2 drafters warmed up, then 3 measured runs, each from an empty cache (each
     # drafter's calibration comes before its first run's cold start, on the cache as it is).
     assert sum(1 for c in pair.target.backend.calls if c[0] == 0) == 6
-    assert set(pair._calibrations) == {"draft", "lookup"}
+    assert set(pair.calibrations) == {"draft", "lookup"}
 
 
 def test_unknown_drafter_or_policy_fails_before_any_run():
@@ -209,3 +209,21 @@ def test_a_history_configuration_drafts_from_the_earlier_prompts_and_never_its_o
     assert copied[("again", "suffix+history g=4", "speculative")] > 0
     assert not any(v for (_, c, _), v in copied.items() if c == "suffix g=4")
     assert {r.drafter for r in runs if r.config.startswith("suffix+history")} == {"suffix+history"}
+
+
+def test_a_sweep_plot_only_for_a_sweep_and_raw_runs_in_the_cache(tmp_path, monkeypatch):
+    pair = fake_pair()
+    one = summarize(run_benchmark(pair, BenchPlan(prompts=prompts(1), samplings=[GREEDY],
+                                                  configs=[SpecConfig("draft", 2)], max_tokens=8)))
+    two = summarize(run_benchmark(pair, BenchPlan(prompts=prompts(1), samplings=[GREEDY],
+                                                  configs=[SpecConfig("draft", 2),
+                                                           SpecConfig("draft", 4)], max_tokens=8)))
+    assert not bench_plots.swept(one) and bench_plots.swept(two)
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    report = tmp_path / "docs" / "results" / "latest" / "suite"
+    report.mkdir(parents=True)
+    raw = bench_files.runs_dir(report)
+    assert raw.is_dir() and raw.parent == tmp_path / "home" / "runs" and raw.name.endswith(
+        "docs-results-latest-suite")
+    assert bench_files.runs_file(report) == raw / "runs.json"
+    assert bench_files.runs_file(raw / "runs.json") == raw / "runs.json"

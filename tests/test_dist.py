@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from engine import sampling
+from engine import transform
 from engine.dist import BLOCK, Dist
-from engine.sampling import Rng, SamplingParams, distribution
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import distribution
 from tests.reference_sampling import reference_probabilities
 
 QWEN_VOCAB = 151_936
@@ -132,8 +134,8 @@ def test_draws_follow_a_sparse_row():
 def test_rows_with_a_tail_equal_the_reference(params, tail_nats, monkeypatch):
     """A low TAIL_NATS (and LAZY_FROM 0) puts most of a small row in the bounded tail: the
     nucleus is still settled exactly (from bounds, or by exponentiating the row when they leave it open)."""
-    monkeypatch.setattr(sampling, "TAIL_NATS", tail_nats)
-    monkeypatch.setattr(sampling, "LAZY_FROM", 0)
+    monkeypatch.setattr(transform, "TAIL_NATS", tail_nats)
+    monkeypatch.setattr(transform, "LAZY_FROM", 0)
     rng = np.random.default_rng(7)
     for n in (8, 64, 3000):
         for _ in range(10):

@@ -19,7 +19,9 @@ from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.pair import Pair
 from engine.control.registry import make_policy
-from engine.sampling import Rng, SamplingParams, probabilities
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 from loading.derived.early_exit import (LAYERS_KEY, SOURCE_KEY, block_count, default_layers,
                                         derive_early_exit)
@@ -192,7 +194,7 @@ def test_the_default_drafter_is_hybrid_with_a_draft_model_and_plain_without():
     assert pair.default_drafter == "hybrid"
     config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=12)
     done = [ev for ev in pair.generate(TEXT, config, raw=True)][-1]
-    assert done.stats.drafter == pair.drafter("hybrid").name and "hybrid" in pair._calibrations
+    assert done.stats.drafter == pair.drafter("hybrid").name and "hybrid" in pair.calibrations
     alone = Pair(FakeBackend(order=1, n_vocab=16))
     assert alone.default_drafter == "plain"
     done = [ev for ev in alone.generate(TEXT, config, raw=True)][-1]
@@ -204,16 +206,16 @@ def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_draf
     config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=20)
     done = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)][-1]
     assert all(p is not None for p in done.stats.predicted_tps)
-    first = pair._calibrations["draft"]
+    first = pair.calibrations["draft"]
     # Widths 1..9 whatever gamma: enough to see which batch widths are worth padding to.
     assert len(first.verify_ms) == 9 and first.model_name == "draft-model"
     [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)]
-    assert pair._calibrations["draft"] is first
+    assert pair.calibrations["draft"] is first
     fixed = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True,
                                         policy=make_policy("fixed", 3))][-1]
     assert fixed.stats.predicted_tps == [None] * fixed.stats.rounds
     # The fixed policy's run used the same calibration for its padding, without recalibrating.
-    assert pair._calibrations["draft"] is first
+    assert pair.calibrations["draft"] is first
 
 
 # --- early-exit derivation -------------------------------------------------------------------
@@ -301,7 +303,7 @@ def test_load_pair_adds_the_early_exit_drafter_from_the_derived_file(store, tmp_
 
 @pytest.mark.real
 def test_early_exit_of_the_embedded_target_loads_in_llama_cpp_and_drafts(embedded_paths):
-    from engine.llama_backend import load
+    from engine.llama.backend import load
 
     layers = default_layers(read_info(embedded_paths[0]).n_layer)
     path = derive_early_exit(embedded_paths[0], layers)

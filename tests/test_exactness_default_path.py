@@ -22,7 +22,8 @@ from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
 from engine.pair import Pair
-from engine.sampling import SamplingParams, probabilities
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from tests.exact_law import TableFake, VirtualClock
 from tests.old_shortcuts import OldTrim
 
@@ -154,7 +155,7 @@ def test_the_old_trim_on_the_default_path_is_caught(laws):
     # old trim around the pair's draft model.
     lookup = PromptLookupDrafter(ngram_max=3, ngram_min=2, is_eog=p.target.backend.is_eog)
     p.add_drafter("old-trim", HybridDrafter(lookup, OldTrim(p.drafter("draft"), cal.verify_ms)))
-    p._calibrations["old-trim"] = cal
+    p.calibrations["old-trim"] = cal
     counts, _, drafted = draw(p, "old-trim", CONTROL_DRAWS)
     assert drafted > 0
     assert min(p_values(counts, laws)) < ALPHA / POSITIONS

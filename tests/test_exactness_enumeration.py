@@ -25,8 +25,10 @@ from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
 from engine.control.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
-from engine import sampling as engine_sampling
-from engine.sampling import Rng, SamplingParams, distribution, probabilities
+from engine import transform as engine_transform
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import distribution, probabilities
 from engine.session import Session
 from tests.exact_law import TableFake, VirtualClock, exact_law, target_law, total_variation
 from tests.old_shortcuts import OldPMin, OldTrim
@@ -257,8 +259,8 @@ def test_lazy_rows_with_a_tail_emit_the_targets_law_exactly(drafter, sampling, m
     settles coins and nuclei from bounds on the rest. With TAIL_NATS at 1 most of these 8-token
     rows are tail, so every shortcut runs: each has the exact law it stands for, and the law
     of the output is still the target's."""
-    monkeypatch.setattr(engine_sampling, "TAIL_NATS", 1.0)
-    monkeypatch.setattr(engine_sampling, "LAZY_FROM", 0)
+    monkeypatch.setattr(engine_transform, "TAIL_NATS", 1.0)
+    monkeypatch.setattr(engine_transform, "LAZY_FROM", 0)
     row = TableFake(seed=1, eog=EOG).table[0, 1]
     assert distribution(row, SamplingParams(temperature=1.0)).lazy
     spec, want, drafted = law_of(sampling, lambda c, g: make_drafter(drafter, c, g),

@@ -20,7 +20,7 @@ from engine.tools.exactness.check import ExactnessPlan, run_exactness, total_tic
 from engine.tools.exactness.draws import draw
 from engine.tools.exactness.greedy import first_divergence
 from engine.control.registry import make_policy
-from engine.sampling import Rng
+from engine.rng import Rng
 from engine.session import Session
 from tests.exact_law import TableFake
 from tests.fakes import FakeBackend

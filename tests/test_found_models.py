@@ -15,10 +15,10 @@ from unittest import mock
 import pytest
 
 from app.cli import main as cli_main
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
-from models import disk_pairs, found, stores
+from models import disk_pairs, found, other_stores
 from tests import fakestores, tinygguf
 from tests.fakestores import BIG, MID, SMALL, WARN
 from tests.fakes import FakeBackend
@@ -38,8 +38,8 @@ def test_every_kind_of_store_is_found_and_described(machine):
     scan = found.scan([folder])
     models = by_name(scan)
     assert {m.name: m.source for m in scan.usable} == {
-        BIG: stores.HF, MID: stores.LMSTUDIO, SMALL: stores.OLLAMA, WARN: stores.LLAMA_CPP,
-        "other-vocab.gguf": stores.FOLDER}
+        BIG: other_stores.HF, MID: other_stores.LMSTUDIO, SMALL: other_stores.OLLAMA, WARN: other_stores.LLAMA_CPP,
+        "other-vocab.gguf": other_stores.FOLDER}
     big = models[BIG]
     assert big.path.parent.parent.name == "snapshots" and big.path.is_symlink()
     assert big.cells() == [BIG, "HF cache", "llama", "21K", "ALL_F32", found.size_text(big.size),
@@ -67,17 +67,17 @@ def test_names_resolve_to_the_files_where_they_lie(machine):
     # Ollama's spellings: another tag of the same blob, no tag (:latest), the prefixes spelt out.
     for spec in (SMALL, "tiny:latest", "tiny", "library/tiny:small",
                  "registry.ollama.ai/library/tiny:small"):
-        assert stores.resolve(spec) == (blob, SMALL), spec
-    big_path, name = stores.resolve(BIG)
+        assert other_stores.resolve(spec) == (blob, SMALL), spec
+    big_path, name = other_stores.resolve(BIG)
     assert name == BIG and big_path.read_bytes()[:4] == b"GGUF"
-    assert stores.resolve("mid-Q4_K_M.gguf")[1] == MID  # a file name only one model has
-    assert stores.resolve("other-vocab.gguf", [folder])[1] == "other-vocab.gguf"
+    assert other_stores.resolve("mid-Q4_K_M.gguf")[1] == MID  # a file name only one model has
+    assert other_stores.resolve("other-vocab.gguf", [folder])[1] == "other-vocab.gguf"
     with pytest.raises(ModelFileError, match=r"^gone:1b \(Ollama\) cannot be used: its blob"):
-        stores.resolve("gone:1b")
+        other_stores.resolve("gone:1b")
     with pytest.raises(ModelFileError, match="'qwen9:70b' is neither a model file nor a model found"):
-        stores.resolve("qwen9:70b")
+        other_stores.resolve("qwen9:70b")
     path = str(home / "nowhere.gguf")
-    assert stores.resolve(path) == (Path(path), "")  # a missing path is left for loading to report
+    assert other_stores.resolve(path) == (Path(path), "")  # a missing path is left for loading to report
 
 
 def test_the_hf_cache_follows_hf_home_and_hf_hub_cache(machine, tmp_path, monkeypatch):
@@ -158,13 +158,13 @@ def test_generate_loads_found_models_by_name_where_they_lie(machine):
     before = files()
     configs: list[ModelConfig] = []
     try:
-        with mock.patch.object(llama_backend, "load", fake_load(configs)):
+        with mock.patch.object(llama, "load", fake_load(configs)):
             rc, out, err = run_cli(["generate", "--prompt", "hi", "--target", BIG, "--draft", "tiny",
                                     "--draft-quant", "off", "--max-tokens", "4", "--json"])
     finally:
         blob.parent.chmod(0o755)
     assert rc == 0, err
-    assert [(c.name, Path(c.path)) for c in configs] == [(BIG, stores.resolve(BIG)[0]), (SMALL, blob)]
+    assert [(c.name, Path(c.path)) for c in configs] == [(BIG, other_stores.resolve(BIG)[0]), (SMALL, blob)]
     # Nothing was copied or linked into the store; nothing was written beside the files.
     assert not list(store.rglob("*.gguf"))
     assert files() == before

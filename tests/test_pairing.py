@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,6 +13,7 @@ from app.settings import request_spec
 from loading.options import LoadOptions
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
+from loading.plan import LoadPlan
 from models import tuned
 from app.runtime.tuned import key_for
 from models.tuned import Choice, PairingRecord, all_records, find, save, stale_for
@@ -124,18 +126,21 @@ def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(sto
     assert not for_command(_args(), use).applied
 
 
-def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store, monkeypatch):
+def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path, acceptance=0.7))
     use = lookup(t, d)
-    monkeypatch.setattr("app.runtime.tuned.read_info", lambda path: path)
-    monkeypatch.setattr("app.runtime.tuned.resolve_quant", lambda choice, model, gpu:
-                        None if choice == "off" else "q4_0")
-    name = running_name("draft", LoadOptions(draft_quant="q4_0"), d, 28)
+    # The name comes from the load's plan: its derivations, decided from the headers it read.
+    header = SimpleNamespace(n_layer=28)
+    quantized = LoadPlan(t, header, d, header, draft_quant="q4_0")
+    name = running_name("draft", quantized)
     assert name == "draft-q4_0"
     assert expected_acceptance(use, name) == pytest.approx(0.6)
-    assert expected_acceptance(use, running_name("lookup", LoadOptions(), d, 28)) is None
-    assert running_name("early-exit", LoadOptions(), None, 28) == "early-exit-21"
+    assert expected_acceptance(use, running_name("lookup", quantized)) is None
+    assert running_name("hybrid", quantized) == "" and running_name("hybrid", LoadPlan(
+        t, header, d, header)) == "hybrid"
+    assert running_name("early-exit", LoadPlan(t, header)) == "early-exit-21"
+    assert running_name("early-exit", LoadPlan(t, header, early_exit_layers=5)) == "early-exit-5"
     assert expected_acceptance(use, "plain") is None
 
 

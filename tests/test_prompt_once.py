@@ -3,6 +3,7 @@ smallest context of the loaded models), whichever front end sent it (app/runtime
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Sequence
 
 import pytest
@@ -76,7 +77,8 @@ def test_the_page_tokenizes_and_checks_once(counted):
 def test_tandem_generate_tokenizes_and_checks_once(counted, monkeypatch, capsys):
     pair, target, fits = counted
     monkeypatch.setattr(cli, "model_configs", lambda args, chosen=None: (ModelConfig("t.gguf"), None))
-    monkeypatch.setattr(cli, "load_pair", lambda *args, **kwargs: pair)
+    monkeypatch.setattr(cli, "plan_load", lambda *args: SimpleNamespace(offload=None))
+    monkeypatch.setattr(cli, "execute", lambda *args, **kwargs: pair)
     assert cli.main(["generate", "--prompt", MARK, "--raw", "--drafter", "lookup", "--no-history",
                      "--max-tokens", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stats"]["output_tokens"] == 4

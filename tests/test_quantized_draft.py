@@ -11,7 +11,8 @@ from engine.backend import ModelConfig
 from engine.errors import ModelFileError, SettingsError
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from loading.derived.files import file_sha256
 from loading.derived.quantized import bits_per_weight, derive_quantized, resolve
 from models.gguf_info import read_info
@@ -66,7 +67,7 @@ def test_the_derived_file_is_reused_until_the_source_changes(tmp_path, store):
     calls = []
 
     def counting(src, dst, kind):
-        from engine.llama_backend import quantize
+        from engine.llama.quantize import quantize
         calls.append(kind)
         quantize(src, dst, kind)
 
@@ -113,7 +114,7 @@ def test_pair_load_gives_the_loader_the_derived_draft_unless_off(tmp_path, store
 @pytest.mark.real
 def test_the_embedded_draft_requantized_still_drafts_the_targets_tokens(embedded_paths):
     from engine.drafters.draft_model import DraftModelDrafter
-    from engine.llama_backend import load
+    from engine.llama.backend import load
 
     path = derive_quantized(embedded_paths[1], "q4_0")
     assert bits_per_weight(read_info(path)) == pytest.approx(4.5)

@@ -13,7 +13,8 @@ from scipy import stats
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig, generate
-from engine.sampling import SamplingParams, probabilities
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 
 pytestmark = pytest.mark.real

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app.cli import main as cli_main
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.generator import GenerationConfig
@@ -101,7 +101,7 @@ def run_one(pair: Pair, prompt, config: GenerationConfig, drafter: str, policy_n
 def caches_consistent(pair: Pair) -> None:
     """Every session's token list is exactly what its backend's cache holds, in order."""
     assert pair.target.tokens == pair.target.backend.cache
-    draft = pair._drafters.get("draft")
+    draft = pair.registry.get("draft")
     if draft is not None:
         assert draft.session.tokens == draft.session.backend.cache
 
@@ -233,7 +233,7 @@ def test_cli_settings_and_inputs_end_in_an_answer_or_one_error_line(gguf_pair, a
     out, err = io.StringIO(), io.StringIO()
     # The CLI's load as it is (file, compatibility and budget checks on the tiny GGUFs), with
     # fake models in place of llama.cpp's.
-    with mock.patch.object(llama_backend, "load", fake_loader), \
+    with mock.patch.object(llama, "load", fake_loader), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = cli_main(argv)

@@ -9,7 +9,8 @@ import engine.round
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.control.policy import Decision, FixedGamma
 from engine.round import Rounds, run_round
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 from tests.fakes import FakeBackend
 

@@ -14,11 +14,12 @@ from app.cli import main
 from engine.backend import ModelConfig
 from engine.events import DoneEvent, TokenEvent
 from engine.generator import GenerationConfig, generate
-from engine.llama_backend import load
+from engine.llama.backend import load
 from loading.load import load_pair
 from engine.rpc import WorkerError
 from engine.tools.exactness.greedy import check_near_tie
-from engine.sampling import SamplingParams, probabilities
+from engine.sampling import SamplingParams
+from engine.transform import probabilities
 from engine.session import Session
 from models.rpc_server import WorkerBuildError, find_rpc_server
 from tests.realmodels import embedded_pair
@@ -113,8 +114,8 @@ def test_a_killed_worker_ends_the_request_with_an_error_naming_it(tmp_path):
                 for ev in events:
                     if isinstance(ev, TokenEvent):
                         lab.kill_worker(0)
-            # This process, the pair's lock and the local draft are still usable.
-            assert os.getpid() > 0 and not pair.lock.locked()
+            # This process and the local draft are still usable.
+            assert os.getpid() > 0
             assert pair.draft_backend.decode(pair.draft_backend.tokenize("x"), 0, [0]).shape[0] == 1
             with pytest.raises(WorkerError, match=f"lost RPC worker {lab.direct[0]}"):
                 list(pair.generate(PROMPT, config, drafter="plain"))

@@ -6,7 +6,10 @@ import pytest
 
 from engine.errors import SettingsError
 from engine.dist import Dist
-from engine.sampling import Rng, Rows, SamplingParams, probabilities, top_probability
+from engine.confidence import top_probability
+from engine.rng import Rng
+from engine.sampling import SamplingParams
+from engine.transform import Rows, probabilities
 
 LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float32))
 

@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
+from app.runtime.holder import PairHolder
 from app.runtime.queue import GenerationQueue, QueueFullError
+from engine.events import DoneEvent
+from engine.generator import GenerationConfig
+from engine.pair import Pair
+from engine.sampling import SamplingParams
+from tests.fakes import FakeBackend
 
 
 def test_one_runs_the_next_waits_and_more_are_refused():
@@ -57,3 +64,67 @@ def test_no_waiting_places_still_runs_one():
 def test_a_negative_limit_is_refused():
     with pytest.raises(ValueError):
         GenerationQueue(-1)
+
+
+class Overlap(FakeBackend):
+    """A backend that notices two decodes at once (what a second generation on the same llama.cpp
+    context would do) and sleeps in each, so that overlapping callers would meet."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.busy = threading.Lock()
+        self.overlaps = 0
+
+    def decode(self, tokens, pos, rows):
+        if not self.busy.acquire(blocking=False):
+            self.overlaps += 1
+            self.busy.acquire()
+        try:
+            time.sleep(0.002)
+            return super().decode(tokens, pos, rows)
+        finally:
+            self.busy.release()
+
+
+def test_the_queue_is_the_one_lock_generations_take():
+    target = Overlap(eog=59)
+    holder = PairHolder(Pair(target, FakeBackend(eog=59, noise=1.0)),
+                        queue=GenerationQueue(max_waiting=8))
+    config = GenerationConfig(params=SamplingParams(), gamma=3, max_tokens=12)
+    texts: list[str] = []
+
+    def answer(i: int) -> None:
+        with holder.queue.slot():
+            done = [e for e in holder.pair.generate(f"prompt {i}", config) if isinstance(e, DoneEvent)]
+            texts.append(done[0].text)
+
+    threads = [threading.Thread(target=answer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Four generations on one pair, none interleaved with another, and the pair has no lock of
+    # its own to take.
+    assert len(texts) == 4 and target.overlaps == 0
+    assert not hasattr(holder.pair, "lock")
+
+
+def test_the_holder_replaces_the_pair_only_between_generations():
+    holder = PairHolder(Pair(FakeBackend(eog=59)), queue=GenerationQueue(max_waiting=0))
+    old = holder.pair
+    ticket = holder.queue.join()
+    swapped = threading.Event()
+
+    def replace() -> None:
+        # Refused to no one: the holder waits its turn even when no waiting place is free.
+        holder.replace(Pair(FakeBackend(eog=59)))
+        swapped.set()
+
+    t = threading.Thread(target=replace)
+    t.start()
+    assert not swapped.wait(0.2) and holder.pair is old
+    with pytest.raises(QueueFullError):
+        holder.queue.join()
+    holder.queue.leave(ticket)
+    t.join(5)
+    assert swapped.is_set() and holder.pair is not old

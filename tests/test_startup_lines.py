@@ -1,5 +1,5 @@
 """Start-up lines reach the terminal while the models load. A model load leaves the process's
-stdout and stderr where they are (engine/llama_backend.py: llama-cpp-python's quiet mode used to
+stdout and stderr where they are (engine/llama/backend.py: llama-cpp-python's quiet mode used to
 point them at /dev/null, losing what other threads printed meanwhile), and `tandem ui` and
 `tandem ui --api`, started as a new user would with stdout a pipe, print their URL lines while
 the models are still loading."""
@@ -26,7 +26,9 @@ LINES_TIMEOUT_S = 180
 PRINT_WHILE_LOADING = """
 import sys, threading, time
 from engine.backend import ModelConfig
-from engine.llama_backend import LlamaBackend
+from engine.llama.backend import LlamaBackend
+from engine.llama.quiet import quiet_llama
+quiet_llama()
 loads = [threading.Thread(target=lambda: LlamaBackend(ModelConfig(sys.argv[1], n_ctx=256,
                                                                   n_threads=1)).close())
          for _ in range(2)]

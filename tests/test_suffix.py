@@ -17,7 +17,8 @@ from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig, generate
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 from tests.exact_law import TableFake, VirtualClock, exact_law, target_law, total_variation
 

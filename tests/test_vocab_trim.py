@@ -17,6 +17,8 @@ from engine.errors import ModelFileError, SettingsError
 from engine.tools.exactness.check import ExactnessPlan, run_exactness
 from engine.session import Session
 from loading.derived.embeddings import EmbeddingTable
+from models.gguf_file import GGUFFile
+from models.gguf_info import read_info
 from loading.derived.vocab_trim import (SOURCE_KEY, corpus_files, derive_trimmed, has_letter,
                                         kept_ids, round_up, select_tokens, write_trimmed)
 from loading.options import LoadOptions
@@ -80,7 +82,7 @@ def test_the_trimmed_file_keeps_the_chosen_rows_and_remaps_special_ids(tmp_path)
     src, embd, head = source_file(tmp_path)
     ids = np.array([0, 1, 2, 5, 7, 30], dtype=np.int32)
     out = tmp_path / "trimmed.gguf"
-    write_trimmed(gguf.GGUFReader(str(src)), out, ids, "ab" * 32)
+    write_trimmed(GGUFFile(read_info(src)), out, ids, "ab" * 32)
     r = gguf.GGUFReader(str(out))
     assert r.fields["tokenizer.ggml.tokens"].contents() == [tokens(40)[i] for i in ids]
     assert len(r.fields["tokenizer.ggml.token_type"].contents()) == len(ids)
@@ -99,10 +101,10 @@ def test_quantized_rows_are_sliced_as_stored(tmp_path):
     src, embd, _ = source_file(tmp_path, output=False, qtype=gguf.GGMLQuantizationType.Q8_0)
     ids = np.array([1, 2, 9], dtype=np.int32)
     out = tmp_path / "trimmed.gguf"
-    write_trimmed(gguf.GGUFReader(str(src)), out, ids, "0" * 64)
-    rows = EmbeddingTable(out).rows([0, 1, 2])
+    write_trimmed(GGUFFile(read_info(src)), out, ids, "0" * 64)
+    rows = EmbeddingTable(read_info(out)).rows([0, 1, 2])
     np.testing.assert_allclose(rows, embd[ids], atol=0.05)
-    table = EmbeddingTable(src)
+    table = EmbeddingTable(read_info(src))
     assert (table.n_vocab, table.n_embd) == (40, N_EMBD)
     np.testing.assert_array_equal(table.rows([9]), rows[2:])
 

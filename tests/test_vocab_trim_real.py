@@ -9,7 +9,7 @@ from engine.backend import ModelConfig
 from engine.trimmed_backend import TrimmedBackend
 from engine.events import DoneEvent
 from engine.generator import GenerationConfig
-from engine.llama_backend import load
+from engine.llama.backend import load
 from engine.control.policy import FixedGamma
 from engine.sampling import SamplingParams
 from loading.derived.embeddings import load_trimmed
@@ -17,6 +17,7 @@ from loading.derived.quantized import derive_quantized
 from loading.derived.vocab_trim import derive_trimmed, kept_ids
 from loading.options import LoadOptions
 from loading.load import load_pair
+from models.gguf_info import read_info
 
 pytestmark = pytest.mark.real
 
@@ -39,7 +40,7 @@ def test_trimmed_logits_equal_the_full_drafts_at_every_kept_token(embedded_paths
         want = full.decode(context, 0, rows)
     finally:
         full.close()
-    trimmed = load_trimmed(source, path, load(ModelConfig(str(path), n_ctx=256, n_threads=2)))
+    trimmed = load_trimmed(read_info(source), path, load(ModelConfig(str(path), n_ctx=256, n_threads=2)))
     try:
         # Inputs the head no longer has (the accented French) are still read, as embeddings.
         assert not np.isin(context, ids).all()

@@ -12,7 +12,8 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.events import DoneEvent, RoundEvent
 from engine.generator import GenerationConfig, generate
 from engine.control.policy import FixedGamma
-from engine.sampling import Rng, SamplingParams
+from engine.rng import Rng
+from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
 from engine.widths import padded_width

@@ -10,7 +10,7 @@ import pytest
 
 from app.ui import wizard
 from app.runtime.holder import READY, PairHolder
-from engine import llama_backend
+from engine.llama import quantize as llama_quantize
 from engine.backend import ModelConfig
 from tests import fakestores
 from tests.fakes import FakeBackend
@@ -45,7 +45,7 @@ def test_the_models_tab_lists_pairs_and_loads_found_models_by_name(machine):
 
     holder = PairHolder(loader=loader)
     copy = lambda src, dst, kind: shutil.copyfile(src, dst)  # noqa: E731 - requantizing stand-in
-    with mock.patch.object(llama_backend, "quantize", copy):
+    with mock.patch.object(llama_quantize, "quantize", copy):
         notes = list(wizard.load_pair(holder, "", BIG, "", "tiny", 256))
     assert "Loaded" in notes[-1], notes
     assert holder.status.state == READY and (holder.status.target, holder.status.draft) == (BIG, SMALL)

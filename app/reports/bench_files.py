@@ -1,5 +1,11 @@
 """Raw benchmark data on disk: every run as JSON (with the summary and the run context) and as
-one CSV row per run (list-valued fields joined with spaces)."""
+one CSV row per run (list-valued fields joined with spaces).
+
+Raw runs live in the user's cache, never beside the report: a report folder (the repository's
+docs/results/latest/ among them) keeps the Markdown tables and the plots, and
+`runs_dir(report folder)` names where its runs are, under $TANDEM_HOME/runs (default
+~/.cache/tandem/runs).
+"""
 from __future__ import annotations
 
 import csv
@@ -10,6 +16,22 @@ from typing import Sequence
 
 from engine.tools.benchmark.aggregate import Summary
 from engine.tools.benchmark.records import RunRecord
+from models.tandem_store import tandem_home
+
+
+def runs_dir(report: Path) -> Path:
+    """Where the raw runs of the report folder `report` live (created), named after its full
+    path, so a report and its runs are found from each other."""
+    name = "-".join(Path(report).resolve().parts[1:]) or "root"
+    path = tandem_home() / "runs" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def runs_file(report_or_file: str | Path) -> Path:
+    """A bench's runs.json: the file itself, or the runs of a report folder (`runs_dir`)."""
+    path = Path(report_or_file)
+    return runs_dir(path) / "runs.json" if path.is_dir() else path
 
 
 def write_json(path: Path, records: Sequence[RunRecord], summary: Summary, context: dict) -> Path:

@@ -23,7 +23,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
     lines = ["# Tandem benchmark", ""]
-    for key in ("date", "command", "machine", "target", "draft", "suite", "plan", "wall_time"):
+    for key in ("date", "command", "machine", "target", "draft", "suite", "plan", "wall_time",
+                "raw_runs"):
         if key in context:
             lines.append(f"- **{key.replace('_', ' ')}**: `{context[key]}`"
                          if key == "command" else f"- **{key.replace('_', ' ')}**: {context[key]}")

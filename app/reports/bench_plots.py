@@ -34,6 +34,15 @@ def speedup_by_category(records: Sequence[RunRecord], path: Path) -> Path:
     return path
 
 
+def swept(summary: Summary) -> bool:
+    """Whether the run tried more than one gamma for some drafter, policy and sampling: else a
+    sweep plot would show single points, a figure with nothing to read."""
+    seen: dict[tuple, set[int]] = defaultdict(set)
+    for p in summary.sweep:
+        seen[(p.drafter, p.policy, p.sampling)].add(p.gamma)
+    return any(len(g) > 1 for g in seen.values())
+
+
 def gamma_sweep(summary: Summary, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     lines: dict[str, list] = defaultdict(list)

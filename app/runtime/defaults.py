@@ -9,9 +9,10 @@ from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
 from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 from loading.options import LoadOptions
+from models.offload import AUTO
 
 __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
-           "DEFAULT_POLICY", "DRAFTERS", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
+           "DEFAULT_POLICY", "DRAFTERS", "GPU_LAYERS", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
            "NEEDS_DRAFT_MODEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
@@ -38,6 +39,11 @@ LOOKUP_NGRAM = 3
 # (16 bytes each in memory, 4 on disk), least recently used first out.
 HISTORY = True
 HISTORY_TOKENS = 2_000_000
+
+# Layers on the GPU for target and draft when not given: "auto", the loading plan places them
+# (the draft whole first, then the target's layers, caches and buffers, a margin kept;
+# loading/plan.py). "all" or a number is taken as given.
+GPU_LAYERS = AUTO
 
 # What a load checks and derives when not given (LoadOptions' own defaults).
 LOAD = LoadOptions()

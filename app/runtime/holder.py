@@ -4,8 +4,8 @@ shown in the page when loading fails.
 
 Loading runs in a thread so the page comes up at once and shows progress instead of a browser
 spinner; a failed load leaves the holder in the "error" state with the one-line reason, which
-every tab shows instead of going dead. Swapping takes the old pair's lock first, so a pair is
-never closed under a running generation.
+every tab shows instead of going dead. Swapping (and closing) takes a turn in the generation
+queue first, never refused, so a pair is never closed under a running generation.
 """
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
-from loading.load import Loader, load_pair
+from loading.load import Announce, Loader, execute
+from loading.plan import plan_load
+from models.gguf_info import GGUFInfo
+from models.offload import OffloadPlan
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
 
@@ -61,8 +64,13 @@ class PairHolder:
     def __init__(self, pair: Pair | None = None, loader: Loader | None = None,
                  queue: GenerationQueue | None = None,
                  history_tokens: int | None = HISTORY_TOKENS,
+                 announce: Announce | None = None,
                  pairing: PairingUse | None = None) -> None:
         self.queue = queue or GenerationQueue()
+        # Where the loaded pair's layers went (models/offload.py), for the header and the API;
+        # `announce` hears each load's plan too (`tandem ui` prints its line).
+        self.offload: OffloadPlan | None = None
+        self._announce = announce
         # The history of past requests for the loaded target's vocabulary (loading/history.py),
         # made at each load; `history_tokens` None turns it off (--no-history).
         self.history_tokens = history_tokens
@@ -123,7 +131,10 @@ class PairHolder:
 
         try:
             options, use = for_load(target, draft, options)
-            pair = load_pair(target, draft, options, loader=self._loader, progress=staged)
+            plan = plan_load(target, draft, options)
+            if self._announce is not None:
+                self._announce(plan)
+            pair = execute(plan, loader=self._loader, progress=staged)
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
             if self._pair is not None:
@@ -134,7 +145,8 @@ class PairHolder:
                 self.status = LoadStatus(state=ERROR, message=message, target=names[0], draft=names[1])
             return message
         self.replace(pair)
-        self.history = self._history_store(target)
+        self.offload = plan.offload
+        self.history = self._history_store(plan.target_info)
         self.pairing = use
         self._names = names
         self.status.step = len(steps)
@@ -179,20 +191,17 @@ class PairHolder:
     def replace(self, pair: Pair) -> None:
         old = self._pair
         if old is not None:
-            with old.lock:
+            # After the running generation and those waiting before this: none runs on it then.
+            with self.queue.slot(always=True):
                 self._pair = pair
             old.close()
         else:
             self._pair = pair
 
-    def _history_store(self, target: ModelConfig) -> HistoryStore | None:
+    def _history_store(self, target: GGUFInfo) -> HistoryStore | None:
         if not self.history_tokens:
             return None
-        try:
-            return HistoryStore.for_model(target.path, self.history_tokens)
-        except (TandemError, OSError):
-            # A target whose vocabulary cannot be read has no history to key; it runs without.
-            return None
+        return HistoryStore.for_model(target, self.history_tokens)
 
     def history_for(self, owner: str = LOCAL) -> History | None:
         """Owner's history of past requests, None when history is off."""
@@ -206,7 +215,8 @@ class PairHolder:
 
     def close(self) -> None:
         if self._pair is not None:
-            with self._pair.lock:
+            with self.queue.slot(always=True):
                 self._pair.close()
             self._pair = None
+        self.offload = None
         self.status = LoadStatus()

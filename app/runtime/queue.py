@@ -1,8 +1,10 @@
 """The one generation queue: one generation runs on the pair at a time, up to `max_waiting`
 more wait in arrival order, and any more are refused at once (the API answers 503).
 
-The API and the Gradio app take their turns from the same queue, so the 503 count and the
-order are right whoever sent the request. Waiting is done in short timed steps so an async
+It is the one lock of generations: the pair takes none of its own (engine/pair.py), and the
+page's events are not limited by Gradio. The API and the Gradio app take their turns from the
+same queue, so the 503 count and the order are right whoever sent the request; the holder
+takes a turn too to replace or close the pair, so no generation runs on a closed one. Waiting is done in short timed steps so an async
 caller can give up (its client disconnected) between steps.
 """
 from __future__ import annotations
@@ -42,11 +44,12 @@ class GenerationQueue:
         # How long the last generation held the slot: the basis of the Retry-After hint.
         self._last_hold_s = 0.0
 
-    def join(self) -> int:
+    def join(self, always: bool = False) -> int:
         """A ticket: the slot at once when it is free, else a waiting place; QueueFullError when
-        every place is taken."""
+        every place is taken, unless `always` (the holder replacing or closing the pair waits
+        its turn like a generation, and is never refused)."""
         with self._cond:
-            if (self.max_waiting is not None and self._running is not None
+            if (not always and self.max_waiting is not None and self._running is not None
                     and len(self._waiting) >= self.max_waiting):
                 ahead = 1 + len(self._waiting)
                 hint = math.ceil(max(self._last_hold_s, self._running_s()) * ahead)
@@ -75,9 +78,9 @@ class GenerationQueue:
             self._promote()
 
     @contextmanager
-    def slot(self) -> Iterator[None]:
+    def slot(self, always: bool = False) -> Iterator[None]:
         """Hold the slot for the body (blocking until it is this caller's turn)."""
-        ticket = self.join()
+        ticket = self.join(always)
         try:
             self.wait(ticket)
             yield

@@ -17,9 +17,8 @@ from engine.staleness import StaleDraftEvent
 from engine.tools.tuning.candidates import Candidate
 from loading.derived.early_exit import default_layers
 from loading.derived.files import file_sha256
-from loading.derived.quantized import resolve as resolve_quant
 from loading.options import LoadOptions
-from models.gguf_info import read_info
+from loading.plan import LoadPlan
 from models.tuned import PairingRecord, PairKey, find, stale_for
 
 
@@ -129,17 +128,18 @@ def _measured(c) -> str:
     return f"{c.speedup_median:.2f}x measured"
 
 
-def running_name(drafter: str, options: LoadOptions, dcfg: ModelConfig | None,
-                 n_layer: int) -> str:
-    """The candidate name (engine/tools/tuning/candidates.py) of the configuration about to run."""
-    if drafter in NEEDS_DRAFT_MODEL and dcfg is not None:
-        quant = resolve_quant(options.draft_quant, read_info(dcfg.path), dcfg.n_gpu_layers) or "off"
+def running_name(drafter: str, plan: LoadPlan) -> str:
+    """The candidate name (engine/tools/tuning/candidates.py) of `drafter` on the load `plan`
+    (its derivations, decided from the headers it read)."""
+    if drafter in NEEDS_DRAFT_MODEL and plan.draft is not None:
+        quant = plan.draft_quant or "off"
+        vocab = "trim" if plan.trim_vocab else "full"
         if drafter == "hybrid":
             # Tuning measures hybrid on the draft as given only.
-            return "hybrid" if quant == "off" and options.draft_vocab == "full" else ""
-        return Candidate("draft", draft_quant=quant, draft_vocab=options.draft_vocab).name
+            return "hybrid" if quant == "off" and vocab == "full" else ""
+        return Candidate("draft", draft_quant=quant, draft_vocab=vocab).name
     if drafter == "early-exit":
-        layers = options.early_exit_layers or default_layers(n_layer)
+        layers = plan.early_exit_layers or default_layers(plan.target_info.n_layer)
         return Candidate("early-exit", early_exit_layers=layers).name
     return drafter
 

@@ -172,7 +172,9 @@ class Routes:
         return JSONResponse({"object": "list", "data": [
             {"id": model_id(pair.target.backend.name), "object": "model", "created": 0,
              "owned_by": "tandem", "pair": {"target": pair.target.backend.name, "draft": draft},
-             "drafters": list(offer.drafters), "default_drafter": offer.drafter}]})
+             "drafters": list(offer.drafters), "default_drafter": offer.drafter,
+             "offload": (self.holder.offload.as_dict() if self.holder.offload is not None
+                         else None)}]})
 
     async def chat_completions(self, request: Request) -> Response:
         return await self.generation(request, parse_chat)

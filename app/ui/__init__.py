@@ -2,9 +2,9 @@
 
 `build_app(holder)` builds the Blocks without launching; `page_mounter` hands app/serve/server.py
 `launch(...)` what puts it on its app, behind the same guard as the API.
-Every generation shares one queue slot (concurrency id "generation", limit 1), so a second
-user waits in the queue instead of competing for the cores; `pair.lock` guards the llama.cpp
-contexts underneath in any case.
+Every generation takes its turn in the holder's queue (app/runtime/queue.py, shared with the
+API), so a second user waits there instead of competing for the cores; Gradio does not limit
+those events itself.
 """
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def status_banner(holder: PairHolder) -> str:
                 f'Models tab, or restart with <code>tandem ui --target PATH --draft PATH</code>.</span></div>')
     if s.state == READY:
         extra = f" · the last load failed: {html.escape(s.error)}" if s.error else ""
+        if holder.offload is not None:
+            extra += f'<br><span id="tandem-offload">{html.escape(holder.offload.line())}</span>'
         return (f'<div id="tandem-status" data-state="ready" style="font-size:.85em;opacity:.85">'
                 f'target <b>{html.escape(s.target)}</b> · draft <b>{html.escape(s.draft)}</b> · '
                 f'{html.escape(s.message)}{extra}</div>')

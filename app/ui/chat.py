@@ -170,10 +170,11 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
 
     inputs = [message, chatbot, *widgets, remember]
     outputs = [chatbot, tokens, panel, stats, message]
-    send.click(on_send, inputs, outputs, api_name="chat", concurrency_id="generation",
-               concurrency_limit=1, show_progress="hidden")
-    message.submit(on_send, inputs, outputs, api_visibility="private", concurrency_id="generation",
-                   concurrency_limit=1, show_progress="hidden")
+    # Not limited by Gradio: answers take their turns in the holder's queue (app/runtime/queue.py).
+    send.click(on_send, inputs, outputs, api_name="chat", concurrency_limit=None,
+               show_progress="hidden")
+    message.submit(on_send, inputs, outputs, api_visibility="private", concurrency_limit=None,
+                   show_progress="hidden")
     stop.click(on_stop, None, None, api_name="stop", queue=False)
     forget.click(on_forget, None, None, api_visibility="private", queue=False)
     clear.click(lambda: ([], metrics.token_view([]), metrics.live_panel(None), None), None,

@@ -214,7 +214,7 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
         yield from compare(holder, flags, request.session_hash or "", prompt_text, spec, int(n))
 
     run.click(on_run, [prompt, repeats, *widgets], [left, right, summary, results], api_name="compare",
-              concurrency_id="generation", concurrency_limit=1, show_progress="hidden")
+              concurrency_limit=None, show_progress="hidden")
     def on_stop(request: gr.Request) -> None:
         flags.stop(request.session_hash or "")
 

@@ -23,9 +23,10 @@ from app.runtime.holder import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
 from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
-from loading import load as loading
-from models import budget, catalog, compat, disk_pairs, found, hub, machine, stores
-from models.store import store_dir
+from loading import devices, load as loading
+from models import (budget, catalog, compat, disk_pairs, found, hub, machine, offload,
+                    other_stores)
+from models.tandem_store import store_dir
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -40,11 +41,11 @@ class ModelChoice:
     def label(self) -> str:
         return f"{self.repo}/{self.file}" if self.repo else self.file
 
-    def located(self) -> stores.Located | None:
+    def located(self) -> other_stores.Located | None:
         """The model found on this machine that this choice names (not a path nor a hub file)."""
         if not self.file or self.repo or Path(self.file).expanduser().is_file():
             return None
-        item = stores.find(self.file)
+        item = other_stores.find(self.file)
         return item if item is not None and not item.problem else None
 
     def found_name(self) -> str:
@@ -158,10 +159,11 @@ class FoundList:
 def _fit_html(target: ModelChoice, draft: ModelChoice, n_ctx: int) -> tuple[str, bool]:
     tpath, dpath = target.local_path(), draft.local_path()
     if tpath is not None and dpath is not None:
-        report = budget.estimate_pair(tpath, dpath, n_ctx=n_ctx)
+        report, plan = offload.plan_pair(tpath, dpath, devices.detect(), n_ctx=n_ctx)
         verdict = {"fits": "fits", "fits with offload": "fits with GPU offload"}.get(report.verdict, "does not fit")
         advice = "".join(f"<li>{html.escape(s)}</li>" for s in report.suggestions)
         return (f"<p><b>Memory: {verdict}</b> (from the GGUF headers)</p>"
+                f"<p id='tandem-offload-plan'>GPU: {html.escape(plan.line())}</p>"
                 f"<pre style='font-size:.8em'>{html.escape(report.text())}</pre>"
                 + (f"<p>What to do instead:</p><ul>{advice}</ul>" if advice and not report.ok else ""), report.ok)
     sizes = [target.approx_size(), draft.approx_size()]

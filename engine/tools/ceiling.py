@@ -87,6 +87,5 @@ def measure(pair: Pair, max_gamma: int = 8) -> Ceiling:
     """Calibrate a loaded pair (its default drafter's models; lookup alone without a draft)
     and return its ceiling. Caches are left as they were."""
     drafter = pair.default_drafter if pair.default_drafter != PLAIN else "lookup"
-    with pair.lock:
-        cal = pair.calibration(drafter, max_gamma)
+    cal = pair.calibration(drafter, max_gamma)
     return ceiling(cal, max_gamma)

@@ -16,7 +16,9 @@ import gguf
 
 from engine.errors import ModelFileError, SettingsError
 from loading.derived.files import derive
-from loading.derived.gguf_copy import open_gguf, write_copy
+from loading.derived.gguf_copy import kept, write_copy
+from models.gguf_file import GGUFFile
+from models.gguf_info import GGUFInfo, read_info
 
 # Measured on the embedded 1.5B (28 layers): the first third to half of the layers agree with
 # the full model's greedy token only 2-15% of the time, three quarters about 35-40%.
@@ -30,50 +32,42 @@ def default_layers(n_layer: int) -> int:
     return max(1, min(n_layer - 1, round(n_layer * DEFAULT_FRACTION)))
 
 
-def _field_value(reader: gguf.GGUFReader, key: str):
-    field = reader.fields.get(key)
-    return None if field is None else field.contents()
-
-
 def block_count(path: Path) -> int:
-    reader = gguf.GGUFReader(str(path))
-    arch = _field_value(reader, gguf.Keys.General.ARCHITECTURE)
-    n = _field_value(reader, f"{arch}.block_count")
-    if n is None:
-        raise ModelFileError(f"{Path(path).name} has no {arch}.block_count")
-    return int(n)
+    info = read_info(path)
+    if not info.n_layer:
+        raise ModelFileError(f"{Path(path).name} has no {info.architecture}.block_count")
+    return info.n_layer
 
 
 def tag(layers: int) -> str:
     return f"early-exit-{layers}"
 
 
-def _write(reader: gguf.GGUFReader, out: Path, layers: int, sha: str) -> None:
-    arch = str(_field_value(reader, gguf.Keys.General.ARCHITECTURE))
-    name = _field_value(reader, gguf.Keys.General.NAME) or Path(out).stem
-    changed = {f"{arch}.block_count": layers,
-               gguf.Keys.General.NAME: f"{name} (early exit {layers} layers)"}
-    kept = [(t, t.data) for t in reader.tensors
-            if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
-    write_copy(reader, out, lambda key, value: changed.get(key, value),
+def _write(source: GGUFFile, out: Path, layers: int, sha: str) -> None:
+    info = source.info
+    changed = {f"{info.architecture}.block_count": layers,
+               gguf.Keys.General.NAME: f"{info.name} (early exit {layers} layers)"}
+    tensors = [kept(t, source) for t in info.tensors
+               if not (m := _BLOCK.match(t.name)) or int(m.group(1)) < layers]
+    write_copy(source, out, changed,
                [(SOURCE_KEY, sha, gguf.GGUFValueType.STRING, None),
-                (LAYERS_KEY, layers, gguf.GGUFValueType.UINT32, None)], kept)
+                (LAYERS_KEY, layers, gguf.GGUFValueType.UINT32, None)], tensors)
 
 
-def derive_early_exit(target: str | Path, layers: int) -> Path:
-    """Path of the k-layer early-exit GGUF of `target`, building it unless a current one exists."""
+def derive_early_exit(target: str | Path, layers: int, info: GGUFInfo | None = None) -> Path:
+    """Path of the k-layer early-exit GGUF of `target`, building it unless a current one exists;
+    `info` is target's header when the caller has read it (else it is read when building)."""
     if layers < 1:
         raise SettingsError(f"early-exit layers must be >= 1, got {layers}")
 
     def prepare(target: Path, sha: str) -> Callable[[Path], None]:
-        reader = open_gguf(target)
-        arch = _field_value(reader, gguf.Keys.General.ARCHITECTURE)
-        total = _field_value(reader, f"{arch}.block_count")
-        if total is None:
-            raise ModelFileError(f"{target.name} has no {arch}.block_count")
-        if layers >= int(total):
-            raise SettingsError(f"early-exit layers must be between 1 and {int(total) - 1} "
+        header = info if info is not None and info.path.resolve() == target.resolve() else read_info(target)
+        if not header.n_layer:
+            raise ModelFileError(f"{target.name} has no {header.architecture}.block_count")
+        if layers >= header.n_layer:
+            raise SettingsError(f"early-exit layers must be between 1 and {header.n_layer - 1} "
                                 f"for {target.name}, got {layers}")
-        return lambda tmp: _write(reader, tmp, layers, sha)
+        source = GGUFFile(header)
+        return lambda tmp: _write(source, tmp, layers, sha)
 
     return derive(target, tag(layers), prepare)

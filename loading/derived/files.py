@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ModelFileError, store_write_error
-from models.store import sha256_of, store_dir, writable_dir, write_atomically
+from models.tandem_store import sha256_of, store_dir, writable_dir, write_atomically
 
 # prepare(source, sha) checks the source and returns the function that writes the derived file
 # to a given path; it runs only when no current file exists.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from engine import llama_backend
+from engine.llama import quantize as llama_quantize
 from engine.errors import ModelFileError, SettingsError
 from loading.derived.files import derive
 from models.gguf_info import GGUFInfo
@@ -58,5 +58,5 @@ def resolve(choice: str, model: GGUFInfo, gpu_layers: int) -> str | None:
 def derive_quantized(source: str | Path, kind: str, quantizer: Quantizer | None = None) -> Path:
     """Path of `source` requantized to `kind`, building it unless a current one exists."""
     # Looked up at the call, so a test can stand in for llama.cpp's quantizer.
-    quantize = quantizer or llama_backend.quantize
+    quantize = quantizer or llama_quantize.quantize
     return derive(source, kind, lambda src, sha: lambda tmp: quantize(src, tmp, kind))

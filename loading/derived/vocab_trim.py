@@ -23,16 +23,18 @@ from __future__ import annotations
 import re
 import sysconfig
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import gguf
 import numpy as np
 import numpy.typing as npt
 
-from engine import llama_backend
+from engine.llama import backend as llama
 from engine.errors import ModelFileError, SettingsError
 from loading.derived.files import derive
-from loading.derived.gguf_copy import DROP, open_gguf, write_copy
+from loading.derived.gguf_copy import DROP, kept, write_copy
+from models.gguf_file import GGUFFile
+from models.gguf_info import GGUFInfo, read_info
 
 I32 = npt.NDArray[np.int32]
 
@@ -81,25 +83,20 @@ def round_up(ids: I32, n_vocab: int, multiple: int = ROW_MULTIPLE) -> I32:
     return np.union1d(ids, missing[:extra]).astype(np.int32)
 
 
-def _token_types(reader: gguf.GGUFReader) -> np.ndarray | None:
-    field = reader.fields.get("tokenizer.ggml.token_type")
-    return None if field is None else np.asarray(field.contents(), dtype=np.int64)
-
-
-def write_trimmed(reader: gguf.GGUFReader, out: Path, ids: I32, sha: str) -> None:
-    """Write `reader`'s model with only the vocabulary entries and head rows in `ids`."""
+def write_trimmed(source: GGUFFile, out: Path, ids: I32, sha: str) -> None:
+    """Write `source`'s model with only the vocabulary entries and head rows in `ids`."""
     index = {int(t): i for i, t in enumerate(ids)}
-
-    def edit(key: str, value):
-        if key in _VOCAB_ARRAYS:
-            return [value[int(t)] for t in ids]
+    changed: dict[str, Any] = {}
+    for key in _VOCAB_ARRAYS:
+        if key in source.info.fields:
+            values = source.value(key)
+            changed[key] = [values[int(t)] for t in ids]
+    for key, value in source.info.metadata.items():
         if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"):
-            return index.get(int(value), DROP)
-        return value
-
-    tensors = [(t, np.ascontiguousarray(t.data[ids]) if t.name in _ROW_TENSORS else t.data)
-               for t in reader.tensors]
-    write_copy(reader, out, edit,
+            changed[key] = index.get(int(value), DROP)
+    tensors = [(t, (t.shape[0], len(ids)), source.rows(t)[ids]) if t.name in _ROW_TENSORS
+               else kept(t, source) for t in source.info.tensors]
+    write_copy(source, out, changed,
                [(SOURCE_KEY, sha, gguf.GGUFValueType.STRING, None),
                 (IDS_KEY, [int(t) for t in ids], gguf.GGUFValueType.ARRAY,
                  gguf.GGUFValueType.UINT32)], tensors)
@@ -107,10 +104,10 @@ def write_trimmed(reader: gguf.GGUFReader, out: Path, ids: I32, sha: str) -> Non
 
 def kept_ids(path: str | Path) -> I32:
     """The source ids a trimmed GGUF keeps, in its own id order."""
-    field = gguf.GGUFReader(str(path)).fields.get(IDS_KEY)
-    if field is None:
+    ids = GGUFFile(read_info(path)).value(IDS_KEY)
+    if ids is None:
         raise ModelFileError(f"{Path(path).name} is not a vocabulary-trimmed draft")
-    return np.asarray(field.contents(), dtype=np.int32)
+    return np.asarray(ids, dtype=np.int32)
 
 
 def tag(rank_keep: int) -> str:
@@ -118,7 +115,7 @@ def tag(rank_keep: int) -> str:
 
 
 def _llama_selection(source: Path, rank_keep: int) -> I32:
-    vocab = llama_backend.Vocabulary(source)
+    vocab = llama.Vocabulary(source)
     try:
         corpus = (t for f in corpus_files() for t in vocab.tokenize(f.read_bytes()))
         return select_tokens(vocab.n_vocab, vocab.piece, vocab.is_control, corpus, rank_keep)
@@ -127,22 +124,26 @@ def _llama_selection(source: Path, rank_keep: int) -> I32:
 
 
 def derive_trimmed(source: str | Path, rank_keep: int = DEFAULT_RANK_KEEP,
-                   selection: Callable[[Path, int], I32] | None = None) -> Path:
-    """Path of `source` with a trimmed vocabulary, building it unless a current one exists."""
+                   selection: Callable[[Path, int], I32] | None = None,
+                   info: GGUFInfo | None = None) -> Path:
+    """Path of `source` with a trimmed vocabulary, building it unless a current one exists;
+    `info` is the source's header when the caller has read it (else it is read when building)."""
 
     def prepare(source: Path, sha: str) -> Callable[[Path], None]:
-        reader = open_gguf(source)
-        names = {t.name for t in reader.tensors}
-        if "token_embd.weight" not in names:
+        header = (info if info is not None and info.path.resolve() == source.resolve()
+                  else read_info(source))
+        if not any(t.name == "token_embd.weight" for t in header.tensors):
             raise ModelFileError(f"{source.name} has no token_embd.weight to trim")
         ids = (selection or _llama_selection)(source, rank_keep)
-        types = _token_types(reader)
-        if types is not None:
+        if header.token_types:
             # Whatever the selection said, the tokenizer's own special tokens stay.
             kinds = [int(k) for k in (gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL,
                                       gguf.TokenType.USER_DEFINED, gguf.TokenType.BYTE)]
+            types = np.asarray(header.token_types, dtype=np.int64)
             ids = np.union1d(ids, np.flatnonzero(np.isin(types, kinds))).astype(np.int32)
-        ids = round_up(ids, len(types) if types is not None else int(ids.max()) + 1)
-        return lambda tmp: write_trimmed(reader, tmp, ids, sha)
+        ids = round_up(ids, len(header.token_types) if header.token_types
+                       else int(ids.max()) + 1)
+        source_file = GGUFFile(header)
+        return lambda tmp: write_trimmed(source_file, tmp, ids, sha)
 
     return derive(source, tag(rank_keep), prepare)

@@ -117,8 +117,7 @@ def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecCo
     # Calibration first (the adaptive policy reads it, and every speculative run pads its
     # batches by it): it touches the caches.
     if config:
-        with pair.lock:
-            pair.calibration(config.drafter, config.gamma)
+        pair.calibration(config.drafter, config.gamma)
     policy = (pair.make_policy(config.policy, config.drafter, config.gamma, config.opening)
               if config else None)
     cold_start(pair)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from engine.acceptance import I32, RowsLike, Verdict, greedy_verify, one_hot_verify, residual
 from engine.dist import Dist
-from engine.sampling import Rng
+from engine.rng import Rng
 
 
 def _tv(a: Dist, b: Dist) -> float:

@@ -32,7 +32,7 @@ from huggingface_hub import scan_cache_dir
 from huggingface_hub.errors import CacheNotFound
 
 from engine.errors import ModelFileError
-from models.store import store_path
+from models.tandem_store import store_path
 
 HF, LMSTUDIO, OLLAMA, LLAMA_CPP, FOLDER, TANDEM = "hf", "lmstudio", "ollama", "llama.cpp", "folder", "tandem"
 # How each source is called in lists (CLI, app).

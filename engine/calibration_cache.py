@@ -1,0 +1,75 @@
+"""A pair's calibrations: the costs measured for each drafter (engine/control/costs.py), made
+once per drafter on first use and remeasured only for a wider gamma.
+
+A calibration decodes a short fixed text after what the caches hold and leaves them as they
+were; a cache too full for it starts over (the next generation re-decodes its prompt).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from engine.clock import Clock
+from engine.control.costs import Calibration, calibrate
+from engine.drafters.base import Drafter
+from engine.session import Session
+
+# Calibrations measure at least widths 1..9: enough to see which batch widths are worth padding to.
+PAD_CALIBRATION_GAMMA = 8
+
+# Calibration decodes this text when a cache is still empty.
+CALIBRATION_TEXT = "def add(a, b):\n    return a + b\n"
+
+
+def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[list[int], int]:
+    """The calibration's context and widest batch for a context of `n_ctx`: all of both when
+    they fit, else half the context (at least one token) and the widths the rest holds. The
+    controller extrapolates costs past the widths measured (engine/control/controller.py)."""
+    context = [int(t) for t in context]
+    if len(context) + widths <= n_ctx:
+        return context, widths
+    context = context[:max(1, min(len(context), n_ctx // 2))]
+    return context, max(1, min(widths, n_ctx - len(context)))
+
+
+class CalibrationCache:
+    """Calibrations by drafter name."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Calibration] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __getitem__(self, name: str) -> Calibration:
+        return self._by_name[name]
+
+    def __setitem__(self, name: str, calibration: Calibration) -> None:
+        self._by_name[name] = calibration
+
+    def __iter__(self):
+        return iter(self._by_name)
+
+    def forget(self, name: str) -> None:
+        self._by_name.pop(name, None)
+
+    def get(self, name: str, drafter: Drafter, target: Session, max_gamma: int, n_ctx: int,
+            context: Callable[[], list[int]], clock: Clock) -> Calibration:
+        """Measured costs for `drafter` (named `name`) up to `max_gamma`, cached; `context()`
+        gives the tokens of CALIBRATION_TEXT. The caller holds the pair's turn."""
+        max_gamma = max(max_gamma, PAD_CALIBRATION_GAMMA)
+        cached = self._by_name.get(name)
+        if cached is not None and len(cached.verify_ms) >= max_gamma + 1:
+            return cached
+        session = drafter.session
+        tokens, widths = calibration_plan(context(), max_gamma + 1, n_ctx)
+        if cached is not None and len(cached.verify_ms) >= widths:
+            return cached
+        for s in (target, session):
+            # Calibration decodes after what a cache holds; a cache too full for it starts
+            # over (the next generation re-decodes its prompt, nothing else changes).
+            if s is not None and s.n_past + widths + (0 if s.n_past else len(tokens)) > s.backend.n_ctx:
+                s.rollback(0)
+        result = calibrate(target, session, widths - 1, tokens, model_name=drafter.model_name,
+                           clock=clock, copy_name=drafter.copy_name)
+        self._by_name[name] = result
+        return result
