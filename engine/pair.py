@@ -69,15 +69,6 @@ class Pair:
     def default_drafter(self) -> str:
         return self.registry.default
 
-    @property
-    def preferred_drafter(self) -> str | None:
-        """A drafter chosen for this pair (a pairing record, `tandem tune`): the default."""
-        return self.registry.preferred
-
-    @preferred_drafter.setter
-    def preferred_drafter(self, name: str | None) -> None:
-        self.registry.preferred = name
-
     def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
         """Offer `drafter` as `name` (DrafterRegistry.add); its calibration starts over."""
         self.registry.add(name, drafter, backend)
