@@ -140,21 +140,11 @@ def cmd_overhead(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.overhead:
         return cmd_overhead(args)
-    # Matplotlib takes about 0.3 s to import: only the command that plots pays for it.
-    from app.reports import bench_plots
-
     suite = load_suite(args.suite or DEFAULT_SUITE)
     categories = [c for group in args.categories or [] for c in _csv(group)]
     per_cat = _pick(args, "prompts_per_category", BENCH_FULL, BENCH_QUICK)
     chosen = suite.select(categories or None, per_cat)
-    gammas = _numbers(_pick(args, "gammas", BENCH_FULL, BENCH_QUICK), int)
-    if args.configs:
-        configs = parse_configs(args.configs)
-        drafters = list(dict.fromkeys(c.drafter for c in configs))
-    else:
-        drafters = _csv(args.drafters)
-        policies = _csv(args.policies)
-        configs = [SpecConfig(d, g, pol) for d in drafters for pol in policies for g in gammas]
+    configs, drafters, sweep = _bench_configs(args)
     samplings = [SamplingParams(temperature=t, top_p=p)
                  for t in _numbers(args.temperatures, float)
                  for p in (_numbers(args.top_p, float) if t > 0 else [1.0])]
@@ -176,18 +166,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             records = run_benchmark(pair, plan, progress)
     finally:
         pair.close()
-    summary = summarize(records)
     words = ["bench"] + (["--suite", str(args.suite)] if args.suite else []) + [
-        "--categories", ",".join(chosen.categories)] + (
-        ["--configs", ",".join(c.item for c in configs)]
-        if args.configs else ["--drafter", ",".join(drafters), "--policies", ",".join(policies),
-                              "--gammas", ",".join(map(str, gammas))]) + [
+        "--categories", ",".join(chosen.categories)] + sweep + [
         "--temperatures", args.temperatures, "--top-p", args.top_p,
-        "--max-tokens", str(plan.max_tokens), "--prompts-per-category", str(per_cat or 0),
+        "--max-tokens", str(plan.max_tokens)] + (
+        ["--prompts-per-category", str(per_cat)] if per_cat is not None else []) + [
         "--seed", str(plan.seed)] + (
         ["--repeats", str(plan.repeats)] if plan.repeats > 1 else []) + _model_words(args)
-    if per_cat is None:
-        words[words.index("--prompts-per-category"):words.index("--prompts-per-category") + 2] = []
     context = {**run_context(command_line(words)), "target": tcfg.path,
                "draft": draft_words,
                "suite": f"{chosen.name} v{chosen.version} ({len(chosen.prompts)} prompts: "
@@ -198,6 +183,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        + (f"; {plan.repeats} runs of each, speedup of the medians"
                           if plan.repeats > 1 else ""),
                "wall_time": f"{time.perf_counter() - started:.0f} s"}
+    _write_bench(out, records, context)
+    return 0
+
+
+def _bench_configs(args: argparse.Namespace) -> tuple[list[SpecConfig], list[str], list[str]]:
+    """The configurations to measure, their drafters, and the options that name them in the
+    report's command line."""
+    if args.configs:
+        configs = parse_configs(args.configs)
+        return (configs, list(dict.fromkeys(c.drafter for c in configs)),
+                ["--configs", ",".join(c.item for c in configs)])
+    gammas = _numbers(_pick(args, "gammas", BENCH_FULL, BENCH_QUICK), int)
+    drafters, policies = _csv(args.drafters), _csv(args.policies)
+    configs = [SpecConfig(d, g, pol) for d in drafters for pol in policies for g in gammas]
+    return configs, drafters, ["--drafter", ",".join(drafters), "--policies", ",".join(policies),
+                               "--gammas", ",".join(map(str, gammas))]
+
+
+def _write_bench(out: Path, records: list, context: dict) -> None:
+    """The report, its plots, the runs as JSON and CSV, and the overall lines on stdout."""
+    # Matplotlib takes about 0.3 s to import: only the command that plots pays for it.
+    from app.reports import bench_plots
+
+    summary = summarize(records)
     out.mkdir(parents=True, exist_ok=True)
     # The report keeps tables and plots, one per figure; the raw runs go to the user's cache.
     raw = bench_files.runs_dir(out)
@@ -219,7 +228,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"latency-optimal gamma for {best.drafter} {best.policy}, {best.sampling}: "
               f"{best.latency_optimal_gamma} ({best.latency_optimal_speedup:.2f}x)")
     print(f"reports in {out}, raw runs in {raw}")
-    return 0
 
 
 def cmd_exactness(args: argparse.Namespace) -> int:
@@ -245,13 +253,8 @@ def cmd_exactness(args: argparse.Namespace) -> int:
                              settings=settings_named(args.settings),
                              greedy_tokens=_pick(args, "greedy_tokens", EXACT_FULL, EXACT_QUICK))
         n_greedy = _pick(args, "greedy_prompts", EXACT_FULL, EXACT_QUICK)
-        suite = load_suite(DEFAULT_SUITE)
-        # Round-robin over categories so a few prompts still cover several kinds of text.
-        by_cat = [suite.select([c]).prompts for c in suite.categories]
-        greedy_texts = [c[i].prompt for i in range(max(len(c) for c in by_cat)) for c in by_cat
-                        if i < len(c)][:n_greedy]
         prompt = pair.tokens_for(args.prompt)
-        greedy_prompts = [pair.tokens_for(t) for t in greedy_texts]
+        greedy_prompts = [pair.tokens_for(t) for t in _greedy_texts(n_greedy)]
 
         def policy():
             # Each answer gets a fresh policy, as each request does.
@@ -267,14 +270,8 @@ def cmd_exactness(args: argparse.Namespace) -> int:
                                    policy=policy, widths=widths)
     finally:
         pair.close()
-    words = ["exactness", "--samples", str(plan.samples), "--prompt", args.prompt,
-             "--drafter", name, "--policy", args.policy, "--gamma", str(plan.gamma),
-             "--first", str(plan.first), "--compare", str(args.compare), "--alpha", str(plan.alpha),
-             "--seed", str(plan.seed), "--control-tv", str(plan.control_tv),
-             "--settings", args.settings,
-             "--greedy-prompts", str(n_greedy),
-             "--greedy-tokens", str(plan.greedy_tokens)] + _model_words(args)
-    context = {**run_context(command_line(words)), "target": tcfg.path,
+    context = {**run_context(command_line(_exactness_words(args, name, plan, n_greedy))),
+               "target": tcfg.path,
                "draft": draft_words, "prompt": args.prompt, "drafter": name, "policy": args.policy,
                "wall_time": f"{time.perf_counter() - started:.0f} s"}
     written = exactness_report.write(report, context, out)
@@ -284,7 +281,31 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _greedy_texts(n: int) -> list[str]:
+    """`n` suite prompts, round-robin over categories so a few still cover several kinds of text."""
+    suite = load_suite(DEFAULT_SUITE)
+    by_cat = [suite.select([c]).prompts for c in suite.categories]
+    return [c[i].prompt for i in range(max(len(c) for c in by_cat)) for c in by_cat
+            if i < len(c)][:n]
+
+
+def _exactness_words(args: argparse.Namespace, name: str, plan, n_greedy: int) -> list[str]:
+    """The command line that repeats this exactness run, for its report."""
+    return ["exactness", "--samples", str(plan.samples), "--prompt", args.prompt,
+            "--drafter", name, "--policy", args.policy, "--gamma", str(plan.gamma),
+            "--first", str(plan.first), "--compare", str(args.compare), "--alpha", str(plan.alpha),
+            "--seed", str(plan.seed), "--control-tv", str(plan.control_tv),
+            "--settings", args.settings,
+            "--greedy-prompts", str(n_greedy),
+            "--greedy-tokens", str(plan.greedy_tokens)] + _model_words(args)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_bench(sub)
+    _register_exactness(sub)
+
+
+def _register_bench(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="benchmark speculative decoding against plain decoding")
     b.add_argument("--suite", help="prompt suite JSONL (default: assets/prompts/suite-v1.jsonl)")
     b.add_argument("--categories", nargs="+", help="categories to run (space or comma separated)")
@@ -328,6 +349,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(b)
     b.set_defaults(func=cmd_bench)
 
+
+def _register_exactness(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("exactness", help="check that speculative sampling matches target sampling")
     e.add_argument("--samples", type=int, help=f"samples per arm (default {EXACT_FULL['samples']}, "
                    f"quick {EXACT_QUICK['samples']})")

@@ -5,21 +5,24 @@ import argparse
 import json
 import os
 import sys
+from typing import Generator
 
 from app.bench_cli import register as register_bench
 from app.calibrate_cli import register as register_calibrate
 from app.history_cli import register as register_history
-from app.runtime.tuned import apply, expected_acceptance, lookup, running_name, stale_line
+from app.runtime.defaults import NEEDS_DRAFT_MODEL, PLAIN
+from app.runtime.request import RunSpec
+from app.runtime.run import generate, prompt_tokens
+from app.runtime.tuned import (PairingUse, expected_acceptance, for_command, lookup,
+                               running_name, stale_line)
 from app.serve_cli import register as register_serve
-from app.runtime.defaults import PLAIN
 from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
-                          drafter_name, generation_config, history_store, load_options,
-                          model_configs, policy_name, print_plan)
+                          history_store, load_options, model_configs, print_plan, request_spec)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
 from engine.errors import TandemError
-from engine.events import DoneEvent, TokenEvent
+from engine.events import DoneEvent, Event, TokenEvent
 from engine.llama.quiet import quiet_llama
 from engine.staleness import StaleDraftEvent, watch
 from loading.evidence import keep_evidence
@@ -29,61 +32,69 @@ from models.cli import register as register_models
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    tcfg, dcfg = model_configs(args, args.drafter)
-    use = lookup(tcfg, dcfg)
-    apply(args, use)
+    # The request is checked before anything loads; the pairing record may then choose for it.
+    spec = request_spec(args)
+    tcfg, dcfg = model_configs(args, spec.drafter if args.drafter is not None else None)
+    use = for_command(args, lookup(tcfg, dcfg))
     if use.applied:
-        tcfg, dcfg = model_configs(args, args.drafter)
+        spec = request_spec(args, use)
+        dcfg = dcfg if spec.drafter in NEEDS_DRAFT_MODEL else None
     for line in use.messages:
         print(line, file=sys.stderr)
-    config = generation_config(args)
-    drafter = drafter_name(args)
     # Each file's header is read once, by the plan, and handed to what needs it.
-    plan = plan_load(tcfg, dcfg, load_options(args, [drafter],
-                                              early_exit_layers=args.early_exit_layers))
+    plan = plan_load(tcfg, dcfg, use.load_options(load_options(
+        args, [spec.drafter], early_exit_layers=args.early_exit_layers)))
     print_plan(plan)
-    expected = expected_acceptance(use, running_name(drafter, plan))
+    expected = expected_acceptance(use, running_name(spec.drafter, plan))
     pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
     if use.key is not None:
         keep_evidence(pair, use.key)
     try:
-        # Refuse a prompt the context cannot hold before calibrating for it.
-        pair.prompt_tokens(args.prompt, raw=args.raw)
-        policy = (pair.make_policy(policy_name(args), drafter, config.gamma)
-                  if drafter != PLAIN else None)
-        done = None
-        stale = None
-        history = history_store(args, plan.target_info)
-        events = pair.generate(args.prompt, config, drafter=drafter, raw=args.raw, policy=policy,
-                               history=history.index() if history else None)
-        for ev in watch(events, expected if drafter != PLAIN else None):
-            if isinstance(ev, TokenEvent) and not args.json:
-                sys.stdout.write(ev.text)
-                sys.stdout.flush()
-            elif isinstance(ev, StaleDraftEvent):
-                stale = ev
-                if not args.json:
-                    print(f"\n{stale_line(ev)}", file=sys.stderr)
-            elif isinstance(ev, DoneEvent):
-                done = ev
+        # Tokenized and refused when the context cannot hold it, once, before calibrating.
+        tokens = prompt_tokens(pair, spec)
+        history = history_store(args, plan.target_info) if spec.history else None
+        events = generate(pair, spec, tokens, history.index() if history else None)
+        done, stale = _run(events, expected if spec.drafter != PLAIN else None, args.json)
         if history is not None:
             history.save()
     finally:
         pair.close()
+    _report(args, spec, use, done, stale)
+    return 0
+
+
+def _run(events: Generator[Event, None, None], expected: float | None,
+         quiet: bool) -> tuple[DoneEvent, StaleDraftEvent | None]:
+    """Print the answer as it comes (unless `quiet`) and any staleness warning."""
+    done = stale = None
+    for ev in watch(events, expected):
+        if isinstance(ev, TokenEvent) and not quiet:
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, StaleDraftEvent):
+            stale = ev
+            if not quiet:
+                print(f"\n{stale_line(ev)}", file=sys.stderr)
+        elif isinstance(ev, DoneEvent):
+            done = ev
     assert done is not None
+    return done, stale
+
+
+def _report(args: argparse.Namespace, spec: RunSpec, use: PairingUse, done: DoneEvent,
+            stale: StaleDraftEvent | None) -> None:
     if args.json:
         print(json.dumps({"text": done.text, "stats": done.stats.as_dict(),
-                          "pairing": use.record.key.id if use.applied else None,
+                          "pairing": use.record.key.id if use.applied and use.record else None,
                           "stale": stale_line(stale) if stale else None}, indent=2))
-    else:
-        s = done.stats
-        print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
-              f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms"
-              + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
-                 f", {s.drafter}/{policy_name(args)} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
-                 f" ({s.gammas.count(0)} plain rounds); {s.reason}"
-                 if s.mode == "speculative" else ""), file=sys.stderr)
-    return 0
+        return
+    s = done.stats
+    print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
+          f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms"
+          + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
+             f", {s.drafter}/{spec.policy} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
+             f" ({s.gammas.count(0)} plain rounds); {s.reason}"
+             if s.mode == "speculative" else ""), file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,8 @@ import argparse
 import os
 from pathlib import Path
 
-from app.runtime.tuned import apply, lookup
+from app.runtime.defaults import NEEDS_DRAFT_MODEL
+from app.runtime.tuned import for_command, lookup
 from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION, KEY_OPTION,
                               ORIGINS_ENV, ORIGINS_OPTION, Access, display_url, parse_hosts,
                               parse_origins)
@@ -36,22 +37,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     access = serve_access(args)
     queue = GenerationQueue(checked_max_queue(args.max_queue))
     tcfg, dcfg = model_configs(args)
-    use = lookup(tcfg, dcfg)
-    apply(args, use)
-    if use.applied:
-        tcfg, dcfg = model_configs(args, use.drafter)
+    use = for_command(args, lookup(tcfg, dcfg))
+    if use.drafter is not None and use.drafter not in NEEDS_DRAFT_MODEL:
+        dcfg = None
     for line in use.messages:
         print(line, flush=True)
-    options = (load_options(args, [use.drafter], early_exit_layers=args.early_exit_layers)
-               if use.applied else load_options(args))
-    plan = plan_load(tcfg, dcfg, options)
+    plan = plan_load(tcfg, dcfg, use.load_options(load_options(args)))
     print_plan(plan)
     pair = execute(plan, **draft_stops(args))
-    pair.preferred_drafter = use.drafter
     if use.key is not None:
         keep_evidence(pair, use.key)
+    # The record's drafter, policy and gamma are what requests that choose none run with.
     holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
-                        else args.history_tokens)
+                        else args.history_tokens, pairing=use)
     holder.offload = plan.offload
     holder.history = history_store(args, plan.target_info)
     return serve(holder, access)

@@ -7,15 +7,14 @@ from typing import Sequence
 
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
-from engine.generation_config import GenerationConfig
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
-                                  DEFAULT_MAX_TOKENS, DEFAULT_POLICY, DRAFTERS, GPU_LAYERS, HISTORY,
-                                  HISTORY_TOKENS, LOAD, LOOKUP_NGRAM,
-                                  NEEDS_DRAFT_MODEL, PLAIN, POLICIES, SAMPLING,
-                                  plain_alias)
+                                  DEFAULT_POLICY, DRAFTERS, GPU_LAYERS, HISTORY, HISTORY_TOKENS,
+                                  LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
+from app.runtime.ranges import BY_NAME, parse_text
+from app.runtime.request import Offer, RunSpec, resolve
+from app.runtime.tuned import PairingUse
 from engine.rpc import parse_endpoints
-from engine.sampling import SamplingParams
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.history import HistoryStore
 from loading.plan import LoadPlan
@@ -76,27 +75,27 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """The request's settings: not given (None) unless the command line says, and checked by
+    the table every front end uses (app/runtime/ranges.py), not by argparse."""
     g = p.add_argument_group("sampling")
-    g.add_argument("--gamma", type=int, default=None,
-                   help="tokens drafted per round: fixed gamma, heuristic start, adaptive maximum "
-                   f"(default {DEFAULT_GAMMA})")
-    g.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 is greedy")
-    g.add_argument("--top-k", type=int, default=SAMPLING.top_k)
-    g.add_argument("--top-p", type=float, default=SAMPLING.top_p)
-    g.add_argument("--min-p", type=float, default=SAMPLING.min_p)
-    g.add_argument("--seed", type=int, default=SAMPLING.seed)
-    g.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    g.add_argument("--gamma", type=parse_text, default=None,
+                   help="tokens drafted per round: fixed gamma, heuristic start, adaptive maximum; "
+                   f"0 is plain decoding (default {DEFAULT_GAMMA})")
+    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens"):
+        row = BY_NAME[name]
+        g.add_argument(row.cli_option, type=parse_text, default=None,
+                       help=f"{row.span()}, {row.meaning} (default {row.default})")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
 def add_speculation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculation")
-    g.add_argument("--drafter", choices=DRAFTERS, type=plain_alias, default=None,
+    g.add_argument("--drafter", metavar="{" + ",".join(DRAFTERS) + "}", default=None,
                    help="who drafts: the draft model, prompt lookup, suffix (the longer match in "
                    "the prompt or your past requests), hybrid (a copy from either, else the draft model), "
                    f"early-exit (the target's first layers), or {PLAIN} "
                    f"(default: {DEFAULT_DRAFTER}, or {PLAIN} with --draft none)")
-    g.add_argument("--policy", choices=POLICIES, default=None,
+    g.add_argument("--policy", metavar="{" + ",".join(POLICIES) + "}", default=None,
                    help=f"how many tokens to draft each round (default {DEFAULT_POLICY}; "
                    "'plain' never drafts: a control for benchmarks)")
     add_draft_stop_args(g)
@@ -156,16 +155,29 @@ def print_plan(plan: LoadPlan) -> None:
         print(f"offload: {plan.offload.line()}", file=sys.stderr, flush=True)
 
 
-def policy_name(args: argparse.Namespace) -> str:
-    """`tandem generate`'s gamma policy: --policy, else the default."""
-    return args.policy or DEFAULT_POLICY
+def request_settings(args: argparse.Namespace) -> dict:
+    """The request settings the command line gives, by name (app/runtime/ranges.py); a command
+    without one of the options gives none."""
+    given = {name: getattr(args, name, None) for name in
+             ("drafter", "policy", "gamma", "temperature", "top_k", "top_p", "min_p", "seed",
+              "max_tokens")}
+    given["stop"] = getattr(args, "stop", None) or None
+    given["history"] = False if getattr(args, "no_history", False) else None
+    return given
 
 
-def drafter_name(args: argparse.Namespace) -> str:
-    """`tandem generate`'s drafter: --drafter, else the default for the models given."""
-    if args.drafter is not None:
-        return args.drafter
-    return PLAIN if args.draft == "none" else DEFAULT_DRAFTER
+def request_offer(args: argparse.Namespace, use: PairingUse | None = None) -> Offer:
+    """What a command's request chooses from before the pair loads: every drafter (the pair
+    refuses one it cannot offer), plain decoding by default with --draft none, the context
+    --ctx asks for, and the pairing record's choice when it applies."""
+    default = PLAIN if getattr(args, "draft", None) == "none" else DEFAULT_DRAFTER
+    return Offer(DRAFTERS, default, getattr(args, "ctx", None), use.overrides if use else {})
+
+
+def request_spec(args: argparse.Namespace, use: PairingUse | None = None) -> RunSpec:
+    """The command line's RunSpec: its request settings resolved like the page's and the API's."""
+    return resolve(request_settings(args), request_offer(args, use),
+                   prompt=getattr(args, "prompt", ""), raw=getattr(args, "raw", False))
 
 
 def model_configs(args: argparse.Namespace,
@@ -213,11 +225,3 @@ def rpc_workers(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, .
         raise SettingsError(f"worker {shared[0]} is in both --rpc and --draft-rpc; a worker "
                             "serves one model at a time, start another for the draft")
     return rpc, draft_rpc
-
-
-def generation_config(args: argparse.Namespace) -> GenerationConfig:
-    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                            min_p=args.min_p, seed=args.seed)
-    gamma = args.gamma if args.gamma is not None else DEFAULT_GAMMA[policy_name(args)]
-    return GenerationConfig(params=params, gamma=gamma, max_tokens=args.max_tokens,
-                            stop=tuple(args.stop))

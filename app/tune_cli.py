@@ -135,7 +135,9 @@ def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from app.settings import draft_stops, generation_config, model_configs, print_plan
+    from app.runtime.defaults import DEFAULT_DRAFTER, DRAFTERS
+    from app.runtime.request import Offer, resolve
+    from app.settings import draft_stops, model_configs, print_plan, request_settings
     from engine.tools.tuning.candidates import default_candidates
     from engine.tools.tuning.decide import categories
     from loading.options import LoadOptions
@@ -149,21 +151,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.budget_minutes <= 0:
         raise SettingsError(f"--budget-minutes must be positive, got {args.budget_minutes}")
     prompts = tune_prompts(args)
-    config = generation_config(args)
+    # Every candidate drafts, so the settings are resolved as a speculative request's, with
+    # or without a draft model.
+    spec = resolve(request_settings(args), Offer(DRAFTERS, DEFAULT_DRAFTER, args.ctx))
+    config = spec.config
     tcfg, dcfg = model_configs(args)
     key = key_for(tcfg.path, dcfg.path if dcfg else None, tcfg.lora, dcfg.lora if dcfg else ())
     # The draft as given: tuning decides whether a requantized or trimmed one is faster.
     plan = plan_load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
                                              draft_quant="off"))
-    candidates = default_candidates(dcfg is not None, plan.target_info.n_layer,
-                                    policy=args.policy, gamma=config.gamma)
-    if args.candidates:
-        wanted = [c.strip() for c in args.candidates.split(",") if c.strip()]
-        known = {c.name: c for c in candidates}
-        unknown = [w for w in wanted if w not in known]
-        if unknown:
-            raise SettingsError(f"unknown candidate {unknown[0]!r}; choose from {', '.join(known)}")
-        candidates = [known[w] for w in wanted]
+    candidates = _candidates(args.candidates, default_candidates(
+        dcfg is not None, plan.target_info.n_layer, policy=spec.policy or args.policy,
+        gamma=config.gamma))
     print_plan(plan)
     pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
     # The configs as placed: the record names the device the target ran on.
@@ -192,6 +191,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"{os.getloadavg()[0]:.2f}); `tandem generate`, the app and `tandem serve` now use "
           f"{record.chosen.label} for this pair")
     return 0
+
+
+def _candidates(names: str | None, candidates: list) -> list:
+    """The candidates --candidates names (comma-separated), all of them without it."""
+    if not names:
+        return candidates
+    wanted = [c.strip() for c in names.split(",") if c.strip()]
+    known = {c.name: c for c in candidates}
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SettingsError(f"unknown candidate {unknown[0]!r}; choose from {', '.join(known)}")
+    return [known[w] for w in wanted]
 
 
 def cmd_pairs(args: argparse.Namespace) -> int:

@@ -6,8 +6,8 @@ is given one, the history of past requests) always, "early-exit" once the loadin
 target's first k layers (loading.load.add_early_exit). The default is hybrid when a draft is
 loaded (plain decoding otherwise): over the benchmark suite it matched the draft model's medians
 with a shorter tail of slow answers, in greedy and sampled runs, and it edits whole files at the
-lookup's speed (docs/BENCHMARKS.md). A drafter chosen for the pair (a pairing record) comes
-first.
+lookup's speed (docs/BENCHMARKS.md). A pairing record's choice is the request's business
+(app/runtime/request.py's Offer), not the pair's.
 """
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ class DrafterRegistry:
         self._drafters: dict[str, Drafter] = {}
         # Models only one drafter uses (early exit), by drafter name; closed with the registry.
         self.own_backends: dict[str, Backend] = {}
-        self.preferred: str | None = None
         self._forget = forget
         if draft is not None:
             model = DraftModelDrafter(draft, p_min=p_min, chain_min=chain_min)
@@ -57,8 +56,6 @@ class DrafterRegistry:
 
     @property
     def default(self) -> str:
-        if self.preferred in self.names:
-            return self.preferred
         return DEFAULT_DRAFTER if DEFAULT_DRAFTER in self._drafters else PLAIN
 
     def add(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:

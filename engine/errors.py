@@ -10,6 +10,10 @@ class SettingsError(TandemError, ValueError):
     """A sampling or hardware setting is out of range."""
 
 
+class PromptTooLongError(SettingsError):
+    """The prompt leaves the context no position for the answer."""
+
+
 class ModelFileError(TandemError):
     """A model file is missing, unreadable, not GGUF, or truncated."""
 

@@ -7,7 +7,7 @@ real limits before the call (engine/llama/backend.py, engine/session.py).
 """
 from __future__ import annotations
 
-from engine.errors import SettingsError
+from engine.errors import PromptTooLongError, SettingsError
 
 # llama.cpp refuses smaller contexts in practice (a chat template alone needs more).
 MIN_CTX = 16
@@ -45,5 +45,5 @@ def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
     """A prompt must leave at least one position for the answer."""
     if n_prompt + 1 > n_ctx:
         room = " with no room for an answer" if n_prompt == n_ctx else ""
-        raise SettingsError(f"the prompt needs {n_prompt} tokens, the context holds "
+        raise PromptTooLongError(f"the prompt needs {n_prompt} tokens, the context holds "
                             f"{n_ctx}{room}; raise --ctx")

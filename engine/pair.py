@@ -70,15 +70,6 @@ class Pair:
     def default_drafter(self) -> str:
         return self.registry.default
 
-    @property
-    def preferred_drafter(self) -> str | None:
-        """A drafter chosen for this pair (a pairing record, `tandem tune`): the default."""
-        return self.registry.preferred
-
-    @preferred_drafter.setter
-    def preferred_drafter(self, name: str | None) -> None:
-        self.registry.preferred = name
-
     def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
         """Offer `drafter` as `name` (DrafterRegistry.add); its calibration starts over."""
         self.registry.add(name, drafter, backend)
@@ -149,9 +140,17 @@ class Pair:
         Speculation pads verify and catch-up batches to the cheaper widths the drafter's
         calibration measured (engine/widths.py), whatever the policy. `history`: past prompts
         and answers to draft from (hybrid and suffix) and to add this one to when it ends."""
+        yield from self.generate_tokens(self.prompt_tokens(prompt, raw), config, drafter,
+                                        policy, history)
+
+    def generate_tokens(self, tokens: Sequence[int], config: GenerationConfig,
+                        drafter: str | None = None, policy: GammaPolicy | None = None,
+                        history: HistoryIndex | None = None) -> Iterator[Event]:
+        """`generate` for a prompt already tokenized and checked by `prompt_tokens`, so a
+        front end that needs the tokens first (to refuse a long prompt before queueing it)
+        tokenizes it once."""
         drafter = self.default_drafter if drafter is None else drafter
         chosen = self.drafter(drafter)
-        tokens = self.prompt_tokens(prompt, raw)
         widths = None
         if chosen is not None and config.gamma > 0:
             if policy is None:

@@ -10,6 +10,7 @@ import pytest
 from app.ui import chat, compare, controls, metrics, status_banner
 from app.ui.chat import plain_text, respond, to_messages
 from app.runtime.holder import ERROR, READY, NotReadyError, PairHolder
+from app.runtime.request import Offer, RunSpec
 from app.ui.state import StopFlags
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
@@ -24,11 +25,15 @@ FAKE_OPTS = LoadOptions(check_budget=False, draft_quant="off")
 GREEDY_FAKE = ("draft", "fixed", 2, 0.0, 0, 1.0, 0.0, -1, 8)
 
 
-def settings(**kw) -> controls.Settings:
+# What the fake pair offers a request.
+OFFER = Offer(("plain", "draft", "hybrid", "lookup", "suffix"), "hybrid")
+
+
+def settings(**kw) -> RunSpec:
     values = dict(drafter="draft", policy="fixed", gamma=4, temperature=0.0, top_k=0, top_p=1.0,
                   min_p=0.0, seed=-1, max_tokens=24)
     values.update(kw)
-    return controls.Settings.from_values(**values)
+    return controls.spec(OFFER, **values)
 
 
 def fake_holder(noise: float = 0.5) -> PairHolder:
@@ -73,21 +78,32 @@ def test_live_panel_and_chart():
     assert 'data-state="idle"' in metrics.live_panel(None)
 
 
-def test_settings_conversion_and_errors():
+def test_the_pages_values_make_the_request_spec():
     s = settings(seed=-1)
-    assert s.seed is None and s.config().gamma == 4 and s.config(gamma=0).gamma == 0
-    assert settings(seed=7).config().params.seed == 7
-    with pytest.raises(SettingsError, match="seed"):
-        settings(seed="abc")
-    with pytest.raises(SettingsError, match="top-p"):
-        settings(top_p=0.0).config()
-    with pytest.raises(SettingsError, match="gamma"):
-        settings(gamma=99).config()
-    assert s.policy_for("plain") is None and s.policy_for("draft").next_gamma().gamma == 4
+    assert s.sampling.seed is None and s.seed == -1 and s.config.gamma == 4
+    assert s.plain().config.gamma == 0 and s.plain().make_policy() is None
+    assert settings(seed=7).sampling.seed == 7 and settings(seed="").sampling.seed is None
+    assert s.make_policy().next_gamma().gamma == 4
+    assert settings(policy="heuristic").make_policy().name == "heuristic"
     assert set(controls.policy_names()) >= {"fixed", "heuristic", "adaptive"}
-    assert settings(policy="heuristic").policy_for("draft").name
-    with pytest.raises(SettingsError, match="unknown policy 'nope'"):
-        settings(policy="nope").policy_for("draft")
+    # The policy and gamma controls steer a drafter; plain decoding ignores them, and gamma 0
+    # is plain decoding whatever the drafter.
+    assert (settings(drafter="plain", gamma=8).drafter, settings(drafter="plain").gamma) == ("plain", 0)
+    assert (settings(gamma=0).drafter, settings(gamma=0).policy) == ("plain", None)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"seed": "abc"}, "seed must be an integer, got 'abc'"),
+    ({"seed": -2}, "seed must be >= -1 (-1 is random), got -2"),
+    ({"top_p": 0.0}, "top_p must be in (0, 1] (1 is off), got 0"),
+    ({"gamma": 99}, "gamma must be between 0 and 32 (0 is plain decoding), got 99"),
+    ({"policy": "nope"}, "policy must be one of adaptive, fixed, heuristic, plain, got 'nope'"),
+    ({"drafter": "nope"}, "drafter must be one of plain, draft, hybrid, lookup, suffix, got 'nope'"),
+])
+def test_a_bad_page_value_is_the_tables_one_line_message(values, message):
+    with pytest.raises(SettingsError) as info:
+        settings(**values)
+    assert str(info.value) == message
 
 
 @pytest.mark.parametrize("drafter,policy", [("lookup", "heuristic"), ("hybrid", "fixed"), ("draft", "adaptive")])
@@ -167,12 +183,14 @@ def test_stop_ends_generation_and_frees_the_lock(monkeypatch):
                                        "max_waiting": holder.queue.max_waiting}
 
 
-def test_chat_refuses_empty_message_and_unknown_drafter():
+def test_chat_refuses_empty_message_and_a_drafter_the_pair_lacks():
     holder, flags = fake_holder(), StopFlags()
     with pytest.raises(gr.Error, match="type a message"):
         next(respond(holder, flags, "s", "  ", [], settings()))
-    with pytest.raises(gr.Error, match="unknown drafter 'nope'"):
-        list(respond(holder, flags, "s", "hi", [], settings(drafter="nope")))
+    with pytest.raises(gr.Error, match="unknown drafter 'early-exit'"):
+        list(respond(holder, flags, "s", "hi", [],
+                     controls.spec(Offer(("early-exit",), "early-exit"), "early-exit", "fixed", 4,
+                                   0.0, 0, 1.0, 0.0, -1, 8)))
 
 
 def test_compare_greedy_fake_pair_is_identical_and_summarised():

@@ -56,9 +56,12 @@ def test_draft_with_another_tokenizer(tmp_path):
 @pytest.mark.parametrize("flag, value, word", [
     ("--gamma", "-1", "gamma"),
     ("--temperature", "-0.5", "temperature"),
-    ("--top-p", "0", "top-p"),
-    ("--top-p", "1.5", "top-p"),
-    ("--max-tokens", "0", "max tokens"),
+    ("--top-p", "0", "top_p must be in (0, 1]"),
+    ("--top-p", "1.5", "top_p"),
+    ("--max-tokens", "0", "max_tokens must be"),
+    ("--seed", "-2", "seed must be >= -1 (-1 is random), got -2"),
+    ("--top-k", "2.5", "top_k must be an integer, got 2.5"),
+    ("--drafter", "oracle", "drafter must be one of"),
 ])
 def test_bad_settings(tmp_path, flag, value, word):
     proc = tandem("generate", "--prompt", "hi", "--target", str(tmp_path / "x.gguf"), "--draft", "none",

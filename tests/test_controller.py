@@ -515,22 +515,22 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_cli_speculation_options():
-    from app.settings import drafter_name, generation_config, model_configs, policy_name
+    from app.settings import draft_stops, model_configs, request_spec
     args = parse()
-    assert (drafter_name(args), policy_name(args), generation_config(args).gamma) == ("hybrid", "adaptive", 8)
+    spec = request_spec(args)
+    assert (spec.drafter, spec.policy, spec.gamma) == ("hybrid", "adaptive", 8)
     assert model_configs(args, args.drafter)[1] is not None
     args = parse("--drafter", "lookup", "--policy", "fixed", "--lookup-ngram", "4")
-    assert generation_config(args).gamma == 4 and args.lookup_ngram == 4
+    assert request_spec(args).gamma == 4 and args.lookup_ngram == 4
     assert model_configs(args, args.drafter)[1] is None
     args = parse("--drafter", "early-exit", "--draft-p-min", "0.2", "--early-exit-layers", "9")
     assert args.early_exit_layers == 9 and args.draft_p_min == 0.2
-    from app.settings import draft_stops
     assert draft_stops(args) == {"p_min": 0.2, "chain_min": 0.5}
     assert draft_stops(parse("--draft-chain-min", "0"))["chain_min"] == 0.0
     assert model_configs(args, args.drafter)[1] is None
-    assert drafter_name(parse("--draft", "none")) == "plain"
+    assert request_spec(parse("--draft", "none")).drafter == "plain"
     # Plain decoding's old name still chooses it.
-    assert drafter_name(parse("--drafter", "none")) == "plain"
+    assert request_spec(parse("--drafter", "none")).drafter == "plain"
     with pytest.raises(SettingsError, match="needs a draft model"):
         model_configs(parse("--draft", "none", "--drafter", "hybrid"), "hybrid")
 

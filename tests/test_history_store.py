@@ -113,14 +113,15 @@ def test_the_api_keeps_a_history_per_key(tmp_path):
 def test_the_apps_setting_turns_the_history_off(tmp_path):
     holder = PairHolder(fake_pair())
     holder.history = HistoryStore("tok", capacity=10_000, root=tmp_path)
-    settings = controls.Settings.from_values("suffix", "fixed", 4, 0.0, 0, 1.0, 0.0, -1, 16)
+    values = ("suffix", "fixed", 4, 0.0, 0, 1.0, 0.0, -1, 16)
     flags = StopFlags()
-    list(respond(holder, flags, "s", "def add(a, b): return a + b", [], settings, remember=False))
+    off = controls.spec(holder.offer(), *values, history=False)
+    list(respond(holder, flags, "s", "def add(a, b): return a + b", [], off))
     assert holder.history.index().n_documents == 0 and not holder.history.path().exists()
-    *_, (_, _, _, stats, _) = respond(holder, flags, "s", "def add(a, b): return a + b", [],
-                                      settings, remember=True)
+    on = controls.spec(holder.offer(), *values, history=True)
+    *_, (_, _, _, stats, _) = respond(holder, flags, "s", "def add(a, b): return a + b", [], on)
     assert holder.history.index().n_documents == 1 and holder.history.path().exists()
     *_, (_, _, _, stats, _) = respond(holder, flags, "s", "def add(a, b): return a + b", [],
-                                      settings)
+                                      controls.spec(holder.offer(), *values))
     assert stats["accepted_by"].get("suffix", 0) > 0
     assert History(holder.history).index is holder.history.index()

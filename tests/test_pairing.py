@@ -7,7 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.runtime.tuned import apply, expected_acceptance, lookup, running_name
+from app.runtime.tuned import expected_acceptance, for_command, lookup, running_name
+from app.runtime.request import resolve
+from app.settings import request_spec
+from loading.options import LoadOptions
 from engine.backend import ModelConfig
 from loading.plan import LoadPlan
 from models import tuned
@@ -91,11 +94,14 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_a_matching_record_is_applied_and_said(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path))
-    use = lookup(t, d)
     args = _args()
-    apply(args, use)
-    assert use.applied and args.drafter == "draft" and args.draft_quant == "q4_0"
-    assert args.policy == "adaptive" and args.gamma == 8
+    use = for_command(args, lookup(t, d))
+    assert use.applied and use.overrides == {"drafter": "draft", "policy": "adaptive", "gamma": 8}
+    assert use.load_options(LoadOptions()).draft_quant == "q4_0"
+    # The record's choice is returned, not written into the command line.
+    assert args.drafter is None and args.draft_quant is None
+    spec = request_spec(args, use)
+    assert (spec.drafter, spec.policy, spec.gamma) == ("draft", "adaptive", 8)
     assert any("using tuned pairing" in m for m in use.messages)
     assert not any("warning" in m for m in use.messages)
 
@@ -104,14 +110,12 @@ def test_explicit_flags_and_no_pairing_win_over_the_record(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path))
     args = _args("--drafter", "lookup")
-    use = lookup(t, d)
-    apply(args, use)
-    assert not use.applied and args.drafter == "lookup"
+    use = for_command(args, lookup(t, d))
+    assert not use.applied and use.overrides == {} and request_spec(args, use).drafter == "lookup"
     assert any("not used" in m for m in use.messages)
     args = _args("--no-pairing")
-    use = lookup(t, d)
-    apply(args, use)
-    assert not use.applied and args.drafter is None
+    use = for_command(args, lookup(t, d))
+    assert not use.applied and request_spec(args, use).drafter == "hybrid"
 
 
 def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(store):
@@ -121,9 +125,7 @@ def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(sto
     use = lookup(adapted, d)
     assert use.record is None and use.reference is not None
     assert any("tuned" in m and "another version of the target" in m for m in use.messages)
-    args = _args()
-    apply(args, use)
-    assert not use.applied and args.drafter is None
+    assert not for_command(_args(), use).applied
 
 
 def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store):
@@ -173,18 +175,25 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     t2 = tinygguf.write(tmp_path / "t2.gguf", n_embd=64, n_layer=3)
     d = tinygguf.write(tmp_path / "d.gguf", n_embd=64)
     rec = _record(key_for(t, d), t, d, drafter="lookup")
-    rec.chosen.draft_quant = "off"
+    rec.chosen.draft_quant, rec.chosen.policy, rec.chosen.gamma = "off", "fixed", 3
     save(rec)
     holder = PairHolder()
     holder._loader = lambda config: FakeBackend()
     opts = LoadOptions(check_budget=False)
     assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)), opts) is None
     assert holder.status.state == READY
-    assert holder.pair.default_drafter == "lookup"
-    assert "tuned pairing: lookup adaptive g=8" in holder.status.message
+    assert holder.offer().drafter == "lookup" and holder.pair.default_drafter == "hybrid"
+    assert "tuned pairing: lookup fixed g=3" in holder.status.message
+    # The page's chat starts on the record's drafter, policy and gamma; a request that chooses
+    # none of them runs with them.
+    from app.ui import _choice_updates
+    assert [u["value"] for u in _choice_updates(holder)[:3]] == ["lookup", "fixed", 3]
+    spec = resolve({}, holder.offer())
+    assert (spec.drafter, spec.policy, spec.gamma) == ("lookup", "fixed", 3)
+    assert resolve({"gamma": 5}, holder.offer()).drafter == "hybrid"
     # Another target with this draft: the banner says the draft was tuned for another one.
     assert holder.load(ModelConfig(str(t2)), ModelConfig(str(d)), opts) is None
-    assert holder.pair.default_drafter == "hybrid"
+    assert holder.offer().drafter == "hybrid"
     assert "another version of the target" in holder.status.message
 
 

@@ -42,7 +42,7 @@ def test_ctx_16_answer_runs_into_the_context_end_mid_round(embedded_paths):
     # Fixed gamma 4 drafts past the 10 positions left after the 6-token prompt unless the round
     # is cut to the room that is left.
     proc = tandem("--ctx", "16", "--raw", "--prompt", CODE, "--drafter", "draft", "--policy",
-                  "fixed", "--gamma", "4", "--max-tokens", "64", "--json")
+                  "fixed", "--gamma", "4", "--max-tokens", "16", "--json")
     assert proc.returncode == 0
     s = json.loads(proc.stdout)["stats"]
     assert s["finish_reason"] == "length" and s["prompt_tokens"] + s["output_tokens"] == 16

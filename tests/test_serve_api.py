@@ -281,13 +281,13 @@ def test_an_engine_failure_is_500_and_the_server_serves_on(client, monkeypatch, 
         raise RuntimeError("boom")
         yield  # a generator, like the real one
 
-    pair_generate = Pair.generate
-    monkeypatch.setattr(Pair, "generate", broken)
+    pair_generate = Pair.generate_tokens
+    monkeypatch.setattr(Pair, "generate_tokens", broken)
     assert_error(client.post("/v1/completions", json={"prompt": "x"}), 500, code="internal_error")
     assert any(r.exc_info for r in caplog.records)  # a server fault keeps its traceback
     chunks = events(client.post("/v1/chat/completions", json={"messages": HI, "stream": True}))
     assert chunks[-1]["error"]["code"] == "internal_error" and "boom" in chunks[-1]["error"]["message"]
-    monkeypatch.setattr(Pair, "generate", pair_generate)
+    monkeypatch.setattr(Pair, "generate_tokens", pair_generate)
     assert client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
 
 

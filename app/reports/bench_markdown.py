@@ -44,7 +44,14 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
         lines += _table(["category", "n", "median", "p10", "p90", "slower", "e2e median",
                          "acceptance", "tokens/target call"], rows)
 
-    lines += ["## Gamma sweep", "",
+    lines += _sweep(summary) + _later_sections(summary)
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def _sweep(summary: Summary) -> list[str]:
+    lines = ["## Gamma sweep", "",
               "Latency-optimal gamma: the highest median speedup. Acceptance-optimal gamma: the "
               "highest acceptance rate (usually the smallest gamma, and not the fastest).", ""]
     rows = [[p.drafter, p.policy, p.sampling, str(p.gamma), str(p.speedup.n), _f(p.speedup.median),
@@ -54,10 +61,13 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
                      "acceptance", "tokens/target call"], rows)
     rows = [[b.drafter, b.policy, b.sampling, f"{b.latency_optimal_gamma} ({_f(b.latency_optimal_speedup)}x)",
              f"{b.acceptance_optimal_gamma} ({_f(b.acceptance_optimal_rate)})"] for b in summary.sweep_best]
-    lines += _table(["drafter", "policy", "sampling", "latency-optimal gamma",
-                     "acceptance-optimal gamma"], rows)
+    return lines + _table(["drafter", "policy", "sampling", "latency-optimal gamma",
+                           "acceptance-optimal gamma"], rows)
 
-    lines += ["## Amdahl view", "",
+
+def _later_sections(summary: Summary) -> list[str]:
+    """The Amdahl view, the measured speedup against the prediction, acceptance by position."""
+    lines = ["## Amdahl view", "",
               "Prefill share = median share of the baseline's end-to-end time spent on the prompt; "
               "speculation only shortens decoding, so the end-to-end speedup it allows is "
               "1 / (s + (1 - s) / S) for decode speedup S.", ""]
@@ -84,7 +94,4 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
                      + f"; share of output tokens from accepted drafts per {c.bucket}-token "
                      "stretch of the output: "
                      + ", ".join(_f(a) for a in c.by_output_position))
-    lines.append("")
-    if plots:
-        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
-    return "\n".join(lines)
+    return lines + [""]

@@ -18,6 +18,7 @@ from typing import Callable
 from app.runtime.tuned import PairingUse, for_load
 from app.runtime.defaults import HISTORY_TOKENS
 from app.runtime.queue import GenerationQueue
+from app.runtime.request import Offer
 from engine.backend import ModelConfig
 from engine.errors import TandemError
 from engine.pair import Pair
@@ -64,7 +65,8 @@ class PairHolder:
     def __init__(self, pair: Pair | None = None, loader: Loader | None = None,
                  queue: GenerationQueue | None = None,
                  history_tokens: int | None = HISTORY_TOKENS,
-                 announce: Announce | None = None) -> None:
+                 announce: Announce | None = None,
+                 pairing: PairingUse | None = None) -> None:
         self.queue = queue or GenerationQueue()
         # Where the loaded pair's layers went (models/offload.py), for the header and the API;
         # `announce` hears each load's plan too (`tandem ui` prints its line).
@@ -80,8 +82,9 @@ class PairHolder:
         self._mutex = threading.Lock()
         self._thread: threading.Thread | None = None
         self._names = ("", "")
-        # The pairing record found at the last load (app/runtime/tuned.py).
-        self.pairing = PairingUse()
+        # The pairing record found at the last load (app/runtime/tuned.py): its choice is what
+        # a request that chooses no speculation settings runs with.
+        self.pairing = pairing or PairingUse()
         self.status = LoadStatus()
         if pair is not None:
             draft = pair.draft_backend.name if pair.draft_backend is not None else "none"
@@ -99,6 +102,10 @@ class PairHolder:
                 raise NotReadyError(f"no model is loaded: {s.message}")
             raise NotReadyError("no model is loaded; pick a pair in the Models tab")
         return self._pair
+
+    def offer(self) -> Offer:
+        """What a request may choose from on the loaded pair (NotReadyError without one)."""
+        return Offer.of(self.pair, self.pairing.overrides)
 
     def _advance(self, message: str) -> None:
         self.status.step += 1
@@ -134,7 +141,6 @@ class PairHolder:
             if self._announce is not None:
                 self._announce(plan)
             pair = execute(plan, loader=self._loader, progress=staged)
-            pair.preferred_drafter = use.drafter
             if use.key is not None:
                 keep_evidence(pair, use.key)
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log

@@ -1,13 +1,14 @@
 """Using pairing records at load time (CLI generate, the app, serve): find the record for the
-files being loaded, apply its configuration unless the user chose one, warn when the draft was
-tuned for another version of the target, and give the acceptance the generation is watched
-against (engine/staleness.py)."""
+files being loaded, hand back its configuration as overrides (request settings for the
+RunSpec, app/runtime/request.py, and load options) unless the user chose one, warn when the
+draft was tuned for another version of the target, and give the acceptance the generation is
+watched against (engine/staleness.py)."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from app.runtime.defaults import LOAD, NEEDS_DRAFT_MODEL, PLAIN, SPECULATION_OPTIONS
 from engine.backend import ModelConfig
@@ -27,8 +28,6 @@ class PairingUse:
     stale: list[PairingRecord] = field(default_factory=list)
     applied: bool = False
     messages: list[str] = field(default_factory=list)
-    # The drafter the record chose, when applied.
-    drafter: str | None = None
     # The files' key (None when a file is missing): the controller's evidence is kept under
     # it too (loading/evidence.py).
     key: PairKey | None = None
@@ -37,6 +36,31 @@ class PairingUse:
     def reference(self) -> PairingRecord | None:
         """The record acceptance is compared with: the matching one, else the newest stale."""
         return self.record or (self.stale[0] if self.stale else None)
+
+    @property
+    def drafter(self) -> str | None:
+        """The drafter the record chose, when applied."""
+        return self.record.chosen.drafter if self.applied and self.record else None
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The record's choice as request settings (app/runtime/ranges.py), when applied: the
+        drafter, and its policy and gamma unless it chose plain decoding."""
+        if not self.applied or self.record is None:
+            return {}
+        c = self.record.chosen
+        if c.drafter == PLAIN:
+            return {"drafter": PLAIN}
+        return {"drafter": c.drafter, "policy": c.policy, "gamma": c.gamma}
+
+    def load_options(self, options: LoadOptions) -> LoadOptions:
+        """`options` with the record's draft variant and early-exit depth, when applied."""
+        if not self.applied or self.record is None:
+            return options
+        c = self.record.chosen
+        return replace(options, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
+                       early_exit=options.early_exit or c.drafter == "early-exit",
+                       early_exit_layers=c.early_exit_layers)
 
 
 def _adapters(adapters: Sequence[tuple[str, float]]) -> str:
@@ -85,26 +109,20 @@ def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
     return use
 
 
-def apply(args: argparse.Namespace, use: PairingUse) -> None:
-    """Set the record's choice on `args` unless the user chose speculation options."""
+def for_command(args: argparse.Namespace, use: PairingUse) -> PairingUse:
+    """Apply the record unless the command line chose speculation options or --no-pairing;
+    `use.overrides` and `use.load_options` then carry its choice (nothing changes `args`)."""
     if use.record is None or getattr(args, "no_pairing", False):
-        return
-    c = use.record.chosen
+        return use
     if chose_speculation(args):
         use.messages.append(f"pairing record {use.record.key.id} not used: speculation options "
                             "given on the command line")
-        return
-    args.drafter = c.drafter
-    args.draft_quant = c.draft_quant
-    args.draft_vocab = c.draft_vocab
-    args.early_exit_layers = c.early_exit_layers
-    if c.drafter != PLAIN:
-        args.policy = c.policy
-        args.gamma = c.gamma
+        return use
     use.applied = True
-    use.drafter = c.drafter
+    c = use.record.chosen
     use.messages.append(f"using tuned pairing {use.record.key.id} ({use.record.date[:10]}): "
                         f"{c.label}, {_measured(c)}")
+    return use
 
 
 def _measured(c) -> str:
@@ -148,21 +166,17 @@ def stale_line(ev: StaleDraftEvent) -> str:
 
 def for_load(target: ModelConfig, draft: ModelConfig | None,
              options: LoadOptions) -> tuple[LoadOptions, PairingUse]:
-    """The app's and serve's load (no command-line drafter): the record's draft variant and
-    early-exit depth unless `options` chose them; `use.drafter` is then the pair's default."""
+    """The app's load (no command-line drafter): the record's draft variant and early-exit
+    depth unless `options` chose them; its drafter, policy and gamma are then the defaults of
+    the requests (`use.overrides`)."""
     use = lookup(target, draft)
     r = use.record
     if r is None or (options.draft_quant, options.draft_vocab, options.early_exit_layers) != \
             (LOAD.draft_quant, LOAD.draft_vocab, LOAD.early_exit_layers):
         return options, use
-    c = r.chosen
-    options = replace(options, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
-                      early_exit=options.early_exit or c.drafter == "early-exit",
-                      early_exit_layers=c.early_exit_layers)
     use.applied = True
-    use.drafter = c.drafter
-    use.messages.append(f"tuned pairing: {c.label}, {_measured(c)} ({r.date[:10]})")
-    return options, use
+    use.messages.append(f"tuned pairing: {r.chosen.label}, {_measured(r.chosen)} ({r.date[:10]})")
+    return use.load_options(options), use
 
 
 def chosen_acceptance(use: PairingUse, drafter: str) -> float | None:

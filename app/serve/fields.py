@@ -1,8 +1,8 @@
-"""Typed readers of JSON request fields: each returns the value or its default (JSON null
-counts as absent), or raises a 400 naming the field and saying what it must be."""
+"""Typed readers of the JSON fields only the API has (n, stream, stream_options): each returns
+the value or its default (JSON null counts as absent), or raises a 400 naming the field and
+saying what it must be. The request settings are checked by app/runtime/ranges.py's table."""
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 from app.serve.errors import BadRequestError
@@ -24,24 +24,6 @@ def boolean(obj: dict, key: str, default: bool, name: str | None = None) -> bool
         raise BadRequestError(f"{name or key} must be true or false, got {value!r}",
                               param=name or key)
     return value
-
-
-def number(obj: dict, key: str, default: float, low: float | None = None,
-           high: float | None = None, open_low: bool = False, open_high: bool = False) -> float:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadRequestError(f"{key} must be a number, got {value!r}", param=key)
-    too_low = low is not None and (value <= low if open_low else value < low)
-    too_high = high is not None and (value >= high if open_high else value > high)
-    if too_low or too_high:
-        if high is None:
-            span = f"{'>' if open_low else '>='} {low:g}"
-        else:
-            span = f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
-        raise BadRequestError(f"{key} must be {span}, got {value!r}", param=key)
-    return float(value)
 
 
 def integer(obj: dict, key: str, default: int | None, low: int | None = None,

@@ -1,6 +1,6 @@
 """The API's OpenAPI 3.0 document, served by `tandem serve` at /openapi.json (with the key, like
 every route but /health): the request bodies with every field the server takes and its range
-(app/serve/parsing.py is what enforces them), and every status a route answers with, each
+(the rows of app/runtime/ranges.py, the one table the three front ends check against), and every status a route answers with, each
 with the OpenAI-style error body (app/serve/errors.py).
 
 The routes read their bodies by hand rather than through pydantic models (every field is used
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.runtime.defaults import DEFAULT_MAX_TOKENS
+from app.runtime.ranges import CHOICE, FLAG, INTEGER, SETTINGS, TEXTS, Setting
 from engine.control.registry import POLICIES
-from engine.generator import MAX_GAMMA
 
 JSON = "application/json"
 
@@ -49,21 +49,38 @@ GENERATION_ERRORS = {
     "503": _error("the pair is still loading, or the queue is full (Retry-After says when to retry)"),
 }
 
+def _schema(setting: Setting) -> dict:
+    """A request setting's schema, from its row in the one table (app/runtime/ranges.py)."""
+    schema: dict[str, Any] = {"nullable": True, "description": setting.meaning}
+    if setting.kind == CHOICE:
+        schema["type"] = "string"
+        if setting.name == "policy":
+            schema["enum"] = list(POLICIES)
+        else:
+            schema["description"] += " (one of the loaded pair's drafters: GET /v1/models)"
+    elif setting.kind == FLAG:
+        schema["type"] = "boolean"
+    elif setting.kind == TEXTS:
+        schema["oneOf"] = [{"type": "string", "minLength": 1},
+                           {"type": "array", "items": {"type": "string", "minLength": 1}}]
+    else:
+        schema["type"] = "integer" if setting.kind == INTEGER else "number"
+        if setting.low is not None:
+            schema["minimum"] = setting.low
+            if setting.open_low:
+                schema["exclusiveMinimum"] = True
+        if setting.high is not None:
+            schema["maximum"] = setting.high
+            if setting.open_high:
+                schema["exclusiveMaximum"] = True
+    return schema
+
+
+SPECULATIVE_PREFIX = "speculative."
 SAMPLING: dict[str, Any] = {
     "model": {"type": "string"},
-    "max_tokens": {"type": "integer", "minimum": 1, "nullable": True,
-                   "description": f"default {DEFAULT_MAX_TOKENS}; at most the context (--ctx)"},
+    **{s.api_field: _schema(s) for s in SETTINGS if "." not in s.api_field},
     "max_completion_tokens": {"type": "integer", "minimum": 1, "nullable": True},
-    "temperature": {"type": "number", "minimum": 0, "nullable": True},
-    "top_p": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1,
-              "nullable": True},
-    "top_k": {"type": "integer", "minimum": 0, "nullable": True},
-    "min_p": {"type": "number", "minimum": 0, "exclusiveMaximum": True, "maximum": 1,
-              "nullable": True},
-    "seed": {"type": "integer", "minimum": 0, "nullable": True},
-    "stop": {"nullable": True, "oneOf": [
-        {"type": "string", "minLength": 1},
-        {"type": "array", "items": {"type": "string", "minLength": 1}}]},
     "stream": {"type": "boolean", "nullable": True},
     "stream_options": {"type": "object", "nullable": True, "additionalProperties": False,
                        "properties": {"include_usage": {"type": "boolean"}},
@@ -71,13 +88,11 @@ SAMPLING: dict[str, Any] = {
     "n": {"type": "integer", "enum": [1], "nullable": True},
     "speculative": {
         "type": "object", "nullable": True, "additionalProperties": False,
-        "properties": {
-            "drafter": {"type": "string", "description": "one of the loaded pair's drafters "
-                                                        "(GET /v1/models)"},
-            "policy": {"type": "string", "enum": list(POLICIES)},
-            "gamma": {"type": "integer", "minimum": 1, "maximum": MAX_GAMMA},
-            "history": {"type": "boolean"}}},
+        "properties": {s.api_field.removeprefix(SPECULATIVE_PREFIX): _schema(s)
+                       for s in SETTINGS if s.api_field.startswith(SPECULATIVE_PREFIX)}},
 }
+SAMPLING["max_tokens"]["description"] = (f"default {DEFAULT_MAX_TOKENS}; at most the context "
+                                         "(--ctx)")
 
 MESSAGE = {
     "type": "object", "required": ["role", "content"], "additionalProperties": False,

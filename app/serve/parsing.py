@@ -1,5 +1,6 @@
 """Request bodies of /v1/chat/completions and /v1/completions, checked and turned into the
-engine's settings.
+request spec the CLI and the page make too (app/runtime/request.py): the API's translation is
+which field holds which setting of app/runtime/ranges.py, and the fields only the API has.
 
 Every field is used or refused: a field outside the lists below, or a value out of its range,
 is a 400 that names it (`param`), never silently dropped, since a client that sends
@@ -10,22 +11,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+from app.runtime.ranges import SETTINGS, SpecError
+from app.runtime.request import Offer, RunSpec, resolve
 from app.serve.errors import BadRequestError
-from app.serve.fields import boolean, integer, number, refuse_unknown
-from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY, PLAIN,
-                                  plain_alias)
-from engine.errors import SettingsError
-from engine.generation_config import MAX_GAMMA, GenerationConfig
-from engine.control.registry import POLICIES
-from engine.sampling import SamplingParams
+from app.serve.fields import boolean, integer, refuse_unknown
 
-COMMON_FIELDS = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-                 "min_p", "seed", "stop", "stream", "stream_options", "n", "speculative")
+SPECULATIVE = "speculative"
+# The request settings (app/runtime/ranges.py) by the field a body gives them in: top-level, or
+# inside the `speculative` object.
+SETTING_FIELDS = {s.api_field: s.name for s in SETTINGS}
+SPECULATIVE_FIELDS = tuple(f.partition(".")[2] for f in SETTING_FIELDS
+                           if f.startswith(SPECULATIVE + "."))
+COMMON_FIELDS = ("model", *(f for f in SETTING_FIELDS if "." not in f), "max_completion_tokens",
+                 "stream", "stream_options", "n", SPECULATIVE)
 CHAT_FIELDS = ("messages", *COMMON_FIELDS)
 COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS)
-SPECULATIVE_FIELDS = ("drafter", "policy", "gamma", "history")
 MESSAGE_FIELDS = ("role", "content")
 ROLES = ("system", "user", "assistant")
 # The deepest nesting a body may have: a request is four levels deep (body, messages, a message,
@@ -38,21 +40,11 @@ MAX_JSON_DEPTH = 32
 class GenerationRequest:
     kind: str  # "chat" or "completion"
     model: str | None
-    # Chat messages, or the completion prompt (decoded raw, without the chat template).
-    prompt: str | tuple[dict, ...]
-    config: GenerationConfig
-    drafter: str
-    # None with drafter "plain": plain decoding has no gamma policy.
-    policy: str | None
+    # What to generate and how; its prompt is the chat messages, or the completion prompt
+    # (decoded raw, without the chat template).
+    spec: RunSpec
     stream: bool
     include_usage: bool
-    # Whether the request drafts from and is added to the caller's history of past requests
-    # (`speculative.history`, default true; the server's --no-history overrides it).
-    history: bool = True
-
-    @property
-    def raw(self) -> bool:
-        return self.kind == "completion"
 
 
 def parse_json(body: bytes) -> dict:
@@ -87,18 +79,17 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def parse_chat(body: dict, drafters: Sequence[str], default_drafter: str) -> GenerationRequest:
+def parse_chat(body: dict, offer: Offer) -> GenerationRequest:
     refuse_unknown(body, CHAT_FIELDS)
-    return _request("chat", body, _messages(body.get("messages")), drafters, default_drafter)
+    return _request("chat", body, _messages(body.get("messages")), offer)
 
 
-def parse_completion(body: dict, drafters: Sequence[str], default_drafter: str) -> GenerationRequest:
+def parse_completion(body: dict, offer: Offer) -> GenerationRequest:
     refuse_unknown(body, COMPLETION_FIELDS)
-    return _request("completion", body, _prompt(body.get("prompt")), drafters, default_drafter)
+    return _request("completion", body, _prompt(body.get("prompt")), offer)
 
 
-def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], drafters: Sequence[str],
-             default_drafter: str) -> GenerationRequest:
+def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], offer: Offer) -> GenerationRequest:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequestError("model must be a string", param="model")
@@ -107,22 +98,34 @@ def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], drafters: Se
         raise BadRequestError(f"n must be 1 (one choice per request), got {n}", param="n")
     stream = boolean(body, "stream", False)
     include_usage = _stream_options(body.get("stream_options"), stream)
-    drafter, policy, gamma = _speculative(body.get("speculative"), drafters, default_drafter)
-    history = boolean(body.get("speculative") or {}, "history", True, name="speculative.history")
+    given, fields = _settings(body)
     try:
-        params = SamplingParams(
-            temperature=number(body, "temperature", 0.0, low=0.0),
-            top_k=integer(body, "top_k", 0, low=0),
-            top_p=number(body, "top_p", 1.0, low=0.0, high=1.0, open_low=True),
-            min_p=number(body, "min_p", 0.0, low=0.0, high=1.0, open_high=True),
-            seed=integer(body, "seed", None))
-        config = GenerationConfig(params=params, gamma=gamma, max_tokens=_max_tokens(body),
-                                  stop=_stop(body.get("stop")))
-    except SettingsError as exc:  # the checks above should have caught it; say it anyway
-        raise BadRequestError(str(exc)) from None
-    return GenerationRequest(kind=kind, model=model, prompt=prompt, config=config,
-                             drafter=drafter, policy=policy, stream=stream,
-                             include_usage=include_usage, history=history)
+        spec = resolve(given, offer, prompt, raw=kind == "completion")
+    except SpecError as exc:
+        raise BadRequestError(str(exc), param=fields[exc.setting]) from None
+    return GenerationRequest(kind=kind, model=model, spec=spec, stream=stream,
+                             include_usage=include_usage)
+
+
+def _settings(body: dict) -> tuple[dict, dict[str, str]]:
+    """The request settings the body gives, by name (app/runtime/ranges.py), and the field
+    each was given in (a refusal's `param`)."""
+    spec = body.get(SPECULATIVE)
+    spec = {} if spec is None else spec
+    if not isinstance(spec, dict):
+        raise BadRequestError(f"{SPECULATIVE} must be an object with "
+                              f"{', '.join(SPECULATIVE_FIELDS)}", param=SPECULATIVE)
+    refuse_unknown(spec, SPECULATIVE_FIELDS, prefix=SPECULATIVE + ".")
+    given, fields = {}, {name: path for path, name in SETTING_FIELDS.items()}
+    for path, name in SETTING_FIELDS.items():
+        outer, _, inner = path.rpartition(".")
+        given[name] = (spec if outer else body).get(inner)
+    if body.get("max_completion_tokens") is not None:
+        if body.get("max_tokens") is not None:
+            raise BadRequestError("give max_tokens or max_completion_tokens, not both",
+                                  param="max_completion_tokens")
+        given["max_tokens"], fields["max_tokens"] = body["max_completion_tokens"], "max_completion_tokens"
+    return given, fields
 
 
 def _messages(value: Any) -> tuple[dict, ...]:
@@ -175,32 +178,6 @@ def _prompt(value: Any) -> str:
     return value
 
 
-def _speculative(value: Any, drafters: Sequence[str], default_drafter: str) -> tuple[str, str | None, int]:
-    """(drafter, policy, gamma) from the `speculative` object; gamma 0 with drafter plain."""
-    spec = {} if value is None else value
-    if not isinstance(spec, dict):
-        raise BadRequestError("speculative must be an object with drafter, policy and gamma",
-                              param="speculative")
-    refuse_unknown(spec, SPECULATIVE_FIELDS, prefix="speculative.")
-    drafter = default_drafter if spec.get("drafter") is None else plain_alias(spec["drafter"])
-    if drafter not in drafters:
-        raise BadRequestError(f"speculative.drafter must be one of {', '.join(drafters)} with "
-                              f"the loaded pair, got {drafter!r}", param="speculative.drafter")
-    if drafter == PLAIN:
-        for key in ("policy", "gamma"):
-            if spec.get(key) is not None:
-                raise BadRequestError(f"speculative.{key} has no effect with drafter {PLAIN} "
-                                      "(plain decoding); drop it", param=f"speculative.{key}")
-        return drafter, None, 0
-    policy = DEFAULT_POLICY if spec.get("policy") is None else spec["policy"]
-    if policy not in POLICIES:
-        raise BadRequestError(f"speculative.policy must be one of {', '.join(POLICIES)}, got "
-                              f"{policy!r}", param="speculative.policy")
-    gamma = integer(spec, "gamma", DEFAULT_GAMMA[policy], low=1, high=MAX_GAMMA,
-                     name="speculative.gamma")
-    return drafter, policy, gamma
-
-
 def _stream_options(value: Any, stream: bool) -> bool:
     if value is None:
         return False
@@ -211,20 +188,3 @@ def _stream_options(value: Any, stream: bool) -> bool:
         raise BadRequestError("stream_options must be an object", param="stream_options")
     refuse_unknown(value, ("include_usage",), prefix="stream_options.")
     return boolean(value, "include_usage", False, name="stream_options.include_usage")
-
-
-def _max_tokens(body: dict) -> int:
-    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
-        raise BadRequestError("give max_tokens or max_completion_tokens, not both",
-                              param="max_completion_tokens")
-    name = "max_tokens" if body.get("max_completion_tokens") is None else "max_completion_tokens"
-    return integer(body, name, DEFAULT_MAX_TOKENS, low=1)
-
-
-def _stop(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
-        raise BadRequestError("stop must be a non-empty string or a list of them", param="stop")
-    return tuple(items)

@@ -96,7 +96,7 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
     report = stats.controller
     return {
         "mode": stats.mode,
-        "drafter": request.drafter,
+        "drafter": request.spec.drafter,
         "drafted_tokens": stats.drafted_tokens,
         "accepted_tokens": stats.accepted_tokens,
         "acceptance_rate": round(stats.acceptance_rate, 4),
@@ -112,7 +112,7 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
         "prefill_ms": round(stats.prefill_ms, 1),
         "total_ms": round(stats.total_time_ms, 1),
         "controller": {
-            "policy": request.policy,
+            "policy": request.spec.policy,
             "max_gamma": stats.gamma,
             "gammas": list(stats.gammas),
             "plain_rounds": stats.gammas.count(0),

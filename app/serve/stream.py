@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
-from typing import AsyncIterator, Awaitable, Callable, Iterator
+from typing import AsyncIterator, Awaitable, Callable, Generator, Sequence
 
 from anyio import to_thread
 from starlette.responses import StreamingResponse
@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 from app.serve.errors import as_api_error
 from app.serve.parsing import GenerationRequest
 from app.runtime.queue import GenerationQueue
+from app.runtime.run import generate
 from app.serve.responses import DONE, Formatter, sse
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.pair import Pair
@@ -35,12 +36,14 @@ class Job:
     """One request that holds a queue ticket: waits its turn, runs, and gives the ticket back."""
 
     def __init__(self, pair: Pair, request: GenerationRequest, queue: GenerationQueue,
-                 history: History | None = None) -> None:
+                 tokens: Sequence[int], history: History | None = None) -> None:
         self.pair = pair
         self.request = request
         self.queue = queue
+        # The prompt's tokens, counted once when the request was admitted (app/runtime/run.py).
+        self.tokens = tokens
         # The caller's history of past requests (one per API key), None when off.
-        self.history = history if request.history else None
+        self.history = history if request.spec.history else None
         self.ticket: int | None = queue.join()
 
     async def turn(self, gone: Callable[[], Awaitable[bool]] | None = None) -> bool:
@@ -66,12 +69,10 @@ class Job:
         finally:
             events.close()
 
-    def _start(self) -> Iterator[Event]:
-        r = self.request
-        # Built with the slot held: the adaptive policy calibrates under the pair's lock.
-        policy = None if r.policy is None else self.pair.make_policy(r.policy, r.drafter, r.config.gamma)
-        return self.pair.generate(r.prompt, r.config, drafter=r.drafter, raw=r.raw, policy=policy,
-                                  history=self.history.index if self.history else None)
+    def _start(self) -> Generator[Event, None, None]:
+        # Started with the slot held: the adaptive policy calibrates under the pair's lock.
+        return generate(self.pair, self.request.spec, self.tokens,
+                        self.history.index if self.history else None)
 
     def close(self) -> None:
         if self.ticket is not None:

@@ -19,7 +19,7 @@ import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
 from app.ui import chat, compare, wizard  # noqa: E402
-from app.runtime.defaults import DEFAULT_DRAFTER, PLAIN  # noqa: E402
+from app.runtime.defaults import DEFAULT_DRAFTER, DEFAULT_GAMMA, DEFAULT_POLICY, PLAIN  # noqa: E402
 from app.runtime.holder import ERROR, LOADING, READY, PairHolder  # noqa: E402
 from app.ui.state import StopFlags  # noqa: E402
 
@@ -52,23 +52,28 @@ def status_banner(holder: PairHolder) -> str:
             'Models tab.</div>')
 
 
-def _drafter_updates(holder: PairHolder) -> tuple[dict, dict]:
+def _choice_updates(holder: PairHolder) -> tuple[dict, ...]:
+    """The chat's and the side-by-side tab's drafter, policy and gamma as the loaded pair and its
+    pairing record choose them (app/runtime/tuned.py), so a user who changes nothing runs what
+    the CLI and the API run."""
     if holder.status.state != READY:
-        return gr.update(), gr.update()
-    names = holder.pair.drafters
-    speculative = [d for d in names if d != PLAIN]
-    default = holder.pair.default_drafter
-    return (gr.update(choices=names, value=default),
-            gr.update(choices=speculative,
-                      value=default if default in speculative else (speculative[0] if speculative else None)))
+        return (gr.update(),) * 6
+    offer = holder.offer()
+    speculative = [d for d in offer.drafters if d != PLAIN]
+    policy = offer.tuned.get("policy", DEFAULT_POLICY)
+    gamma = offer.tuned.get("gamma", DEFAULT_GAMMA[policy])
+    settled = (gr.update(value=policy), gr.update(value=gamma))
+    return (gr.update(choices=list(offer.drafters), value=offer.drafter), *settled,
+            gr.update(choices=speculative, value=offer.drafter if offer.drafter in speculative
+                      else (speculative[0] if speculative else None)), *settled)
 
 
 def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
     """The whole page for `holder`'s pair; it works (and says so) while loading or after a failure."""
     flags = flags or StopFlags()
     ready = holder.status.state == READY
-    drafters = holder.pair.drafters if ready else [DEFAULT_DRAFTER, "draft", PLAIN]
-    default = holder.pair.default_drafter if ready else DEFAULT_DRAFTER
+    drafters = list(holder.offer().drafters) if ready else [DEFAULT_DRAFTER, "draft", PLAIN]
+    default = holder.offer().drafter if ready else DEFAULT_DRAFTER
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         gr.Markdown(f"## {TITLE}\nA small draft model proposes tokens; the target checks them in one "
                     "batch and keeps exactly its own distribution.")
@@ -80,18 +85,20 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
                 compare_parts = compare.build(holder, flags, drafters, default)
             with gr.Tab("Models", id="models"):
                 wizard_parts = wizard.build(holder)
-        dropdowns = [chat_parts["drafter"], compare_parts["drafter"]]
+        choices = [parts[name] for parts in (chat_parts, compare_parts)
+                   for name in ("drafter", "policy", "gamma")]
 
-        def watch() -> Iterator[tuple[str, dict, dict]]:
+        def watch() -> Iterator[tuple]:
             while holder.status.state == LOADING:
-                yield status_banner(holder), gr.update(), gr.update()
+                yield (status_banner(holder), *(gr.update(),) * len(choices))
                 time.sleep(POLL_S)
-            yield (status_banner(holder), *_drafter_updates(holder))
+            yield (status_banner(holder), *_choice_updates(holder))
 
-        demo.load(watch, None, [banner, *dropdowns], api_name="status", concurrency_limit=None,
+        demo.load(watch, None, [banner, *choices], api_name="status", concurrency_limit=None,
                   show_progress="hidden")
-        wizard_parts["load_event"].then(lambda: (status_banner(holder), *_drafter_updates(holder)), None,
-                                        [banner, *dropdowns], api_visibility="private", queue=False)
+        wizard_parts["load_event"].then(lambda: (status_banner(holder), *_choice_updates(holder)),
+                                        None, [banner, *choices], api_visibility="private",
+                                        queue=False)
     return demo
 
 

@@ -8,14 +8,17 @@ take CPU from the decoding it is showing.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Iterator
 
 import gradio as gr
 
 from app.runtime.tuned import chosen_acceptance, stale_line
 from app.ui import controls, metrics
-from app.runtime.defaults import HISTORY, PLAIN
+from app.runtime.defaults import HISTORY
 from app.runtime.holder import PairHolder
+from app.runtime.request import RunSpec
+from app.runtime.run import generate
 from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
@@ -47,11 +50,10 @@ def stats_payload(stats: GenerationStats, text: str) -> dict:
 
 
 def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
-            settings: controls.Settings, remember: bool = HISTORY
-            ) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
+            spec: RunSpec) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
     """Yield (history, token view, metrics panel, stats, textbox) while the answer streams,
-    once this answer's turn in the holder's queue (shared with the API) has come. `remember`:
-    draft from the history of past requests and add this one to it."""
+    once this answer's turn in the holder's queue (shared with the API) has come. With
+    `spec.history` the answer drafts from the history of past requests and is added to it."""
     if not message or not message.strip():
         raise gr.Error("type a message first")
     try:
@@ -60,23 +62,20 @@ def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
         raise gr.Error(str(exc)) from None
     try:
         holder.queue.wait(ticket)
-        yield from _answer(holder, flags, session, message, history, settings,
-                           holder.history_for() if remember else None)
+        yield from _answer(holder, flags, session, message, history, spec,
+                           holder.history_for() if spec.history else None)
     finally:
         holder.queue.leave(ticket)
 
 
 def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
-            settings: controls.Settings, past: History | None
+            spec: RunSpec, past: History | None
             ) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
     try:
-        pair = holder.pair
-        config = settings.config(gamma=0 if settings.drafter == PLAIN else None)
-        policy = settings.policy_for(settings.drafter)
         messages = to_messages(history) + [{"role": "user", "content": message}]
-        events = watch(pair.generate(messages, config, drafter=settings.drafter, policy=policy,
-                                     history=past.index if past else None),
-                       chosen_acceptance(holder.pairing, settings.drafter))
+        events = watch(generate(holder.pair, replace(spec, prompt=tuple(messages)),
+                                history=past.index if past else None),
+                       chosen_acceptance(holder.pairing, spec.drafter))
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
     history = [*history, {"role": "user", "content": message}, {"role": "assistant", "content": ""}]
@@ -152,12 +151,12 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
                 temperature: float, top_k: float, top_p: float, min_p: float, seed: float | None,
                 max_tokens: float, remember_value: bool, request: gr.Request):
         try:
-            settings = controls.Settings.from_values(drafter, policy, gamma, temperature, top_k,
-                                                     top_p, min_p, seed, max_tokens)
+            spec = controls.spec(holder.offer(), drafter, policy, gamma, temperature, top_k,
+                                 top_p, min_p, seed, max_tokens, bool(remember_value))
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
         yield from respond(holder, flags, request.session_hash or "", message_text, history or [],
-                           settings, bool(remember_value))
+                           spec)
 
     def on_stop(request: gr.Request) -> None:
         flags.stop(request.session_hash or "")
@@ -180,4 +179,4 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
     forget.click(on_forget, None, None, api_visibility="private", queue=False)
     clear.click(lambda: ([], metrics.token_view([]), metrics.live_panel(None), None), None,
                 [chatbot, tokens, panel, stats], api_name="clear", queue=False)
-    return {"drafter": widgets[0], "chatbot": chatbot}
+    return {**dict(zip(controls.WIDGETS, widgets)), "chatbot": chatbot}

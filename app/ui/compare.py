@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 import gradio as gr
@@ -19,6 +19,8 @@ import gradio as gr
 from app.ui import controls, metrics
 from app.runtime.defaults import PLAIN
 from app.runtime.holder import PairHolder
+from app.runtime.request import RunSpec
+from app.runtime.run import generate
 from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
@@ -126,26 +128,27 @@ def _column(title: str, pieces: list[metrics.Piece], stats: GenerationStats | No
 
 
 def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
-            settings: controls.Settings, repeats: int) -> Iterator[tuple[str, str, str, dict | None]]:
+            spec: RunSpec, repeats: int) -> Iterator[tuple[str, str, str, dict | None]]:
     """Yield (plain column, speculative column, summary, results) as the runs progress."""
     if not prompt or not prompt.strip():
         raise gr.Error("type a prompt first")
     if not 1 <= repeats <= MAX_REPEATS:
         raise gr.Error(f"repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
-    if settings.drafter == PLAIN:
+    if spec.drafter == PLAIN:
         raise gr.Error("pick a drafter for the speculative run; the plain run needs none")
     try:
         pair = holder.pair
-        base_cfg, spec_cfg = settings.config(gamma=0), settings.config()
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
-    greedy = base_cfg.params.greedy
+    specs = {"speculative": replace(spec, prompt=prompt)}
+    specs["plain"] = specs["speculative"].plain()
+    greedy = spec.sampling.greedy
     runs = Runs()
     state: dict[str, tuple[GenerationStats | None, bool]] = {"plain": (None, False), "speculative": (None, False)}
 
     def view() -> tuple[str, str, str, dict | None]:
         return (_column("plain decoding (target alone)", runs.plain_pieces, *state["plain"]),
-                _column(f"speculative ({settings.drafter})", runs.speculative_pieces, *state["speculative"]),
+                _column(f"speculative ({spec.drafter})", runs.speculative_pieces, *state["speculative"]),
                 summary_html(runs, greedy), payload(runs, greedy) if runs.speculative else None)
 
     flags.begin(session)
@@ -157,10 +160,7 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
                     pieces = runs.plain_pieces if mode == "plain" else runs.speculative_pieces
                     pieces.clear()
                     state[mode] = (None, False)
-                    drafter = PLAIN if mode == "plain" else settings.drafter
-                    config = base_cfg if mode == "plain" else spec_cfg
-                    events = pair.generate(prompt, config, drafter=drafter,
-                                           policy=settings.policy_for(drafter))
+                    events = generate(pair, specs[mode])
                     last = time.monotonic()
                     try:
                         for ev in events:
@@ -207,11 +207,11 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
                top_k: float, top_p: float, min_p: float, seed: float | None, max_tokens: float,
                request: gr.Request):
         try:
-            settings = controls.Settings.from_values(drafter, policy, gamma, temperature, top_k,
-                                                     top_p, min_p, seed, max_tokens)
+            spec = controls.spec(holder.offer(), drafter, policy, gamma, temperature, top_k,
+                                 top_p, min_p, seed, max_tokens)
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
-        yield from compare(holder, flags, request.session_hash or "", prompt_text, settings, int(n))
+        yield from compare(holder, flags, request.session_hash or "", prompt_text, spec, int(n))
 
     run.click(on_run, [prompt, repeats, *widgets], [left, right, summary, results], api_name="compare",
               concurrency_limit=None, show_progress="hidden")
@@ -219,4 +219,4 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
         flags.stop(request.session_hash or "")
 
     stop.click(on_stop, None, None, api_name="stop_compare", queue=False)
-    return {"drafter": widgets[0]}
+    return dict(zip(controls.WIDGETS, widgets))

@@ -1,67 +1,44 @@
-"""The generation settings shared by the chat and side-by-side tabs, and their conversion into
-the engine's GenerationConfig, drafter name and gamma policy.
+"""The generation settings shared by the chat and side-by-side tabs, and the page's translation
+of their values into the request spec (app/runtime/request.py) the CLI and the API make too.
 
-Drafters come from the loaded pair; gamma policies, and every default, from
-app/runtime/defaults.py, as the CLI's and the API's do.
+Drafters come from the loaded pair; gamma policies, every default and every range from
+app/runtime/defaults.py and app/runtime/ranges.py, as the CLI's and the API's do.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import gradio as gr
 
-from app.runtime.defaults import (DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, DEFAULT_POLICY, PLAIN,
-                                  POLICIES, SAMPLING)
-from engine.errors import SettingsError
-from engine.generation_config import MAX_GAMMA, GenerationConfig
-from engine.control.registry import make_policy
-from engine.control.policy import GammaPolicy
-from engine.sampling import SamplingParams
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY, HISTORY, PLAIN, POLICIES, plain_alias
+from app.runtime.ranges import BY_NAME, RANDOM_SEED
+from app.runtime.request import Offer, RunSpec, resolve
+from engine.pair import Prompt
+
+# The settings widgets, in the order `build` returns them and `spec` takes their values.
+WIDGETS = ("drafter", "policy", "gamma", "temperature", "top_k", "top_p", "min_p", "seed",
+           "max_tokens")
 
 
 def policy_names() -> list[str]:
     return list(POLICIES)
 
 
-@dataclass(frozen=True)
-class Settings:
-    drafter: str
-    policy: str
-    gamma: int
-    temperature: float
-    top_k: int
-    top_p: float
-    min_p: float
-    seed: int | None
-    max_tokens: int
-
-    @classmethod
-    def from_values(cls, drafter: str, policy: str, gamma: float, temperature: float, top_k: float,
-                    top_p: float, min_p: float, seed: float | str | None, max_tokens: float) -> "Settings":
-        seed_value: int | None
-        if seed is None or (isinstance(seed, str) and not seed.strip()) or (not isinstance(seed, str) and seed < 0):
-            seed_value = None
-        else:
-            try:
-                seed_value = int(seed)
-            except ValueError:
-                raise SettingsError(f"seed must be an integer, got {seed!r}") from None
-        return cls(drafter=drafter or PLAIN, policy=policy or DEFAULT_POLICY, gamma=int(gamma),
-                   temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                   min_p=float(min_p), seed=seed_value, max_tokens=int(max_tokens))
-
-    def config(self, gamma: int | None = None) -> GenerationConfig:
-        params = SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                                min_p=self.min_p, seed=self.seed)
-        return GenerationConfig(params=params, gamma=self.gamma if gamma is None else gamma,
-                                max_tokens=self.max_tokens)
-
-    def policy_for(self, drafter: str) -> GammaPolicy | None:
-        return None if drafter == PLAIN else make_policy(self.policy, self.gamma)
+def spec(offer: Offer, drafter: str | None, policy: str | None, gamma: float | None,
+         temperature: float | None, top_k: float | None, top_p: float | None,
+         min_p: float | None, seed: float | str | None, max_tokens: float | None,
+         history: bool = HISTORY, prompt: Prompt = "", raw: bool = False) -> RunSpec:
+    """The page's RunSpec. The policy and gamma controls steer a speculative drafter only: with
+    drafter plain the page gives neither. An empty seed box is -1, a random seed."""
+    given = dict(zip(WIDGETS, (drafter, policy, gamma, temperature, top_k, top_p, min_p, seed,
+                               max_tokens)))
+    if isinstance(drafter, str) and plain_alias(drafter) == PLAIN:
+        given["policy"] = given["gamma"] = None
+    if isinstance(seed, str) and not seed.strip():
+        given["seed"] = RANDOM_SEED
+    return resolve({**given, "history": history}, offer, prompt, raw)
 
 
 def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool = False) -> list[gr.components.Component]:
-    """The settings widgets in `Settings.from_values` order. In the side-by-side tab the
+    """The settings widgets in `WIDGETS` order. In the side-by-side tab the
     plain run is always plain decoding, so it is not offered as the speculative drafter."""
     choices = [d for d in drafters if d != PLAIN] if compare else drafters
     default = default_drafter if default_drafter in choices else (choices[0] if choices else None)
@@ -77,21 +54,38 @@ def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool 
                              label="gamma policy", elem_id=eid("policy"),
                              info="how many tokens to draft each round; 'plain' never drafts "
                                   "(a control: what the speculative path costs by itself)")
-        gamma = gr.Slider(0 if not compare else 1, MAX_GAMMA, value=DEFAULT_GAMMA[DEFAULT_POLICY],
-                          step=1, label="gamma", elem_id=eid("gamma"),
-                          info="tokens drafted per round: fixed value, heuristic start, adaptive maximum")
-        # Each policy starts from its own default gamma, as on the command line and in the API.
-        policy.change(lambda p: gr.update(value=DEFAULT_GAMMA.get(p, DEFAULT_GAMMA[DEFAULT_POLICY])),
+        row = BY_NAME["gamma"]
+        gamma = gr.Slider(row.low if not compare else 1, row.high,
+                          value=DEFAULT_GAMMA[DEFAULT_POLICY], step=1, label="gamma",
+                          elem_id=eid("gamma"), info="tokens drafted per round: fixed value, "
+                          "heuristic start, adaptive maximum" + ("" if compare else
+                                                                 f"; {row.meaning}"))
+        # Each policy the user picks starts from its own default gamma, as on the command line
+        # and in the API (`input`: the pairing record's policy and gamma are set together).
+        policy.input(lambda p: gr.update(value=DEFAULT_GAMMA.get(p, DEFAULT_GAMMA[DEFAULT_POLICY])),
                       policy, gamma, queue=False, api_visibility="private")
     with gr.Row():
-        temperature = gr.Slider(0.0, 2.0, value=SAMPLING.temperature, step=0.05, label="temperature",
-                                info="0 is greedy", elem_id=eid("temperature"))
-        top_k = gr.Slider(0, 200, value=SAMPLING.top_k, step=1, label="top-k", info="0 is off",
-                          elem_id=eid("top-k"))
-        top_p = gr.Slider(0.01, 1.0, value=SAMPLING.top_p, step=0.01, label="top-p", elem_id=eid("top-p"))
-        min_p = gr.Slider(0.0, 0.99, value=SAMPLING.min_p, step=0.01, label="min-p", elem_id=eid("min-p"))
+        # The sliders' ends are the page's choice; the ranges are the table's.
+        temperature = gr.Slider(0.0, 2.0, value=_default("temperature"), step=0.05,
+                                label="temperature", info=_info("temperature"),
+                                elem_id=eid("temperature"))
+        top_k = gr.Slider(0, 200, value=_default("top_k"), step=1, label="top-k",
+                          info=_info("top_k"), elem_id=eid("top-k"))
+        top_p = gr.Slider(0.01, 1.0, value=_default("top_p"), step=0.01, label="top-p",
+                          info=_info("top_p"), elem_id=eid("top-p"))
+        min_p = gr.Slider(0.0, 0.99, value=_default("min_p"), step=0.01, label="min-p",
+                          info=_info("min_p"), elem_id=eid("min-p"))
     with gr.Row():
-        seed = gr.Number(value=-1, precision=0, label="seed", info="-1 is random", elem_id=eid("seed"))
-        max_tokens = gr.Slider(1, 2048, value=DEFAULT_MAX_TOKENS, step=1, label="max tokens",
+        seed = gr.Number(value=_default("seed"), precision=0, label="seed", info=_info("seed"),
+                         elem_id=eid("seed"))
+        max_tokens = gr.Slider(1, 2048, value=_default("max_tokens"), step=1, label="max tokens",
                                elem_id=eid("max-tokens"))
     return [drafter, policy, gamma, temperature, top_k, top_p, min_p, seed, max_tokens]
+
+
+def _default(name: str):
+    return BY_NAME[name].default
+
+
+def _info(name: str) -> str:
+    return BY_NAME[name].meaning

@@ -359,124 +359,176 @@ def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo
         yield f"<p><b>Loaded</b> {html.escape(s.target)} + {html.escape(s.draft)}: {html.escape(s.message)}. Go to the Chat tab.</p>"
 
 
-def build(holder: PairHolder) -> dict[str, Any]:
-    gr.Markdown("Pick a target, check that the pair fits and is compatible, download it, then load it.")
-    with gr.Group():
-        gr.Markdown("### 1. Choose a target")
-        pairs = catalog.load_catalog()
-        pair = gr.Dropdown(choices=[(_pair_label(p), p.id) for p in pairs], value=None,
-                           label="from the catalog (curated target + draft pairs)", elem_id="wizard-pair")
-        on_disk = FoundList()
-        with gr.Row():
-            found_pick = gr.Dropdown(choices=on_disk.choices(), value=None, scale=4,
-                                     label="or a model already on this machine (HF cache, LM Studio,"
-                                     " Ollama, llama.cpp, your folders; used where it lies)",
-                                     elem_id="wizard-found")
-            rescan_btn = gr.Button("Rescan", scale=1, size="sm", elem_id="wizard-rescan")
-        with gr.Row():
-            query = gr.Textbox(label="or search the hub", placeholder="e.g. qwen2.5 coder gguf", scale=3)
-            search_btn = gr.Button("Search", scale=1)
-        with gr.Row():
-            repo = gr.Dropdown(choices=[], label="repository", allow_custom_value=True)
-            repo_file = gr.Dropdown(choices=[], label="quantization / file", allow_custom_value=True)
-        hub_note = gr.HTML()
-        with gr.Row():
-            target_repo = gr.Textbox(label="target repo (empty for a local file)", elem_id="wizard-target-repo")
-            target_file = gr.Textbox(label="target file (or local path)", elem_id="wizard-target-file")
-        pair_note = gr.Markdown()
-    with gr.Group():
-        gr.Markdown("### 2. Choose a draft")
-        drafts = gr.Dropdown(choices=[], label="suggested drafts (same family and tokenizer)", allow_custom_value=True)
-        with gr.Row():
-            draft_repo = gr.Textbox(label="draft repo (empty for a local file)", elem_id="wizard-draft-repo")
-            draft_file = gr.Textbox(label="draft file (or local path)", elem_id="wizard-draft-file")
-    with gr.Group():
-        gr.Markdown("### 3. Memory fit and compatibility")
-        with gr.Row():
-            n_ctx = gr.Number(value=4096, precision=0, label="context length (tokens)")
-            check_btn = gr.Button("Check", variant="secondary", elem_id="wizard-check")
-        report = gr.HTML(elem_id="wizard-report")
-        verdict = gr.JSON(visible=False)
-        with gr.Row():
-            ceiling_btn = gr.Button("Measure ceiling", variant="secondary", elem_id="wizard-ceiling")
-        ceiling_note = gr.HTML(elem_id="wizard-ceiling-note")
-    with gr.Group():
-        gr.Markdown("### 4. Download")
-        download_btn = gr.Button("Download what is missing", elem_id="wizard-download")
-        download_note = gr.HTML()
-    with gr.Group():
-        gr.Markdown("### 5. Load into the chat")
-        with gr.Row():
-            lora = gr.Textbox(label="target LoRA adapter (GGUF path, optional)",
-                              elem_id="wizard-lora", scale=3)
-            lora_scale = gr.Number(value=1.0, label="scale", elem_id="wizard-lora-scale", scale=1)
-            draft_lora = gr.Textbox(label="draft LoRA adapter (GGUF path, optional)",
-                                    elem_id="wizard-draft-lora", scale=3)
-            draft_lora_scale = gr.Number(value=1.0, label="scale", scale=1)
-        load_btn = gr.Button("Load pair", variant="primary", elem_id="wizard-load")
-        load_note = gr.HTML(elem_id="wizard-load-note")
-    with gr.Accordion("models on this machine", open=False):
-        found_where = gr.Markdown(f"Searched {on_disk.scan.where_searched()}.")
-        found_table = gr.Dataframe(value=on_disk.rows(), headers=list(found.COLUMNS),
-                                   interactive=False, elem_id="wizard-found-table")
-    with gr.Accordion("catalog", open=False):
-        table = gr.Dataframe(value=catalog_rows(), headers=["id", "target", "draft", "MiB", "on disk"],
-                             interactive=False, elem_id="wizard-catalog")
-        catalog_btn = gr.Button("Refresh catalog", size="sm")
+class Steps:
+    """The tab's five steps and two lists as components, laid out in the current Blocks by
+    one method each; `wire` connects them to the library."""
 
-    fields = [target_repo, target_file, draft_repo, draft_file]
+    def __init__(self) -> None:
+        self.on_disk = FoundList()
+        self.choose_target()
+        self.choose_draft()
+        self.check_pair()
+        with gr.Group():
+            gr.Markdown("### 4. Download")
+            self.download_btn = gr.Button("Download what is missing", elem_id="wizard-download")
+            self.download_note = gr.HTML()
+        self.load_step()
+        self.lists()
+        self.fields = [self.target_repo, self.target_file, self.draft_repo, self.draft_file]
 
-    def on_pair(pair_id: str | None):
+    def choose_target(self) -> None:
+        with gr.Group():
+            gr.Markdown("### 1. Choose a target")
+            self.pair = gr.Dropdown(choices=[(_pair_label(p), p.id) for p in catalog.load_catalog()],
+                                    value=None, label="from the catalog (curated target + draft pairs)",
+                                    elem_id="wizard-pair")
+            with gr.Row():
+                self.found_pick = gr.Dropdown(
+                    choices=self.on_disk.choices(), value=None, scale=4, elem_id="wizard-found",
+                    label="or a model already on this machine (HF cache, LM Studio, Ollama, "
+                    "llama.cpp, your folders; used where it lies)")
+                self.rescan_btn = gr.Button("Rescan", scale=1, size="sm", elem_id="wizard-rescan")
+            with gr.Row():
+                self.query = gr.Textbox(label="or search the hub", scale=3,
+                                        placeholder="e.g. qwen2.5 coder gguf")
+                self.search_btn = gr.Button("Search", scale=1)
+            with gr.Row():
+                self.repo = gr.Dropdown(choices=[], label="repository", allow_custom_value=True)
+                self.repo_file = gr.Dropdown(choices=[], label="quantization / file",
+                                             allow_custom_value=True)
+            self.hub_note = gr.HTML()
+            with gr.Row():
+                self.target_repo = gr.Textbox(label="target repo (empty for a local file)",
+                                              elem_id="wizard-target-repo")
+                self.target_file = gr.Textbox(label="target file (or local path)",
+                                              elem_id="wizard-target-file")
+            self.pair_note = gr.Markdown()
+
+    def choose_draft(self) -> None:
+        with gr.Group():
+            gr.Markdown("### 2. Choose a draft")
+            self.drafts = gr.Dropdown(choices=[], label="suggested drafts (same family and tokenizer)",
+                                      allow_custom_value=True)
+            with gr.Row():
+                self.draft_repo = gr.Textbox(label="draft repo (empty for a local file)",
+                                             elem_id="wizard-draft-repo")
+                self.draft_file = gr.Textbox(label="draft file (or local path)",
+                                             elem_id="wizard-draft-file")
+
+    def check_pair(self) -> None:
+        with gr.Group():
+            gr.Markdown("### 3. Memory fit and compatibility")
+            with gr.Row():
+                self.n_ctx = gr.Number(value=4096, precision=0, label="context length (tokens)")
+                self.check_btn = gr.Button("Check", variant="secondary", elem_id="wizard-check")
+            self.report = gr.HTML(elem_id="wizard-report")
+            self.verdict = gr.JSON(visible=False)
+            with gr.Row():
+                self.ceiling_btn = gr.Button("Measure ceiling", variant="secondary",
+                                             elem_id="wizard-ceiling")
+            self.ceiling_note = gr.HTML(elem_id="wizard-ceiling-note")
+
+    def load_step(self) -> None:
+        with gr.Group():
+            gr.Markdown("### 5. Load into the chat")
+            with gr.Row():
+                self.lora = gr.Textbox(label="target LoRA adapter (GGUF path, optional)",
+                                       elem_id="wizard-lora", scale=3)
+                self.lora_scale = gr.Number(value=1.0, label="scale", elem_id="wizard-lora-scale",
+                                            scale=1)
+                self.draft_lora = gr.Textbox(label="draft LoRA adapter (GGUF path, optional)",
+                                             elem_id="wizard-draft-lora", scale=3)
+                self.draft_lora_scale = gr.Number(value=1.0, label="scale", scale=1)
+            self.load_btn = gr.Button("Load pair", variant="primary", elem_id="wizard-load")
+            self.load_note = gr.HTML(elem_id="wizard-load-note")
+
+    def lists(self) -> None:
+        with gr.Accordion("models on this machine", open=False):
+            self.found_where = gr.Markdown(f"Searched {self.on_disk.scan.where_searched()}.")
+            self.found_table = gr.Dataframe(value=self.on_disk.rows(), headers=list(found.COLUMNS),
+                                            interactive=False, elem_id="wizard-found-table")
+        with gr.Accordion("catalog", open=False):
+            self.table = gr.Dataframe(value=catalog_rows(), interactive=False,
+                                      headers=["id", "target", "draft", "MiB", "on disk"],
+                                      elem_id="wizard-catalog")
+            self.catalog_btn = gr.Button("Refresh catalog", size="sm")
+
+    def on_pair(self, pair_id: str | None):
         if not pair_id:
             return [gr.update()] * 5 + [gr.update()]
         t_repo, t_file, d_repo, d_file, note = pick_pair(pair_id)
-        return t_repo, t_file, d_repo, d_file, note, gr.update(choices=suggest_drafts(t_repo), value=f"{d_repo}|{d_file}")
+        return (t_repo, t_file, d_repo, d_file, note,
+                gr.update(choices=suggest_drafts(t_repo), value=f"{d_repo}|{d_file}"))
 
-    def on_found(name: str | None):
+    def on_found(self, name: str | None):
         if not name:
             return [gr.update()] * 4
-        choices = on_disk.drafts(name)
-        return ("", name, on_disk.note(name, len(choices)),
+        choices = self.on_disk.drafts(name)
+        return ("", name, self.on_disk.note(name, len(choices)),
                 gr.update(choices=choices, value=choices[0][1] if choices else None))
 
-    def on_rescan():
-        on_disk.refresh()
-        return (gr.update(choices=on_disk.choices(), value=None), on_disk.rows(),
-                f"Searched {on_disk.scan.where_searched()}.")
+    def on_rescan(self):
+        self.on_disk.refresh()
+        return (gr.update(choices=self.on_disk.choices(), value=None), self.on_disk.rows(),
+                f"Searched {self.on_disk.scan.where_searched()}.")
 
-    def on_file(repo_id: str | None, filename: str | None):
-        if not repo_id or not filename:
-            return gr.update(), gr.update(), gr.update()
-        return repo_id, filename, gr.update(choices=suggest_drafts(repo_id), value=None)
+    def wire_choices(self) -> None:
+        """The pickers fill the target and draft fields."""
+        private = {"api_visibility": "private"}
+        self.pair.change(self.on_pair, self.pair, [*self.fields, self.pair_note, self.drafts],
+                         queue=False, **private)
+        self.found_pick.change(self.on_found, self.found_pick,
+                               [self.target_repo, self.target_file, self.pair_note, self.drafts],
+                               **private)
+        self.rescan_btn.click(self.on_rescan, None,
+                              [self.found_pick, self.found_table, self.found_where], api_name="found")
+        self.search_btn.click(search, self.query, [self.repo, self.hub_note], api_name="search")
+        self.query.submit(search, self.query, [self.repo, self.hub_note], **private)
+        self.repo.change(files, self.repo, [self.repo_file, self.hub_note], api_name="files")
+        self.repo_file.change(_on_file, [self.repo, self.repo_file],
+                              [self.target_repo, self.target_file, self.drafts], **private)
+        self.drafts.change(_on_draft, self.drafts, [self.draft_repo, self.draft_file], queue=False,
+                           **private)
 
-    def on_draft(key: str | None):
-        if not key or "|" not in key:
-            return gr.update(), gr.update()
-        d_repo, d_file = key.split("|", 1)
-        return d_repo, d_file
+    def wire_actions(self, holder: PairHolder) -> Any:
+        """Check, measure, download and load; returns the load event (the page follows it)."""
+        fields, n_ctx = self.fields, self.n_ctx
+        self.check_btn.click(check, [*fields, n_ctx], [self.report, self.verdict], api_name="check")
+        # Loading and timing the models takes the CPU: one at a time, like generations.
+        one_at_a_time = {"concurrency_id": "generation", "concurrency_limit": 1}
+        self.ceiling_btn.click(measure_ceiling, [*fields, n_ctx], self.ceiling_note,
+                               api_name="ceiling", **one_at_a_time)
+        self.download_btn.click(download, fields, self.download_note, api_name="download",
+                                concurrency_id="download", concurrency_limit=1)
 
-    pair.change(on_pair, pair, [*fields, pair_note, drafts], queue=False, api_visibility="private")
-    found_pick.change(on_found, found_pick, [target_repo, target_file, pair_note, drafts],
-                      api_visibility="private")
-    rescan_btn.click(on_rescan, None, [found_pick, found_table, found_where], api_name="found")
-    search_btn.click(search, query, [repo, hub_note], api_name="search")
-    query.submit(search, query, [repo, hub_note], api_visibility="private")
-    repo.change(files, repo, [repo_file, hub_note], api_name="files")
-    repo_file.change(on_file, [repo, repo_file], [target_repo, target_file, drafts], api_visibility="private")
-    drafts.change(on_draft, drafts, [draft_repo, draft_file], queue=False, api_visibility="private")
-    check_btn.click(check, [*fields, n_ctx], [report, verdict], api_name="check")
-    # Loading and timing the models takes the CPU: one at a time, like generations.
-    ceiling_btn.click(measure_ceiling, [*fields, n_ctx], ceiling_note, api_name="ceiling",
-                      concurrency_id="generation", concurrency_limit=1)
-    download_btn.click(download, fields, download_note, api_name="download", concurrency_id="download",
-                       concurrency_limit=1)
-    def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float, lora_path: str = "",
-                scale: float = 1.0, draft_lora_path: str = "", draft_scale: float = 1.0) -> Iterator[str]:
-        yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx, lora_path, scale,
-                             draft_lora_path, draft_scale)
+        def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float,
+                    lora_path: str = "", scale: float = 1.0, draft_lora_path: str = "",
+                    draft_scale: float = 1.0) -> Iterator[str]:
+            yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx, lora_path, scale,
+                                 draft_lora_path, draft_scale)
 
-    load_event = load_btn.click(on_load, [*fields, n_ctx, lora, lora_scale, draft_lora, draft_lora_scale],
-                                load_note, api_name="load_pair",
-                                concurrency_id="generation", concurrency_limit=1)
-    catalog_btn.click(catalog_rows, None, table, api_name="catalog")
-    return {"load_event": load_event, "pair": pair}
+        load_event = self.load_btn.click(
+            on_load, [*fields, n_ctx, self.lora, self.lora_scale, self.draft_lora,
+                      self.draft_lora_scale], self.load_note, api_name="load_pair", **one_at_a_time)
+        self.catalog_btn.click(catalog_rows, None, self.table, api_name="catalog")
+        return load_event
+
+
+def _on_file(repo_id: str | None, filename: str | None):
+    if not repo_id or not filename:
+        return gr.update(), gr.update(), gr.update()
+    return repo_id, filename, gr.update(choices=suggest_drafts(repo_id), value=None)
+
+
+def _on_draft(key: str | None):
+    if not key or "|" not in key:
+        return gr.update(), gr.update()
+    d_repo, d_file = key.split("|", 1)
+    return d_repo, d_file
+
+
+def build(holder: PairHolder) -> dict[str, Any]:
+    gr.Markdown("Pick a target, check that the pair fits and is compatible, download it, then load it.")
+    steps = Steps()
+    steps.wire_choices()
+    return {"load_event": steps.wire_actions(holder), "pair": steps.pair}

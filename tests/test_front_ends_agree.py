@@ -1,0 +1,148 @@
+"""The same settings through the three front ends (the CLI's argument parser, the page's control
+values, the API's request body) make the same RunSpec, or the same one-line error message
+(app/runtime/request.py, app/runtime/ranges.py)."""
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.cli import build_parser
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY, PLAIN, POLICIES
+from app.runtime.request import Offer, RunSpec, resolve
+from app.serve.errors import BadRequestError
+from app.serve.parsing import parse_completion
+from app.settings import request_settings
+from app.ui import controls
+from engine.errors import SettingsError
+
+OFFER = Offer(("plain", "draft", "hybrid", "lookup", "suffix"), "hybrid", n_ctx=4096)
+with gr.Blocks():
+    # The page's controls as it builds them: a value the user leaves alone is the widget's.
+    WIDGETS = dict(zip(controls.WIDGETS, (w.value for w in controls.build(
+        list(OFFER.drafters), OFFER.drafter, "agree"))))
+
+
+def numbers(low: float, high: float) -> st.SearchStrategy:
+    return st.one_of(st.floats(low, high, allow_nan=False), st.integers(int(low) - 1, int(high) + 1),
+                     st.sampled_from([float("inf"), float("nan")]))
+
+
+def integers(low: int, high: int) -> st.SearchStrategy:
+    # Integral floats are integers; 2.5 is not.
+    return st.one_of(st.integers(low, high), st.sampled_from([2.5, 4.0, -1.0]))
+
+
+SETTINGS = {
+    "drafter": st.sampled_from(["draft", "plain", "lookup", "hybrid", "none", "oracle"]),
+    "policy": st.sampled_from([*POLICIES, "greedy"]),
+    "gamma": integers(-2, 40),
+    "temperature": numbers(-1.0, 3.0),
+    "top_k": integers(-3, 300),
+    "top_p": numbers(-0.5, 1.5),
+    "min_p": numbers(-0.5, 1.5),
+    "seed": integers(-3, 2**40),
+    "max_tokens": integers(-2, 5000),
+    "stop": st.lists(st.text("ab\n", max_size=3), max_size=2),
+    "history": st.booleans(),
+}
+CHOSEN = st.fixed_dictionaries({}, optional=SETTINGS)
+
+
+def text(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def through_cli(chosen: dict) -> RunSpec | str:
+    argv = ["generate", "--prompt", "x", "--raw", "--target", "t.gguf", "--draft", "d.gguf"]
+    for name, value in chosen.items():
+        if name == "stop":
+            argv += [f"--stop={s}" for s in value]
+        elif name == "history":
+            argv += [] if value else ["--no-history"]
+        else:
+            argv.append(f"--{name.replace('_', '-')}={text(value)}")
+    args = build_parser().parse_args(argv)
+    try:
+        # The command's translation, resolved against the same pair as the others.
+        return resolve(request_settings(args), OFFER, prompt=args.prompt, raw=args.raw)
+    except SettingsError as exc:
+        return str(exc)
+
+
+def through_api(chosen: dict) -> RunSpec | str:
+    body: dict = {"prompt": "x"}
+    speculative = {k: v for k, v in chosen.items() if k in ("drafter", "policy", "gamma", "history")}
+    body.update({k: v for k, v in chosen.items() if k not in speculative})
+    if speculative:
+        body["speculative"] = speculative
+    try:
+        return parse_completion(body, OFFER).spec
+    except BadRequestError as exc:
+        assert exc.status == 400 and exc.param
+        return str(exc)
+
+
+def through_page(chosen: dict) -> RunSpec | str:
+    values = {**WIDGETS, **{k: v for k, v in chosen.items() if k in WIDGETS}}
+    if "gamma" not in chosen:
+        # The gamma slider follows the policy dropdown to that policy's default.
+        values["gamma"] = DEFAULT_GAMMA.get(values["policy"], DEFAULT_GAMMA[DEFAULT_POLICY])
+    try:
+        return controls.spec(OFFER, **values, history=chosen.get("history", True),
+                             prompt="x", raw=True)
+    except SettingsError as exc:
+        return str(exc)
+
+
+def page_can_say(chosen: dict) -> bool:
+    """The page has no stop strings, and with drafter plain it gives no policy or gamma."""
+    plain = chosen.get("drafter") in (PLAIN, "none")
+    return "stop" not in chosen and not (plain and ({"policy", "gamma"} & chosen.keys()))
+
+
+# Derandomized like the sweep: every run tries the same 400 cases.
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(CHOSEN)
+def test_the_three_front_ends_agree(chosen):
+    cli, api = through_cli(chosen), through_api(chosen)
+    assert cli == api
+    if page_can_say(chosen):
+        assert through_page(chosen) == cli
+    if isinstance(cli, str):
+        assert "\n" not in cli and cli.split()[0] in SETTINGS
+
+
+@pytest.mark.parametrize("chosen, outcome", [
+    ({"gamma": 0, "drafter": "draft"}, (PLAIN, None, 0)),
+    ({"seed": -1}, -1),
+    ({"temperature": -0.5}, "temperature must be >= 0 (0 is greedy), got -0.5"),
+    ({"top_k": 2.5}, "top_k must be an integer, got 2.5"),
+    ({"max_tokens": 4097}, "max_tokens must be between 1 and 4096 (the answer's length; at most "
+                           "what the context holds), got 4097"),
+    ({"drafter": "plain", "gamma": 4}, "gamma has no effect with drafter plain (plain decoding); "
+                                       "drop it"),
+])
+def test_named_cases_agree_and_read_as_documented(chosen, outcome):
+    """Named examples of the table's meanings, through all three (the page where it can say them)."""
+    results = [through_cli(chosen), through_api(chosen)]
+    if page_can_say(chosen):
+        results.append(through_page(chosen))
+    first = results[0]
+    assert all(r == first for r in results)
+    if isinstance(outcome, str):
+        assert first == outcome
+    elif isinstance(outcome, tuple):
+        assert isinstance(first, RunSpec) and (first.drafter, first.policy, first.gamma) == outcome
+    else:
+        assert isinstance(first, RunSpec) and first.seed == outcome and first.sampling.seed is None
+
+
+def test_a_disagreement_would_be_seen(monkeypatch):
+    """The negative control: an API that read top_k's field as top_p fails the comparison."""
+    from app.serve import parsing
+    chosen = {"top_k": 5}
+    assert through_cli(chosen) == through_api(chosen)
+    monkeypatch.setitem(parsing.SETTING_FIELDS, "top_k", "top_p")
+    assert through_cli(chosen) != through_api(chosen)
