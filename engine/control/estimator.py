@@ -4,6 +4,11 @@ length's bucket, engine/round_plan.py) with decaying counts, so the estimate fol
 hard stretches of text; and, undecayed, each key's rounds and first-position acceptance over its
 whole life, which the exploration rule and the reason line read (engine/control/controller.py).
 
+A copy source's match-length buckets share what they learn: a bucket's estimate is shrunk
+towards its source's pooled acceptance over all its buckets (itself shrunk towards `prior`), so a
+bucket nothing is known of starts from what its source has shown, not from the flat prior: a
+source that loses at 2-token matches is not presumed to win at 3 (a hierarchical prior).
+
 Rounds that draft teach their key's counts. Plain rounds say how predictable the text is too:
 the target's top probability at the token it commits tracks the draft's agreement, so each adds a
 pseudo-observation `conf_weight * scale * confidence` to the model's counts, where `scale`
@@ -105,11 +110,12 @@ class AcceptanceEstimator:
         g = 0..n: E(g) = sum_{i<=g} prod_{j<i} a_j, each a_j at most `cap`."""
         k = self.constants
         counts = self.counts(key)
-        memo_key = (key, id(counts), counts.version, n, cap, hope, k.prior, k.prior_weight)
+        prior = self.prior(key)
+        memo_key = (key, id(counts), counts.version, n, cap, hope, prior, k.prior_weight)
         if self._memo is not None and self._memo[0] == memo_key:
             return self._memo[1]
         tries, hits = counts.tries[:n], counts.hits[:n]
-        pooled = (hits.sum() + k.prior_weight * k.prior) / (tries.sum() + k.prior_weight)
+        pooled = (hits.sum() + k.prior_weight * prior) / (tries.sum() + k.prior_weight)
         a = (hits + k.prior_weight * pooled) / (tries + k.prior_weight)
         hopeful = (hits + k.prior_weight * pooled + hope) / (tries + k.prior_weight + hope)
         result = (a, np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(a, cap))))),
@@ -118,7 +124,35 @@ class AcceptanceEstimator:
         return result
 
     def acceptance(self, key: str, hope: float = 0.0) -> np.ndarray:
-        return self.counts(key).rates(self.constants.prior, self.constants.prior_weight, hope)
+        return self.counts(key).rates(self.prior(key), self.constants.prior_weight, hope)
+
+    def siblings(self, key: str) -> list[Counts]:
+        """The counts of the other match-length buckets of `key`'s copy source (none for the
+        model's key)."""
+        source, at, _ = key.partition("@")
+        if not at:
+            return []
+        return [c for k, c in self.keys.items() if k != key and k.partition("@")[0] == source]
+
+    def prior(self, key: str) -> float:
+        """What `key`'s estimate is shrunk towards: for a copy bucket, its source's pooled
+        per-position acceptance over its other buckets (decayed counts), shrunk towards the
+        flat prior with the prior's weight; the flat prior for the model."""
+        k = self.constants
+        tries = hits = 0.0
+        for c in self.siblings(key):
+            tries += float(c.tries.sum())
+            hits += float(c.hits.sum())
+        return (hits + k.prior_weight * k.prior) / (tries + k.prior_weight)
+
+    def first_token_prior(self, key: str) -> tuple[int, int]:
+        """(rounds, first-position hits) of `key`'s source over its other buckets, undecayed:
+        the exploration posterior's prior for a bucket (engine/control/controller.py)."""
+        rounds = hits = 0
+        for c in self.siblings(key):
+            rounds += c.rounds
+            hits += c.first_hits
+        return rounds, hits
 
     @property
     def scale(self) -> float:
