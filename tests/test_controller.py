@@ -124,46 +124,6 @@ def test_exploration_stays_within_one_percent_of_plain_time_over_a_long_run():
     assert ev.explored_ms <= 0.01 * ev.plain_ms
 
 
-def copy_at(match: int) -> RoundPlan:
-    return RoundPlan(CONTEXT, "prompt-lookup", tokens=(1,) * 8, match=match)
-
-
-def teach(c: AdaptiveController, plan: RoundPlan, rounds: int, accepted: int) -> None:
-    """`rounds` drafted rounds of 4 tokens under `plan`, each keeping `accepted`."""
-    for i in range(rounds):
-        d = Decision(4, plan)
-        c.update(d, RoundStats(index=i + 1, gamma=4, drafted=4, accepted=accepted, kind="x",
-                               committed=accepted + 1, draft_ms=0.0, verify_ms=VERIFY[4]))
-
-
-def test_a_new_match_length_is_bounded_by_its_sources_other_lengths():
-    """A copy bucket nothing is known of leans on its source's other buckets by their order (a
-    longer match is accepted at least as often): after lookup lost at 8-token matches, a
-    3-token match is neither copied nor explored as eagerly; losing at 1-token matches leaves a
-    16-token match at the flat prior; winning at 1-token matches lifts a 3-token one. The
-    model's key takes nothing from the copies."""
-    flat = controller(opening=())
-    assert flat.acceptance(copy_at(3))[0] == pytest.approx(0.7)
-    losing_long = controller(opening=())
-    teach(losing_long, copy_at(9), 20, 0)
-    assert losing_long.acceptance(copy_at(3))[0] < 0.3
-    assert losing_long.best_gamma(copy_at(3)) == 0
-    assert (losing_long.optimistic_acceptance(copy_at(3))
-            < flat.optimistic_acceptance(copy_at(3)))
-    assert losing_long.acceptance(M)[0] == pytest.approx(flat.acceptance(M)[0])
-    losing_short = controller(opening=())
-    teach(losing_short, copy_at(1), 20, 0)
-    assert losing_short.acceptance(copy_at(20))[0] == pytest.approx(0.7)
-    assert (losing_short.optimistic_acceptance(copy_at(20))
-            == flat.optimistic_acceptance(copy_at(20)))
-    winning_short = controller(opening=())
-    teach(winning_short, copy_at(1), 20, 4)
-    assert winning_short.acceptance(copy_at(3))[0] > 0.9
-    # A bucket's own counts still outweigh its source's once it has them.
-    teach(losing_long, copy_at(3), 20, 4)
-    assert losing_long.acceptance(copy_at(3))[0] > 0.8
-
-
 def test_a_new_answer_starts_from_what_earlier_answers_learned():
     """The pair's calibration carries its evidence: a controller made from it later knows what
     an earlier one learned, and its reason line says so."""

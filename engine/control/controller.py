@@ -14,9 +14,8 @@ comes before the token it decides on, which keeps the output exact (docs/EXACTNE
 Exploration: when the estimate says plain wins, a round may still explore (draft `probe_gamma`
 tokens) where drafting has a real chance to pay, and only within a budget:
 - a real chance: at the optimistic end of the key's first-token acceptance (the Beta(1 + hits,
-  1 + misses) posterior over every round it drafted, a copy bucket's with `prior_weight`
-  observations at its source's rate at longer matches; mean plus `explore_z` standard
-  deviations, at every position), some gamma pays by the carrying-on margin. Evidence that a key loses
+  1 + misses) posterior over every round it drafted, mean plus `explore_z` standard deviations,
+  at every position), some gamma pays by the carrying-on margin. Evidence that a key loses
   closes this for good; a key nothing is known of is open;
 - a budget: what exploring rounds lost against plain decoding (measured), plus the predicted
   loss of this one, stays within `explore_share` of the plain-decoding time of every token
@@ -213,18 +212,11 @@ class AdaptiveController(GammaPolicy):
 
     def optimistic_acceptance(self, plan: RoundPlan) -> float:
         """The optimistic end of the plan's first-token acceptance: the mean of its Beta(1 +
-        hits, 1 + misses) posterior over every round it drafted (a copy bucket's leaning towards
-        its source's longer matches), plus `explore_z` standard deviations."""
+        hits, 1 + misses) posterior over every round it drafted, plus `explore_z` standard
+        deviations."""
         counts = self.estimator.counts(plan.evidence)
         h, n = counts.first_hits, counts.rounds
         alpha, beta = 1.0 + h, 1.0 + n - h
-        rounds, hits = self.estimator.first_token_prior(plan.evidence)
-        if rounds:
-            # A copy bucket also holds `prior_weight` observations at its source's rate at
-            # longer matches, which bound its own from above (engine/control/estimator.py).
-            w = self.constants.prior_weight
-            alpha += w * hits / rounds
-            beta += w * (rounds - hits) / rounds
         mean = alpha / (alpha + beta)
         sd = math.sqrt(alpha * beta / ((alpha + beta) ** 2 * (alpha + beta + 1.0)))
         return min(mean + self.constants.explore_z * sd, 1.0)

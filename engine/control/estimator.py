@@ -4,13 +4,6 @@ length's bucket, engine/round_plan.py) with decaying counts, so the estimate fol
 hard stretches of text; and, undecayed, each key's rounds and first-position acceptance over its
 whole life, which the exploration rule and the reason line read (engine/control/controller.py).
 
-A copy source's match-length buckets share what they learn, by their order: a longer match is
-accepted at least as often as a shorter one, so a bucket's estimate is shrunk towards the flat
-`prior` bounded by its source's pooled acceptance at longer matches from above and at shorter
-ones from below. A bucket nothing is known of starts from what its source has shown where that
-bounds it: a source that loses at 8-token matches is not presumed to win at 3, and one that
-loses at 1-token matches does not keep a 16-token match from being copied.
-
 Rounds that draft teach their key's counts. Plain rounds say how predictable the text is too:
 the target's top probability at the token it commits tracks the draft's agreement, so each adds a
 pseudo-observation `conf_weight * scale * confidence` to the model's counts, where `scale`
@@ -25,16 +18,6 @@ import numpy as np
 from engine.control.constants import ControllerConstants
 from engine.round_plan import MODEL
 from engine.generation_config import MAX_GAMMA
-
-
-def _bucket_start(bucket: str) -> int:
-    """The shortest match of a bucket as `match_bucket` writes it ("4-7" -> 4, "16+" -> 16)."""
-    digits = ""
-    for ch in bucket:
-        if not ch.isdigit():
-            break
-        digits += ch
-    return int(digits) if digits else 0
 
 
 class Counts:
@@ -122,12 +105,11 @@ class AcceptanceEstimator:
         g = 0..n: E(g) = sum_{i<=g} prod_{j<i} a_j, each a_j at most `cap`."""
         k = self.constants
         counts = self.counts(key)
-        prior = self.prior(key)
-        memo_key = (key, id(counts), counts.version, n, cap, hope, prior, k.prior_weight)
+        memo_key = (key, id(counts), counts.version, n, cap, hope, k.prior, k.prior_weight)
         if self._memo is not None and self._memo[0] == memo_key:
             return self._memo[1]
         tries, hits = counts.tries[:n], counts.hits[:n]
-        pooled = (hits.sum() + k.prior_weight * prior) / (tries.sum() + k.prior_weight)
+        pooled = (hits.sum() + k.prior_weight * k.prior) / (tries.sum() + k.prior_weight)
         a = (hits + k.prior_weight * pooled) / (tries + k.prior_weight)
         hopeful = (hits + k.prior_weight * pooled + hope) / (tries + k.prior_weight + hope)
         result = (a, np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(a, cap))))),
@@ -136,55 +118,7 @@ class AcceptanceEstimator:
         return result
 
     def acceptance(self, key: str, hope: float = 0.0) -> np.ndarray:
-        return self.counts(key).rates(self.prior(key), self.constants.prior_weight, hope)
-
-    def siblings(self, key: str) -> tuple[list[Counts], list[Counts]]:
-        """The counts of the other match-length buckets of `key`'s copy source, those of
-        shorter matches and those of longer ones (none for the model's key)."""
-        source, at, bucket = key.partition("@")
-        if not at:
-            return [], []
-        length = _bucket_start(bucket)
-        shorter: list[Counts] = []
-        longer: list[Counts] = []
-        for other, c in self.keys.items():
-            o_source, _, o_bucket = other.partition("@")
-            if other != key and o_source == source:
-                (shorter if _bucket_start(o_bucket) < length else longer).append(c)
-        return shorter, longer
-
-    def _pooled(self, counts: list[Counts]) -> float:
-        """The per-position acceptance of `counts` together (decayed), shrunk towards the flat
-        prior with the prior's weight."""
-        k = self.constants
-        tries = hits = 0.0
-        for c in counts:
-            tries += float(c.tries.sum())
-            hits += float(c.hits.sum())
-        return (hits + k.prior_weight * k.prior) / (tries + k.prior_weight)
-
-    def prior(self, key: str) -> float:
-        """What `key`'s estimate is shrunk towards: the flat prior, for a copy bucket bounded
-        by its source's other buckets: a longer match is accepted at least as often as a
-        shorter one, so the source's pooled acceptance at shorter matches bounds it from below
-        and at longer ones from above (the upper bound winning where the two disagree)."""
-        shorter, longer = self.siblings(key)
-        prior = self.constants.prior
-        if shorter:
-            prior = max(prior, self._pooled(shorter))
-        if longer:
-            prior = min(prior, self._pooled(longer))
-        return prior
-
-    def first_token_prior(self, key: str) -> tuple[int, int]:
-        """(rounds, first-position hits) of `key`'s source at longer matches, undecayed: the
-        exploration posterior's prior for a bucket (engine/control/controller.py), which bound
-        its acceptance from above."""
-        rounds = hits = 0
-        for c in self.siblings(key)[1]:
-            rounds += c.rounds
-            hits += c.first_hits
-        return rounds, hits
+        return self.counts(key).rates(self.constants.prior, self.constants.prior_weight, hope)
 
     @property
     def scale(self) -> float:
