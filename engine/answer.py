@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from engine.backend import Backend
 from engine.clock import Clock
-from engine.events import DoneEvent, TokenEvent
+from engine.events import FORCED, DoneEvent, TokenEvent
 from engine.generation_config import GenerationConfig
 from engine.stats import GenerationStats
 from engine.textstream import TextStream
@@ -53,18 +53,21 @@ class Answer:
     def commit(self, result: RoundResult, context: list[int]) -> Iterator[TokenEvent]:
         """Commit the round's tokens in order, appending each to `context`, until one ends
         the answer (an end-of-generation token is not committed)."""
-        for token, origin in zip(result.tokens, result.origins):
+        logprobs = result.logprobs or (None,) * len(result.tokens)
+        for token, origin, logprob in zip(result.tokens, result.origins, logprobs):
             if self.backend.is_eog(token):
                 self.finish = "eos"
                 return
             context.append(token)
             self.tokens.append(token)
             self.stats.origins.append(origin)
+            self.stats.forced_tokens += origin == FORCED
             result.stats.committed += 1
             text = self.stream.push(token)
             if not self.stats.ttft_ms:
                 self.stats.ttft_ms = self.clock() - self.t_start
-            yield TokenEvent(token=token, text=text, origin=origin, index=len(self.tokens) - 1)
+            yield TokenEvent(token=token, text=text, origin=origin, index=len(self.tokens) - 1,
+                             logprob=logprob)
             if self.stream.stopped:
                 self.finish = "stop"
                 return

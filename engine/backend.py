@@ -39,6 +39,18 @@ class ModelConfig:
         check_hardware(self.n_ctx, self.n_threads, self.n_gpu_layers, self.n_batch)
 
 
+@dataclass(frozen=True)
+class TokenTable:
+    """Every token's bytes, for a grammar engine's tokenizer (engine/grammar/llg.py): a control
+    token (an end-of-turn marker, a tool-call tag the model treats as special) as its text and
+    flagged in `control`, so no grammar literal can be spelled with it; `eos` is the
+    end-of-generation token a finished grammar allows."""
+
+    pieces: tuple[bytes, ...]
+    control: frozenset[int]
+    eos: int
+
+
 class Backend(Protocol):
     n_vocab: int
     n_ctx: int
@@ -54,6 +66,9 @@ class Backend(Protocol):
 
     def is_eog(self, token: int) -> bool:
         """End of generation: EOS, EOT and the like."""
+
+    def token_table(self) -> TokenTable:
+        """Every token's bytes and which are control tokens (built once, then cached)."""
 
     def chat_prompt(self, messages: Sequence[dict]) -> str:
         """Render messages with the chat template stored in the model, ready for generation."""

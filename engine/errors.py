@@ -44,3 +44,8 @@ class DraftLawError(TandemError):
 
 class DecodeError(TandemError):
     """llama.cpp refused a decode (a full cache, a batch it cannot schedule)."""
+
+
+class GrammarError(SettingsError):
+    """A JSON schema or grammar the constraint engine refuses (its message says why), or an
+    answer the grammar cannot continue."""

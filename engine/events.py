@@ -2,14 +2,18 @@
 
 Origins of a committed token: "draft" (a drafted token the target accepted), "correction"
 (sampled by the target after a rejection), "bonus" (sampled by the target after every drafted
-token was accepted) and "plain" (a plain decoding step: plain decoding, or a round in which
-the gamma policy drafted nothing).
+token was accepted), "plain" (a plain decoding step: plain decoding, or a round in which
+the gamma policy drafted nothing) and "forced" (the only token a grammar allows, committed
+without a model: engine/grammar/guide.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.logprobs import TokenLogprob
 from engine.stats import GenerationStats, RoundStats
+
+FORCED = "forced"
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,8 @@ class TokenEvent:
     text: str
     origin: str
     index: int
+    # The target's log probability of the token, when the generation was asked for them.
+    logprob: TokenLogprob | None = None
 
 
 @dataclass(frozen=True)

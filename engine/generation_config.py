@@ -1,11 +1,13 @@
-"""What one generation is asked for: the sampling, the most a round may draft, the token budget
-and the stop strings. The generator runs it (engine/generator.py) and the answer ends by it
+"""What one generation is asked for: the sampling, the most a round may draft, the token budget,
+the stop strings, the grammar its answer follows and whether to report log probabilities. The generator runs it (engine/generator.py) and the answer ends by it
 (engine/answer.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from engine.errors import SettingsError
+from engine.grammar.guide import CompiledGrammar
+from engine.logprobs import MAX_TOP
 from engine.sampling import SamplingParams
 
 MAX_GAMMA = 32
@@ -17,9 +19,15 @@ class GenerationConfig:
     gamma: int = 4
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
+    # The grammar the answer must follow (part of p and q: engine/grammar/mask.py); None: free.
+    grammar: CompiledGrammar | None = field(default=None, compare=False)
+    # Each committed token's log probability with this many alternatives (0..20); None: none.
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not (0 <= self.gamma <= MAX_GAMMA):
             raise SettingsError(f"gamma must be between 0 and {MAX_GAMMA}, got {self.gamma}")
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens must be >= 1, got {self.max_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP:
+            raise SettingsError(f"top logprobs must be between 0 and {MAX_TOP}, got {self.logprobs}")

@@ -14,6 +14,7 @@ from engine.drafters.history_index import HistoryIndex
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent
 from engine.generation_config import GenerationConfig
+from engine.grammar.guide import Guide
 from engine.limits import check_prompt_fits
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.round import NoDrafter, Rounds, VerifyRule, run_round
@@ -40,10 +41,11 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     if history is not None and drafter is not None and drafter.uses_history:
         drafter = drafter.with_history(history)
     plain = drafter is None or config.gamma == 0
+    guide = None if config.grammar is None else Guide(config.grammar.start())
     rounds = Rounds(target, NoDrafter() if drafter is None or plain else drafter,
                     FixedGamma(0) if plain else policy or FixedGamma(config.gamma),
                     config.params, rng if rng is not None else Rng(config.params.seed),
-                    rule, widths, clock)
+                    rule, widths, clock, guide, config.logprobs, jump=not plain)
     stats = GenerationStats(mode=PLAIN if plain else "speculative",
                             drafter=rounds.drafter.name, gamma=0 if plain else config.gamma,
                             prompt_tokens=len(prompt))
@@ -62,7 +64,9 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
         result = run_round(rounds, context, room, stats.rounds)
         yield from answer.commit(result, context)
         stats.record_round(result.stats, max(result.stats.drafted, len(stats.drafted_at)))
-        rounds.policy.update(result.decision, result.stats)
+        if result.stats.width:
+            # A round the grammar forced whole ran no model: nothing for the policy to learn.
+            rounds.policy.update(result.decision, result.stats)
         stats.output_tokens = len(answer.tokens)
         yield RoundEvent(round=result.stats, stats=stats)
         decision = result.decision

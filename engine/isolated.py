@@ -17,7 +17,7 @@ import multiprocessing as mp
 import os
 from typing import Any, Callable, Sequence
 
-from engine.backend import F32, ModelConfig
+from engine.backend import F32, ModelConfig, TokenTable
 from engine.errors import DecodeError, ModelFileError, TandemError
 from engine.rpc import WorkerError, probe
 
@@ -67,6 +67,7 @@ class IsolatedBackend:
         self._dead: WorkerError | None = None
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self._token_table: TokenTable | None = None
         try:
             info = self._reply("load")
         except BaseException:
@@ -125,6 +126,11 @@ class IsolatedBackend:
         if flag is None:
             flag = self._eog[token] = self._call("is_eog", token)
         return flag
+
+    def token_table(self) -> TokenTable:
+        if self._token_table is None:
+            self._token_table = self._call("token_table")
+        return self._token_table
 
     def metadata(self) -> dict[str, str]:
         return self._call("metadata")

@@ -12,13 +12,17 @@ decode of the same target through the same code, which is what plain decoding is
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, Sequence
 
 from engine.acceptance import Verdict, verify
 from engine.clock import Clock, wall_ms
 from engine.drafters.base import PLAIN, Drafter, Proposal, empty_proposal
+from engine.events import FORCED
+from engine.grammar.guide import Guide
+from engine.grammar.mask import MaskedRows
+from engine.logprobs import TokenLogprob, token_logprob
 from engine.round_plan import NO_PLAN, RoundPlan
 from engine.control.policy import Decision, GammaPolicy
 from engine.confidence import top_probability
@@ -40,14 +44,16 @@ class NoDrafter(Drafter):
     def plan(self, context, params) -> RoundPlan:
         return NO_PLAN
 
-    def propose(self, plan, gamma, params, rng, keep=None) -> Proposal:
+    def propose(self, plan, gamma, params, rng, keep=None, guide=None) -> Proposal:
         return empty_proposal(self.name)
 
 
 @dataclass(frozen=True)
 class Rounds:
     """What every round of one generation shares: the models, the policy, the sampling and
-    its randomness, the verification rule, the batch widths to pad to, the clock."""
+    its randomness, the verification rule, the batch widths to pad to, the clock; under a
+    grammar, its walk (engine/grammar/guide.py); and how many alternatives each committed
+    token's log probability comes with (None: no log probabilities)."""
 
     target: Session
     drafter: Drafter
@@ -58,50 +64,79 @@ class Rounds:
     # Maps a verify batch's size to the width to decode it at (engine/widths.py).
     widths: Callable[[int], int] | None = None
     clock: Clock = wall_ms
+    guide: Guide | None = None
+    logprobs: int | None = None
+    # Whether forced tokens are committed without a model (speculation does); plain decoding
+    # decodes every token, forced or not, one target call each, as a plain decoder does.
+    jump: bool = True
 
 
 @dataclass(frozen=True)
 class RoundResult:
     """A round as it happened: the policy's decision, the round's statistics (`committed` is
     filled in as its tokens are committed), and the tokens it offers to commit, in order,
-    each with its origin (engine/events.py)."""
+    each with its origin (engine/events.py) and, when asked, its log probability."""
 
     decision: Decision
     stats: RoundStats
     tokens: tuple[int, ...]
     origins: tuple[str, ...]
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 def verify_width(drafted: int, gamma: int, sampled: bool,
-                 widths: Callable[[int], int] | None) -> int:
-    """The target batch's width for a round. A batch's rows change with its width in llama.cpp
+                 widths: Callable[[int], int] | None, fed: int = 1) -> int:
+    """The target batch's width for a round that feeds `fed` committed tokens (the last one,
+    and any forced ones) before its draft. A batch's rows change with its width in llama.cpp
     (up to 0.7 in a logit, docs/EXACTNESS.md), and how many tokens a sampled draft holds depends
     on the tokens drawn (its stops read them), so for a sampled draft the width is fixed before
     drafting, from gamma: the row that judges x_i then does not move with x_i through the width.
     A draft that does not sample (a copy, a greedy draft) is a function of the committed text,
     so its own length may set the width. Whether to draft at all is decided before the first
-    draw, so a round that drafts nothing is a plain one-token decode.
+    draw, so a round that drafts nothing is a plain decode of what it feeds.
 
     >>> verify_width(2, 4, sampled=True, widths=None), verify_width(2, 4, False, None)
     (5, 3)
     """
     if not drafted:
-        return 1
-    want = gamma + 1 if sampled else drafted + 1
+        return fed
+    want = fed + gamma if sampled else fed + drafted
     return widths(want) if widths is not None else want
 
 
 def draft(r: Rounds, plan: RoundPlan, gamma: int) -> Proposal:
     """At most `gamma` tokens drafted as `plan` says, stopped early by the policy's rule (told
-    whether the round's verify width is already fixed: a sampled draft's)."""
+    whether the round's verify width is already fixed: a sampled draft's); under a grammar, a
+    model masks its q rows by the round's walk, and the round cuts a copy before the first token
+    the grammar forbids."""
     if gamma <= 0 or not plan.drafts:
         return empty_proposal(PLAIN)
     keep = partial(r.policy.keep_drafting, limit=gamma, fixed_width=plan.samples)
-    return r.drafter.propose(plan, gamma, r.params, r.rng, keep)
+    if r.guide is None:
+        return r.drafter.propose(plan, gamma, r.params, r.rng, keep)
+    if r.drafter.guided:
+        proposal = r.drafter.propose(plan, gamma, r.params, r.rng, keep, guide=r.guide)
+    else:
+        proposal = r.drafter.propose(plan, gamma, r.params, r.rng, keep)
+    n = r.guide.walk(proposal.tokens.tolist())
+    if n < len(proposal):
+        proposal = replace(proposal, tokens=proposal.tokens[:n],
+                           q=None if proposal.q is None or not n else proposal.q[:n])
+    return proposal
 
 
 def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> RoundResult:
-    """Round `index` after the committed text `context`, drafting at most `room` tokens."""
+    """Round `index` after the committed text `context`, offering at most `room` + 1 tokens."""
+    forced: list[int] = []
+    if r.guide is not None and r.jump:
+        eog = r.target.backend.is_eog
+        forced, complete = r.guide.forced(room, eog)
+        if complete and r.logprobs is None:
+            # The grammar allows only the end: the answer ends here, and no model runs.
+            return _forced_round(r, forced, r.guide.mask().single, index)
+        if forced:
+            context = [*context, *forced]
+            room -= len(forced)
     plan = r.drafter.plan(context, r.params)
     decision = r.policy.next_gamma(plan)
     gamma = min(decision.gamma, room) if plan.drafts else 0
@@ -113,24 +148,57 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
     draft_ms = r.clock() - t0
 
     t0 = r.clock()
-    width = verify_width(len(drafted), gamma, sampled, r.widths)
-    logits = r.target.extend([context[-1]] + drafted, rows=range(len(drafted) + 1),
+    # What the target has not decoded of the text (the last committed token, and the forced
+    # ones), then the draft; rows from the last of the text on, and the forced tokens' own
+    # when log probabilities are asked for.
+    fed = list(context[r.target.n_past:])
+    first = len(fed) - 1 - (len(forced) if r.logprobs is not None else 0)
+    width = verify_width(len(drafted), gamma, sampled, r.widths, fed=len(fed))
+    logits = r.target.extend(fed + drafted, rows=range(first, len(fed) + len(drafted)),
                              pad_to=width)
-    verdict = r.rule(Rows(logits, r.params), proposal.q, proposal.tokens, r.rng,
-                     r.params.greedy)
+    own = logits[len(fed) - 1 - first:]
+    rows = (Rows(own, r.params) if r.guide is None
+            else MaskedRows(own, r.params, r.guide.mask_at))
+    verdict = r.rule(rows, proposal.q, proposal.tokens, r.rng, r.params.greedy)
     verify_ms = r.clock() - t0
-    # Rows past the first rejection were not tested and are never read: skip their softmax.
-    confidence = (tuple(top_probability(logits[:verdict.n_accepted + 1]).tolist())
-                  if r.policy.wants_confidence and decision.confidence else ())
-    r.target.rollback(len(context) + verdict.n_accepted)
-    if drafted:
-        r.drafter.feedback(plan, proposal, verdict.n_accepted)
-
     n = verdict.n_accepted
+    # Rows past the first rejection were not tested and are never read: skip their softmax.
+    confidence = (tuple(top_probability(own[:n + 1]).tolist())
+                  if r.policy.wants_confidence and decision.confidence else ())
+    r.target.rollback(len(context) + n)
+    if r.guide is not None:
+        r.guide.settle(n, verdict.token, r.target.backend.is_eog)
+    if drafted:
+        r.drafter.feedback(plan, proposal, n)
+
     stats = RoundStats(index=index, gamma=gamma, drafted=len(drafted), accepted=n,
                        kind=verdict.kind, committed=0, draft_ms=draft_ms, verify_ms=verify_ms,
                        source=proposal.source, is_copy=plan.is_copy,
                        predicted_tps=decision.prediction, reason=decision.reason,
-                       confidence=confidence, width=width)
-    return RoundResult(decision, stats, tokens=(*drafted[:n], verdict.token),
-                       origins=("draft",) * n + (verdict.kind if drafted else PLAIN,))
+                       confidence=confidence, width=width, forced=len(forced))
+    tokens = (*forced, *drafted[:n], verdict.token)
+    return RoundResult(decision, stats, tokens=tokens,
+                       origins=(FORCED,) * len(forced) + ("draft",) * n
+                       + (verdict.kind if drafted else PLAIN,),
+                       logprobs=_logprobs(logits, tokens, r.logprobs))
+
+
+def _forced_round(r: Rounds, forced: list[int], end: int | None, index: int) -> RoundResult:
+    """A round of forced tokens and the end of the answer, which the constrained target gives
+    with probability 1: committed without a model."""
+    assert end is not None
+    if r.guide is not None:
+        r.guide.settle(0, end, r.target.backend.is_eog)
+    decision = Decision(0, reason="the grammar forces the rest of the answer")
+    stats = RoundStats(index=index, gamma=0, drafted=0, accepted=0, kind=FORCED, committed=0,
+                       draft_ms=0.0, verify_ms=0.0, source=FORCED, forced=len(forced))
+    return RoundResult(decision, stats, tokens=(*forced, end),
+                       origins=(FORCED,) * (len(forced) + 1))
+
+
+def _logprobs(logits, tokens: Sequence[int], top: int | None) -> tuple[TokenLogprob, ...]:
+    """Each committed token's log probability under the target's row for its position (rows
+    and tokens align: the forced tokens' rows, then the draft's up to the verdict's)."""
+    if top is None:
+        return ()
+    return tuple(token_logprob(logits[i], t, top) for i, t in enumerate(tokens))

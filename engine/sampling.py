@@ -41,3 +41,7 @@ class SamplingParams:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+# Greedy decoding's settings: a row's argmax, the lowest id among equals.
+GREEDY = SamplingParams(temperature=0.0)

@@ -35,6 +35,9 @@ class RoundStats:
     confidence: tuple[float, ...] = ()
     # The target batch's width as decoded: drafted + 1, or more when padded (engine/widths.py).
     width: int = 0
+    # Tokens a grammar forced before the draft (committed without a model, decoded in the
+    # batch as context).
+    forced: int = 0
 
     @property
     def measured_tps(self) -> float:
@@ -67,6 +70,8 @@ class GenerationStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     rejected_rounds: int = 0
+    # Output tokens a grammar forced: committed without a model (engine/grammar/guide.py).
+    forced_tokens: int = 0
     rounds: int = 0
     target_calls: int = 0
     draft_time_ms: float = 0.0
@@ -119,7 +124,8 @@ class GenerationStats:
 
     def record_round(self, r: RoundStats, drafted_positions: int) -> None:
         self.rounds += 1
-        self.target_calls += 1
+        # A round of forced tokens that ends the answer calls no model.
+        self.target_calls += r.width > 0
         self.drafted_tokens += r.drafted
         self.accepted_tokens += r.accepted
         self.draft_time_ms += r.draft_ms

@@ -181,5 +181,8 @@ class Rows:
     def __getitem__(self, i: int) -> Dist:
         row = self._rows.get(i)
         if row is None:
-            row = self._rows[i] = distribution(self._logits[i], self._params)
+            row = self._rows[i] = self._transform(i)
         return row
+
+    def _transform(self, i: int) -> Dist:
+        return distribution(self._logits[i], self._params)

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.backend import TokenTable
 from engine.drafters.base import Drafter, Proposal
 
 
@@ -54,6 +55,13 @@ class FakeBackend:
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog
+
+    def token_table(self) -> TokenTable:
+        # The end-of-generation token is a control token written as text, as in real vocabularies.
+        pieces = tuple(b"<eog>" if t == self.eog else self.token_bytes(t)
+                       for t in range(self.n_vocab))
+        control = frozenset() if self.eog is None else frozenset({self.eog})
+        return TokenTable(pieces, control, -1 if self.eog is None else self.eog)
 
     def chat_prompt(self, messages: Sequence[dict]) -> str:
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"

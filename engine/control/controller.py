@@ -372,13 +372,16 @@ class AdaptiveController(GammaPolicy):
         key = plan.evidence
         ev = self.evidence
         self.rounds += 1
-        self.elapsed += r.committed
+        # Tokens a grammar forced come free whatever the policy chose: the round is judged on
+        # the rest.
+        committed = max(r.committed - r.forced, 0)
+        self.elapsed += committed
         if plan.is_copy:
             self.copy_parts.add(plan.drafter)
         plain_token = float(costs.verify_costs(self.max_gamma + 1)[0])
-        ev.plain_ms += r.committed * plain_token
+        ev.plain_ms += committed * plain_token
         if decision.probing:
-            ev.explored_ms += max(r.draft_ms + r.verify_ms - r.committed * plain_token, 0.0)
+            ev.explored_ms += max(r.draft_ms + r.verify_ms - committed * plain_token, 0.0)
         if r.drafted > 0:
             if plan.model_drafts:
                 costs.learn_draft(r.draft_ms, r.drafted, max(plan.behind, 1))

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from engine.dist import Dist
 from engine.drafters.history_index import HistoryIndex
 from engine.round_plan import MODEL, RoundPlan
+from engine.grammar.guide import Guide
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
@@ -81,7 +82,7 @@ class Drafter:
         return RoundPlan(MODEL, self.name, context=context)
 
     def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
-                keep: Keep | None = None) -> Proposal:
+                keep: Keep | None = None, guide: Guide | None = None) -> Proposal:
         """At most `gamma` tokens, drafted as `plan` (this drafter's, for this round) says."""
         raise NotImplementedError
 
@@ -94,6 +95,11 @@ class Drafter:
     def model_name(self) -> str | None:
         """The name of the part that runs a model (reports price it), None when none does."""
         return self.name if self.session is not None else None
+
+    # Whether `propose` takes a `guide` (engine/grammar/guide.py) and masks its q rows with it: a
+    # model drafting under a grammar. A copy needs none: the round cuts it before the first token
+    # the grammar forbids.
+    guided: bool = False
 
     # Whether `with_history` gives this drafter something to draft from: a drafter that copies
     # from the history of past prompts and answers (engine/drafters/suffix.py).

@@ -26,14 +26,16 @@ from engine.round_plan import MODEL, RoundPlan
 from engine.errors import SettingsError
 from engine.confidence import top_probability
 from engine.rng import Rng
-from engine.sampling import SamplingParams
-from engine.transform import distribution
+from engine.sampling import GREEDY, SamplingParams
+from engine.grammar.guide import Guide
+from engine.grammar.mask import has_allowed_finite, masked_distribution, masked_top_probability
 from engine.session import Session
 
 
 class DraftModelDrafter(Drafter):
     # Always a model: the base class's optional session is this drafter's own.
     session: Session
+    guided = True
 
     def __init__(self, backend: Backend, p_min: float = 0.0, chain_min: float = 0.0) -> None:
         if not (0.0 <= p_min < 1.0) or not (0.0 <= chain_min < 1.0):
@@ -69,7 +71,10 @@ class DraftModelDrafter(Drafter):
         self.session.rollback(0)
 
     def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
-                keep: Keep | None = None) -> Proposal:
+                keep: Keep | None = None, guide: Guide | None = None) -> Proposal:
+        """Under a grammar (`guide`), row i is masked by the state after x_0..x_{i-1}, the same
+        state that masks the target's row i, and the draft stops where the grammar leaves it no
+        token it can draw."""
         tokens: list[int] = []
         rows: list[Dist] = []
         own: list[float] = []
@@ -81,20 +86,25 @@ class DraftModelDrafter(Drafter):
             chain = 1.0
             for i in range(gamma):
                 # Everything up to the draw reads only the row, never the token it gives.
+                mask = None if guide is None else guide.mask()
+                if mask is not None and not has_allowed_finite(logits[-1], mask):
+                    break
                 if not sampled:
                     # q is one-hot at the argmax, which is what a proposal without q rows means;
                     # the untempered probability still says how sure the draft is.
                     q = None
-                    sure = float(top_probability(logits[-1:])[0])
+                    sure = (float(top_probability(logits[-1:])[0]) if mask is None
+                            else masked_top_probability(logits[-1], mask))
                 else:
-                    q = distribution(logits[-1], params)
+                    q = masked_distribution(logits[-1], params, mask)
                     sure = q.max_prob()
                 if i > 0 and sure < self.p_min:
                     break
                 if keep is not None and not keep(own, sure):
                     break
                 if q is None:
-                    x = int(np.argmax(logits[-1]))
+                    x = (int(np.argmax(logits[-1])) if mask is None
+                         else masked_distribution(logits[-1], GREEDY, mask).argmax())
                     own.append(sure)
                 else:
                     x = rng.draw(q)
@@ -102,6 +112,8 @@ class DraftModelDrafter(Drafter):
                     own.append(q.prob_estimate(x))
                     rows.append(q)
                 tokens.append(x)
+                if guide is not None:
+                    guide.push(x)
                 chain *= own[-1]
                 if i + 1 == gamma or chain < self.chain_min or eog(x):
                     break

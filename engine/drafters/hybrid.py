@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 from engine.drafters.base import Drafter, Keep, Proposal
 from engine.drafters.history_index import HistoryIndex
 from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.grammar.guide import Guide
 from engine.drafters.suffix import SuffixDrafter
 from engine.round_plan import RoundPlan
 from engine.rng import Rng
@@ -35,6 +36,7 @@ class HybridDrafter(Drafter):
         self.copy = copy or lookup
         # Calibration times the model's decodes: a copy costs none.
         self.session = model.session
+        self.guided = model.guided
 
     def with_history(self, history: HistoryIndex) -> "HybridDrafter":
         return HybridDrafter(self.lookup, self.model,
@@ -59,8 +61,10 @@ class HybridDrafter(Drafter):
         self.model.reset()
 
     def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
-                keep: Keep | None = None) -> Proposal:
+                keep: Keep | None = None, guide: Guide | None = None) -> Proposal:
         part = self.copy if plan.is_copy else self.model
+        if guide is not None and part.guided:
+            return part.propose(plan, gamma, params, rng, keep, guide=guide)
         return part.propose(plan, gamma, params, rng, keep)
 
     def feedback(self, plan: RoundPlan, proposal: Proposal, n_accepted: int) -> None:

@@ -21,6 +21,7 @@ from engine.drafters.base import Drafter, Keep, Proposal, empty_proposal
 from engine.drafters.history_index import MATCH_MAX
 from engine.round_plan import CONTEXT, NO_PLAN, RoundPlan
 from engine.errors import SettingsError
+from engine.grammar.guide import Guide
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 
@@ -86,7 +87,7 @@ class PromptLookupDrafter(Drafter):
         return RoundPlan(CONTEXT, self.name, tokens=tuple(tokens), match=n, context=context)
 
     def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
-                keep: Keep | None = None) -> Proposal:
+                keep: Keep | None = None, guide: Guide | None = None) -> Proposal:
         # A copy is a function of the committed text alone, so `keep` (a cut for sampled
         # drafts) has nothing to add here.
         if gamma <= 0 or not plan.tokens:

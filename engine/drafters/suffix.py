@@ -22,6 +22,7 @@ from engine.drafters.history_index import HistoryIndex
 from engine.round_plan import HISTORY, RoundPlan
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
+from engine.grammar.guide import Guide
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 
@@ -89,7 +90,7 @@ class SuffixDrafter(Drafter):
         self.lookup.reset()
 
     def propose(self, plan: RoundPlan, gamma: int, params: SamplingParams, rng: Rng,
-                keep: Keep | None = None) -> Proposal:
+                keep: Keep | None = None, guide: Guide | None = None) -> Proposal:
         if plan.source != HISTORY:
             return self.lookup.propose(plan, gamma, params, rng, keep)
         tokens: list[int] = []

@@ -17,7 +17,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from engine.backend import F32, ModelConfig
+from engine.backend import F32, ModelConfig, TokenTable
 from engine.errors import DecodeError, ModelFileError, SettingsError
 from engine.isolated import IsolatedBackend
 from engine.llama.resources import Adapter, Batch, Context, Model, Owned
@@ -71,6 +71,7 @@ class LlamaBackend:
             # Allocated on first use: only a draft with a trimmed vocabulary decodes embeddings.
             self._embd_batch: Batch | None = None
             self._piece_cache: dict[int, bytes] = {}
+            self._token_table: TokenTable | None = None
             if config.lora:
                 self._apply_adapters(config.lora)
             # Built whole: from here on the resources are the backend's, freed by `close`.
@@ -97,6 +98,27 @@ class LlamaBackend:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_table(self) -> TokenTable:
+        # As llguidance's own llama.cpp reader: control tokens, and user-defined ones written
+        # like them (<tool_call>), as their text and flagged.
+        if self._token_table is None:
+            pieces, control = [], set()
+            n_tokens = llama_cpp.llama_vocab_n_tokens(self._vocab)
+            for token in range(self.n_vocab):
+                if token >= n_tokens:
+                    pieces.append(b"")
+                    continue
+                piece = self._model.piece(token, special=True)
+                attr = llama_cpp.llama_token_get_attr(self._vocab, token)
+                if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL or (
+                        attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+                        and piece.startswith(b"<") and piece.endswith(b">")):
+                    control.add(token)
+                pieces.append(piece)
+            self._token_table = TokenTable(tuple(pieces), frozenset(control),
+                                          int(llama_cpp.llama_vocab_eos(self._vocab)))
+        return self._token_table
 
     def metadata(self) -> dict[str, str]:
         return self._model.metadata()

@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.backend import TokenTable
 from engine.events import DoneEvent, RoundEvent
 from engine.generation_config import GenerationConfig
 from engine.pair import Pair
@@ -107,6 +108,9 @@ class InstantBackend:
 
     def is_eog(self, token: int) -> bool:
         return False
+
+    def token_table(self) -> TokenTable:
+        return TokenTable(tuple(self.token_bytes(t) for t in range(self.n_vocab)), frozenset(), -1)
 
     def chat_prompt(self, messages: Sequence[dict]) -> str:
         return "".join(m["content"] for m in messages)

@@ -1,0 +1,140 @@
+"""The tokens a grammar allows next, and p or q under that constraint.
+
+A constraint is part of the sampling distribution: at a position whose grammar state allows the
+tokens A, the constrained row is the logits with every token outside A set to -inf, then the
+one transform (engine/transform.py): temperature, top-k, top-p and min-p act on the allowed
+tokens only, and the row is renormalised over them. Target and draft rows at the same position
+are masked by the same state (engine/grammar/guide.py), so the acceptance rule works on the
+constrained p and q and the output follows the constrained target exactly.
+
+The mask is llguidance's layout, a bitmask of 32-bit words:
+
+    words [ceil(V / 32)] uint32; bit j of word i allows token 32 i + j
+
+Two representations of the masked row, chosen by how many tokens the mask allows, give the
+same distribution (tests/test_grammar_mask.py enumerates both, ties at top-k and top-p
+boundaries included):
+- few allowed (keys, digits, punctuation): the transform runs on the allowed logits alone, and
+  the row is lifted back onto their ids; nothing touches the rest of the vocabulary;
+- many allowed (free text inside a string): the row is copied with -inf outside the mask, and
+  the transform's own lazy paths apply.
+
+Example: V = 8, A = {2, 5}, logits l: p(2) = e^l2 / (e^l2 + e^l5), p(5) the rest, 0 elsewhere.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.dist import Dist
+from engine.sampling import SamplingParams
+from engine.transform import Rows, distribution
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+U32 = npt.NDArray[np.uint32]
+
+# A mask allowing at most this share of the vocabulary is transformed on its tokens alone
+# (tests set it to 0 or 1 to run either path on the same rows).
+SPARSE_SHARE = 1 / 8
+
+_BIT = np.arange(32, dtype=np.uint32)
+
+
+class TokenMask:
+    """The tokens allowed at one grammar state."""
+
+    __slots__ = ("n_vocab", "words", "count", "_ids", "_dense")
+
+    def __init__(self, n_vocab: int, words: U32) -> None:
+        self.n_vocab = n_vocab
+        # Bits past the vocabulary (llguidance's tokenizer may be longer or padded) never count.
+        words = np.asarray(words, dtype=np.uint32)[:(n_vocab + 31) // 32]
+        if n_vocab % 32 and words.size == (n_vocab + 31) // 32 and words[-1] >> (n_vocab % 32):
+            words = words.copy()
+            words[-1] &= np.uint32((1 << (n_vocab % 32)) - 1)
+        self.words = words
+        self.count = int(np.bitwise_count(words).sum())
+        self._ids: I64 | None = None
+        self._dense: npt.NDArray[np.bool_] | None = None
+
+    @classmethod
+    def of(cls, n_vocab: int, allowed) -> "TokenMask":
+        """The mask allowing the token ids `allowed` (tests and fakes)."""
+        bits = np.zeros(((n_vocab + 31) // 32) * 32, dtype=bool)
+        bits[np.asarray(list(allowed), dtype=np.int64)] = True
+        return cls(n_vocab, np.packbits(bits, bitorder="little").view(np.uint32))
+
+    @property
+    def single(self) -> int | None:
+        """The one token allowed, when exactly one is: the constrained row is one-hot there, so
+        the token is committed without a model (a forced token)."""
+        if self.count != 1:
+            return None
+        return int(self.ids()[0])
+
+    def allows(self, token: int) -> bool:
+        if not 0 <= token < self.n_vocab:
+            return False
+        return bool((int(self.words[token >> 5]) >> (token & 31)) & 1)
+
+    def ids(self) -> I64:
+        """The allowed ids, ascending: only the words with a bit set are unpacked."""
+        if self._ids is None:
+            nz = np.flatnonzero(self.words)
+            bits = ((self.words[nz, None] >> _BIT) & 1).astype(bool)
+            self._ids = (nz[:, None] * 32 + _BIT.astype(np.int64))[bits]
+        return self._ids
+
+    def dense(self) -> npt.NDArray[np.bool_]:
+        """[V] bool, True where allowed."""
+        if self._dense is None:
+            bits = np.unpackbits(self.words.view(np.uint8), bitorder="little")
+            self._dense = bits[:self.n_vocab].astype(bool)
+        return self._dense
+
+
+def masked_distribution(logits: F32, params: SamplingParams, mask: TokenMask | None) -> Dist:
+    """`distribution(logits, params)` under the constraint `mask` (None: unconstrained)."""
+    if mask is None:
+        return distribution(logits, params)
+    if mask.count == 0:
+        raise ValueError("the grammar allows no token here")
+    if mask.count <= SPARSE_SHARE * mask.n_vocab:
+        ids = mask.ids()
+        sub = distribution(np.asarray(logits)[ids], params)
+        if sub.ids is None:
+            return Dist(mask.n_vocab, ids, sub.w, sub.total)
+        return Dist(mask.n_vocab, ids[sub.ids], sub.w, sub.total)
+    row = np.where(mask.dense(), np.asarray(logits, dtype=np.float32), np.float32(-np.inf))
+    return distribution(row, params)
+
+
+def masked_top_probability(logits: F32, mask: TokenMask) -> float:
+    """The largest probability of the masked row at temperature 1: how sure a greedy draft is,
+    under the constraint (a statistic for stopping rules, like engine/confidence.py's)."""
+    return masked_distribution(logits, SamplingParams(temperature=1.0), mask).max_prob()
+
+
+def has_allowed_finite(logits: F32, mask: TokenMask) -> bool:
+    """Whether any token the mask allows has a finite logit (a draft with a trimmed vocabulary
+    may have none: it cannot draft there)."""
+    row = np.asarray(logits)
+    if mask.count <= SPARSE_SHARE * mask.n_vocab:
+        return bool(np.isfinite(row[mask.ids()]).any())
+    return bool(np.isfinite(row[mask.dense()]).any())
+
+
+class MaskedRows(Rows):
+    """`Rows` under a grammar: row i masked by `masks(i)`, the state after the round's first i
+    tokens, computed only when the row is read (engine/grammar/guide.py)."""
+
+    def __init__(self, logits: F32, params: SamplingParams,
+                 masks: Callable[[int], TokenMask]) -> None:
+        super().__init__(logits, params)
+        self._masks = masks
+
+    def _transform(self, i: int) -> Dist:
+        return masked_distribution(self._logits[i], self._params, self._masks(i))
