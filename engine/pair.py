@@ -29,6 +29,8 @@ from engine.errors import SettingsError
 from engine.events import Event
 from engine.generator import generate
 from engine.generation_config import GenerationConfig
+from engine.grammar.llg import Grammar, compile_grammar
+from engine.grammar.spec import GrammarSpec
 from engine.limits import check_prompt_fits
 from engine.session import Session
 from engine.widths import padded_width
@@ -38,6 +40,8 @@ from engine.widths import padded_width
 DEFAULT_CHAIN_MIN = 0.5
 
 Prompt = str | Sequence[dict]
+# Compiled grammars kept per pair (a compile reads the whole schema; agents send the same ones).
+GRAMMARS_KEPT = 16
 
 __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "Pair", "Prompt"]
 
@@ -59,6 +63,7 @@ class Pair:
         # Times calibration and generation (a virtual clock in tests, engine/clock.py).
         self.clock = clock
         self.calibrations = CalibrationCache()
+        self._grammars: dict[GrammarSpec, Grammar] = {}
         self.registry = DrafterRegistry(target.is_eog, draft, p_min, chain_min, lookup_ngram,
                                         forget=self.calibrations.forget)
 
@@ -109,6 +114,15 @@ class Pair:
         tokens = self.tokens_for(prompt, raw)
         check_prompt_fits(len(tokens), self.n_ctx)
         return tokens
+
+    def compile_grammar(self, spec: GrammarSpec) -> Grammar:
+        """`spec` compiled for the target's vocabulary (GrammarError with the constraint
+        engine's message when it is refused); the last few are kept, as agents resend theirs."""
+        grammar = self._grammars.pop(spec, None) or compile_grammar(spec, self.target.backend)
+        self._grammars[spec] = grammar
+        while len(self._grammars) > GRAMMARS_KEPT:
+            del self._grammars[next(iter(self._grammars))]
+        return grammar
 
     def calibration(self, drafter: str, max_gamma: int) -> Calibration:
         """Measured costs for `drafter` up to `max_gamma`, cached (engine/calibration_cache.py);

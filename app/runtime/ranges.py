@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from app.runtime.defaults import DEFAULT_MAX_TOKENS, HISTORY, SAMPLING
 from engine.errors import SettingsError
 from engine.generation_config import MAX_GAMMA
+from engine.logprobs import MAX_TOP
 
 NUMBER, INTEGER, CHOICE, FLAG, TEXTS = "number", "integer", "choice", "flag", "texts"
 
@@ -130,6 +131,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_tokens", INTEGER, DEFAULT_MAX_TOKENS,
             "the answer's length; at most what the context holds", low=1),
     Setting("stop", TEXTS, (), "strings that end the answer"),
+    Setting("top_logprobs", INTEGER, None, "each token's log probability with this many "
+            "alternatives; absent is none", low=0, high=MAX_TOP, cli="--logprobs"),
     Setting("history", FLAG, HISTORY, "draft from and add to the history of past requests",
             api="speculative.history", cli="--no-history"),
 )

@@ -14,6 +14,7 @@ from app.runtime.ranges import BY_NAME, RANDOM_SEED, SETTINGS, SPECULATION, Spec
 from engine.control.policy import GammaPolicy
 from engine.control.registry import make_policy
 from engine.generation_config import GenerationConfig
+from engine.grammar.spec import GrammarSpec
 from engine.pair import Pair, Prompt
 from engine.sampling import SamplingParams
 
@@ -52,6 +53,10 @@ class RunSpec:
     # Chat messages, or a text (with the chat template unless `raw`).
     prompt: Prompt = ""
     raw: bool = False
+    # What the answer must follow (a JSON schema, a grammar, the tool-call syntax); None: free.
+    grammar: GrammarSpec | None = None
+    # Each token's log probability with this many alternatives; None: none.
+    logprobs: int | None = None
 
     @property
     def seed(self) -> int:
@@ -60,7 +65,8 @@ class RunSpec:
     @property
     def config(self) -> GenerationConfig:
         return GenerationConfig(params=self.sampling, gamma=self.gamma,
-                                max_tokens=self.max_tokens, stop=self.stop)
+                                max_tokens=self.max_tokens, stop=self.stop,
+                                logprobs=self.logprobs)
 
     def make_policy(self) -> GammaPolicy | None:
         """The one way a request's gamma policy is built (engine/control/registry.py), fresh for
@@ -73,9 +79,10 @@ class RunSpec:
 
 
 def resolve(given: Mapping[str, Any], offer: Offer, prompt: Prompt = "",
-            raw: bool = False) -> RunSpec:
+            raw: bool = False, grammar: GrammarSpec | None = None) -> RunSpec:
     """The RunSpec of the settings `given`, or the SpecError of the first bad one (in the
-    table's order). The pairing record's choice applies when no speculation setting is given."""
+    table's order). The pairing record's choice applies when no speculation setting is given.
+    `grammar`: what the answer must follow, as the front end read it (a schema, a grammar)."""
     given = {k: v for k, v in given.items() if v is not None}
     unknown = sorted(set(given) - BY_NAME.keys())
     if unknown:
@@ -94,7 +101,7 @@ def resolve(given: Mapping[str, Any], offer: Offer, prompt: Prompt = "",
                               min_p=v["min_p"], seed=None if v["seed"] == RANDOM_SEED else v["seed"])
     return RunSpec(drafter=drafter, policy=policy, gamma=gamma, sampling=sampling,
                    max_tokens=v["max_tokens"], stop=v["stop"], history=v["history"],
-                   prompt=prompt, raw=raw)
+                   prompt=prompt, raw=raw, grammar=grammar, logprobs=v["top_logprobs"])
 
 
 def _speculation(given: Mapping[str, Any], v: Mapping[str, Any],

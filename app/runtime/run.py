@@ -1,8 +1,11 @@
 """Running a RunSpec on the loaded pair: the prompt is tokenized and its fit checked once, by the
 engine's rule (the smallest context of the loaded models, `Pair.prompt_tokens`), and those
-tokens are what the generation decodes, with the spec's policy and the caller's history."""
+tokens are what the generation decodes, with the spec's policy, its grammar compiled for the
+target (`Pair.compile_grammar`, which a front end calls first to refuse a bad one) and the
+caller's history."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Generator, Sequence
 
 from app.runtime.request import RunSpec
@@ -28,5 +31,8 @@ def generate(pair: Pair, spec: RunSpec, tokens: Sequence[int] | None = None,
 
 def _events(pair: Pair, spec: RunSpec, tokens: Sequence[int],
             history: HistoryIndex | None) -> Generator[Event, None, None]:
-    yield from pair.generate_tokens(tokens, spec.config, drafter=spec.drafter,
+    config = spec.config
+    if spec.grammar is not None:
+        config = replace(config, grammar=pair.compile_grammar(spec.grammar))
+    yield from pair.generate_tokens(tokens, config, drafter=spec.drafter,
                                     policy=spec.make_policy(), history=history)
