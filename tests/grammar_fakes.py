@@ -109,12 +109,12 @@ class ByteJumpGuide(Guide):
     jumps over the byte string the grammar forces, "cd", with one tokenization ("cd", the way
     a forced-bytes fast-forward tokenizes it), though the target could also spell it "c" "d"."""
 
-    def forced(self, limit: int, is_eog) -> tuple[list[int], bool]:
-        chain, complete = super().forced(limit, is_eog)
+    def forced(self, limit: int) -> tuple[list[int], bool]:
+        chain, complete = super().forced(limit)
         state = self.constraint.states[-1]  # type: ignore[attr-defined]
         if not complete and state == 2 and len(chain) < limit:
             self.constraint.consume([5])
             self._masks.clear()
-            more, complete = super().forced(limit - len(chain) - 1, is_eog)
+            more, complete = super().forced(limit - len(chain) - 1)
             chain += [5, *more]
         return chain, complete
