@@ -2,11 +2,18 @@
 sampling mode, timed without the backends' own time."""
 from __future__ import annotations
 
+import doctest
 import math
 
+import engine.tools.benchmark.overhead
 from app.cli import main
-from engine.tools.benchmark.overhead import (FRESH_LABEL, MODES, PATHS, InstantBackend,
-                                             llm_like_bank, run_overhead)
+from engine.control.policy import FixedGamma
+from engine.events import RoundEvent
+from engine.generation_config import GenerationConfig
+from engine.pair import Pair
+from engine.tools.benchmark.overhead import (COPY_LETTERS, FRESH_LABEL, MODES, PATHS,
+                                             CopyRefusingBackend, InstantBackend,
+                                             llm_like_bank, pairs_text, run_overhead)
 
 
 def test_every_path_and_mode_is_measured_without_the_backends_time():
@@ -42,3 +49,32 @@ def test_the_cli_prints_the_table_with_the_machine(capsys):
     out = capsys.readouterr().out
     assert "logical CPUs" in out and "| plain | greedy |" in out and "prompt lookup" in out
     assert "draft model" not in out
+
+
+def _copy_rounds(target: InstantBackend, params) -> list:
+    """Hybrid at a fixed gamma 4 over the losing-copies text: every copy on offer is drafted."""
+    draft = InstantBackend(llm_like_bank(2000, seed=0, slots=8), "d", shift=1000)
+    config = GenerationConfig(params=params, gamma=4, max_tokens=64)
+    return [ev.round for ev in Pair(target, draft).generate(
+        pairs_text(COPY_LETTERS), config, drafter="hybrid", raw=True, policy=FixedGamma(4))
+            if isinstance(ev, RoundEvent)]
+
+
+def test_the_losing_copies_text_offers_a_copy_nearly_every_round_and_every_copy_loses():
+    """The "losing copies" paths: the prompt holds every pair of the text's letters, so
+    prompt lookup has a copy after nearly every round; the target never continues a pair as
+    before, so no copy's first token is taken, in any sampling mode. The same rows without
+    the refusal take some copies: the control."""
+    assert doctest.testmod(engine.tools.benchmark.overhead).failed == 0
+    assert sorted(set(pairs_text("abc")[i:i + 2] for i in range(9))) == [
+        a + b for a in "abc" for b in "abc"]
+    letters = [1 + ord(ch) for ch in COPY_LETTERS]
+    bank = llm_like_bank(2000, seed=4, slots=8, tops=letters)
+    for params in MODES.values():
+        rounds = _copy_rounds(CopyRefusingBackend(bank, "t"), params)
+        # The last round has room for its one token alone.
+        copies = [r for r in rounds[:-1] if r.is_copy]
+        assert len(copies) >= 0.95 * len(rounds)
+        assert all(r.drafted > 0 and r.accepted == 0 for r in copies)
+    taken = _copy_rounds(InstantBackend(bank, "t"), MODES["greedy"])
+    assert sum(r.accepted for r in taken) > 0

@@ -18,6 +18,13 @@ so the text never repeats (prompt lookup and the history find nothing to copy), 
 rows by another, so it never agrees with the target (a draft that never pays). What the default
 costs there over plain decoding is its bookkeeping alone (issue 35's budget: 0.1 ms a token, 0.2
 with a history of 2,000,000 tokens).
+
+The "losing copies" paths are where a copy is on offer nearly every round and always loses: the
+text is made of sixteen letters, the prompt holds every pair of them (so the text's last two
+tokens always occurred before, and prompt lookup has a copy), and the target never continues a
+pair as it was continued before (`CopyRefusingBackend`), so every copy's first token is
+rejected. The default should learn that these copies lose and stop drafting them; what it costs
+there over plain decoding is its bookkeeping with a copy on offer (issue 35).
 """
 from __future__ import annotations
 
@@ -53,6 +60,9 @@ MODES = {
 FRESH_LABEL = "fresh text"
 # The history of the fresh-text path with a history: the budget's 2,000,000 tokens.
 FRESH_HISTORY_TOKENS = 2_000_000
+COPY_LABEL = "losing copies"
+# The letters of the losing-copies text: every row's sixteen likeliest tokens (`llm_like_bank`).
+COPY_LETTERS = "abcdefghijklmnop"
 # (label, drafter, gamma, policy): plain decoding, each drafter at a fixed gamma, and the default
 # (hybrid with the adaptive controller, whose calibration here measures backends that cost
 # nothing: what is timed is its bookkeeping, not its choices); then plain and the default where
@@ -64,21 +74,28 @@ PATHS = (("plain", PLAIN, 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"
          (f"default, {HISTORY_LABEL}", "hybrid", 8, "adaptive"),
          (f"plain on {FRESH_LABEL}", PLAIN, 0, "fixed"),
          (f"default on {FRESH_LABEL}", "hybrid", 8, "adaptive"),
-         (f"default on {FRESH_LABEL} with a 2M {HISTORY_LABEL}", "hybrid", 8, "adaptive"))
+         (f"default on {FRESH_LABEL} with a 2M {HISTORY_LABEL}", "hybrid", 8, "adaptive"),
+         (f"plain on {COPY_LABEL}", PLAIN, 0, "fixed"),
+         (f"default on {COPY_LABEL}", "hybrid", 8, "adaptive"))
 # Paths that draft from a history of past requests (the suffix drafter's index, filled with
 # `history_tokens` tokens of Zipf-distributed documents; 2,000,000 on fresh text).
 HISTORY_PATHS = {p[0] for p in PATHS if HISTORY_LABEL in p[0]}
 # Paths over the backends whose text never repeats.
 FRESH_PATHS = {p[0] for p in PATHS if FRESH_LABEL in p[0]}
+# Paths over the backends whose copies lose.
+COPY_PATHS = {p[0] for p in PATHS if COPY_LABEL in p[0]}
 
 
-def llm_like_bank(n_vocab: int, seed: int, slots: int = BANK) -> np.ndarray:
+def llm_like_bank(n_vocab: int, seed: int, slots: int = BANK,
+                  tops: Sequence[int] | None = None) -> np.ndarray:
     """`[slots, n_vocab]` float32 rows: N(-4, 2.5) logits, a top token at 16-23 and fifteen
-    runners-up below it by Exp(2.5) nats."""
+    runners-up below it by Exp(2.5) nats; with `tops` (sixteen ids), those are the sixteen,
+    in an order of each row's own."""
     rng = np.random.default_rng(seed)
     bank = rng.standard_normal((slots, n_vocab), dtype=np.float32) * 2.5 - 4.0
     for row in bank:
-        top = rng.choice(n_vocab, size=16, replace=False)
+        top = (rng.choice(n_vocab, size=16, replace=False) if tops is None
+               else rng.permutation(np.asarray(tops)))
         m = rng.uniform(16.0, 23.0)
         row[top] = m - np.concatenate([[0.0], rng.exponential(2.5, size=15)])
     return bank
@@ -136,6 +153,52 @@ class InstantBackend:
 
     def close(self) -> None:
         self.cache.clear()
+
+
+def pairs_text(letters: str) -> str:
+    """A de Bruijn sequence of order 2 over `letters`: every ordered pair of them (a letter
+    twice included) occurs once, in len(letters) ** 2 + 1 letters.
+
+    >>> pairs_text("ab")
+    'aabba'
+    """
+    k = len(letters)
+    seq: list[int] = []
+    a = [0] * 3
+
+    def db(t: int, p: int) -> None:
+        if t > 2:
+            if 2 % p == 0:
+                seq.extend(a[1:p + 1])
+            return
+        a[t] = a[t - p]
+        db(t + 1, p)
+        for j in range(a[t - p] + 1, k):
+            a[t] = j
+            db(t + 1, t)
+
+    db(1, 1)
+    return "".join(letters[i] for i in seq) + letters[0]
+
+
+class CopyRefusingBackend(InstantBackend):
+    """An `InstantBackend` that never continues a pair of tokens as it was continued before:
+    each row pushes the tokens that followed earlier occurrences of its context's last two
+    tokens down into the bulk (`floor`), so a copy of what followed a match of two or more
+    tokens is always wrong at its first token, in every sampling mode."""
+
+    floor = -20.0
+
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
+        out = super().decode(tokens, pos, rows)
+        t0 = time.thread_time()
+        text = np.asarray(self.cache, dtype=np.int64)
+        for i, r in enumerate(rows):
+            c = text[:pos + r + 1]
+            if len(c) >= 3:
+                out[i, c[2:][(c[:-2] == c[-2]) & (c[1:-1] == c[-1])]] = self.floor
+        self.decode_s += time.thread_time() - t0
+        return out
 
 
 @dataclass(frozen=True)
@@ -244,13 +307,25 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
     fresh_target = InstantBackend(bank, "fresh-target", shift=0)
     fresh_draft = InstantBackend(bank, "fresh-draft", shift=n_vocab // 2)
     fresh_pair = Pair(fresh_target, fresh_draft) if FRESH_PATHS & {p[0] for p in chosen} else None
+    # Text of sixteen letters whose copies lose, and a draft that never agrees with it.
+    copy_pair, copy_models = None, None
+    if COPY_PATHS & {p[0] for p in chosen}:
+        letters = [1 + ord(ch) for ch in COPY_LETTERS]
+        copy_models = (CopyRefusingBackend(llm_like_bank(n_vocab, seed=4, tops=letters),
+                                           "copy-refusing-target"),
+                       InstantBackend(bank, "copy-draft", shift=n_vocab // 2))
+        copy_pair = Pair(*copy_models)
     # A prompt that repeats, so prompt lookup finds matches as it would in code.
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a"
     samples: dict[tuple[str, str], list[tuple[float, int, int, int, int]]] = {}
     for _ in range(repeats + 1):  # the first pass warms caches and calibrations
         for label, drafter, gamma, policy in chosen:
             for mode in modes:
-                if label in FRESH_PATHS:
+                if label in COPY_PATHS:
+                    assert copy_pair is not None and copy_models is not None
+                    got = measure(copy_pair, *copy_models, drafter, gamma, policy, MODES[mode],
+                                  max_tokens, pairs_text(COPY_LETTERS))
+                elif label in FRESH_PATHS:
                     assert fresh_pair is not None
                     got = measure(fresh_pair, fresh_target, fresh_draft, drafter, gamma, policy,
                                   MODES[mode], max_tokens, "a",
@@ -272,8 +347,9 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
         rows.append(OverheadRow(label, mode, per_token, per_round, tokens / max(n_rounds, 1),
                                 accepted / drafted if drafted else float("nan")))
     pair.close()
-    if fresh_pair is not None:
-        fresh_pair.close()
+    for other in (fresh_pair, copy_pair):
+        if other is not None:
+            other.close()
     return rows, (time_history(history, n_vocab) if history is not None else None)
 
 
