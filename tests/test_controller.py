@@ -638,3 +638,72 @@ def test_the_model_after_a_copy_needs_the_resumption_margin():
 
     assert after(Decision(2, RoundPlan("history", "suffix", tokens=(1, 2), match=5))) == 0
     assert after(Decision(2, M)) == 2
+
+
+class _Predicting(AdaptiveController):
+    """The controller with every round's prediction made in full."""
+
+    def _loses(self, plan: RoundPlan) -> float | None:
+        return None
+
+
+class _SkippingOnTheProbeAlone(AdaptiveController):
+    """A wrong shortcut, the negative control: a copy is skipped as losing when exploring it
+    could not pay, though forgetting brings its estimate back towards the prior."""
+
+    def _loses(self, plan: RoundPlan) -> float | None:
+        if not plan.is_copy:
+            return None
+        ms = self.costs.verify_costs(self.max_gamma + 1)
+        return None if self.could_pay(plan, ms) else 0.0
+
+
+# This CPU's verify curve as calibrated (ms, widths 1..9; docs/BENCHMARKS.md).
+CPU_VERIFY = [25.3, 40.4, 52.4, 61.2, 75.0, 89.4, 98.0, 107.3, 115.5]
+
+
+def _twin_play(kind: type[AdaptiveController], verify: list[float], rounds: int,
+               seed: int) -> tuple[int, int]:
+    """The same rounds, drawn at random, fed to `kind` and to a controller that predicts every
+    round in full: (rounds whose decisions differ, rounds `kind` skipped the prediction of).
+    Copies at short matches lose, at long ones win; the costs move with noisy measurements."""
+    rng = np.random.default_rng(seed)
+    made = [k(max_gamma=8, draft_ms=draft_table(0.3 * verify[0]), verify_ms=list(verify),
+              model_name="draft-model") for k in (kind, _Predicting)]
+    plans = [M] + [RoundPlan(CONTEXT, "prompt-lookup", tokens=(1,) * 8, match=m)
+                   for m in (2, 3, 5, 9, 20)] + [
+        RoundPlan("history", "suffix", tokens=(1,) * 8, match=m) for m in (4, 30)]
+    rate = {p.evidence: (0.1 if p.match < 8 else 0.9) if p.is_copy else 0.5 for p in plans}
+    differ = skipped = 0
+    for i in range(rounds):
+        plan = plans[int(rng.integers(len(plans)))]
+        a, b = (c.next_gamma(plan) for c in made)
+        differ += (a.gamma, a.probing, a.prediction, a.confidence) != (
+            b.gamma, b.probing, b.prediction, b.confidence)
+        skipped += not a.speeds
+        g = b.gamma
+        survives = np.append(rng.random(g) < rate[plan.evidence], False)
+        accepted = int(np.argmin(survives))
+        verify_ms = verify[g] * float(rng.uniform(0.9, 1.1))
+        confidence = (float(rng.uniform(0.3, 1.0)),) * (accepted + 1)
+        for c, d in zip(made, (a, b)):
+            c.update(d, RoundStats(
+                index=i, gamma=g, drafted=g, accepted=accepted, kind="x",
+                committed=accepted + 1, draft_ms=0.3 * verify[0] * g if plan.model_drafts
+                else 0.0, verify_ms=verify_ms, source="x" if g else "plain",
+                confidence=confidence if d.confidence else ()))
+    return differ, skipped
+
+
+@pytest.mark.parametrize("verify,least", [(CPU_VERIFY, 400), (VERIFY, 0)])
+def test_skipping_the_prediction_of_a_losing_copy_changes_no_decision(verify, least):
+    """A copy whose estimate cannot pay at any acceptance it could reach until it next learns
+    is plain without its prediction (`_loses`): every decision is the full prediction's, over
+    rounds of every source and match length, some copies winning, with the costs moving. On
+    this CPU's curve the shortcut is taken in many rounds; on a flatter one the prior itself
+    pays, so it never is. Skipping wherever exploring could not pay (forgetting brings a
+    copy's estimate back towards the prior) changes decisions: the control."""
+    differ, skipped = _twin_play(AdaptiveController, verify, 3000, seed=1)
+    assert differ == 0 and skipped >= least
+    differ, _ = _twin_play(_SkippingOnTheProbeAlone, verify, 3000, seed=1)
+    assert differ > 0

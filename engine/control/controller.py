@@ -101,6 +101,9 @@ class AdaptiveController(GammaPolicy):
         # Plain rounds since the target's confidence was last read (`confidence_every`).
         self._unread = 0
         self._gammas = np.arange(max_gamma + 1)
+        # Per copy key: its counts, their rounds and `_loses`' two acceptances; its losing line.
+        self._ceilings: dict[str, tuple[Counts, int, float, float]] = {}
+        self._losing_reasons: dict[str, tuple[tuple[float, int], str]] = {}
         if verify_ms is not None:
             self.use_calibration(Calibration(
                 list(draft_ms if draft_ms is not None else [0.0] * len(verify_ms)),
@@ -197,13 +200,7 @@ class AdaptiveController(GammaPolicy):
         """How far to draft is chosen hopefully (positions a round has not tested may be better
         than their estimate), whether to draft on the estimate itself; the best gamma by the
         estimate is the fallback."""
-        c = self.constants
-        # Starting again after plain rounds bets on an estimate partly made of the target's
-        # confidence, so it needs a larger predicted saving than carrying on does; so does the
-        # model after a copy (its estimate and its catch-up were not just tested).
-        carrying_on = self.speculating is not None and (plan.is_copy
-                                                        or self.speculating == MODEL)
-        margin = c.margin if carrying_on else c.resume_margin
+        margin = self._margin(plan)
         for e, m in ((p.hopeful, p.hopeful_ms), (p.expected, p.ms)):
             g = int((e[1:] / m[1:]).argmax()) + 1
             if self._pays(g, p.expected, p.ms, margin):
@@ -223,19 +220,40 @@ class AdaptiveController(GammaPolicy):
 
     def could_pay(self, plan: RoundPlan, ms: np.ndarray) -> bool:
         """Whether some gamma pays by the carrying-on margin at the optimistic acceptance, at
-        every position: when not, exploring can only lose. (Asked on plain rounds: nine floats,
-        in plain Python.)"""
-        a = self.optimistic_acceptance(plan)
-        costs = ms.tolist()
-        one, margin = costs[0], self.constants.margin
-        expected, chain = 1.0, 1.0
-        for cost in costs[1:]:
-            chain *= a
-            expected += chain
-            saved = expected * one - cost
-            if saved > 0 and saved > margin * (cost - one):
-                return True
-        return False
+        every position: when not, exploring can only lose."""
+        return _pays_at(self.optimistic_acceptance(plan), ms.tolist(), self.constants.margin)
+
+    def _margin(self, plan: RoundPlan) -> float:
+        """The margin a gamma must pay by (`_pays`) to draft the round `plan` describes."""
+        # Starting again after plain rounds bets on an estimate partly made of the target's
+        # confidence, so it needs a larger predicted saving than carrying on does; so does the
+        # model after a copy (its estimate and its catch-up were not just tested).
+        carrying_on = self.speculating is not None and (plan.is_copy
+                                                        or self.speculating == MODEL)
+        return self.constants.margin if carrying_on else self.constants.resume_margin
+
+    def _loses(self, plan: RoundPlan) -> float | None:
+        """For a copy: the most acceptance its estimate can give any position, when at that
+        acceptance no gamma pays by the round's margin, and none pays by the carrying-on
+        margin at its optimistic first-token acceptance either; None otherwise (and for the
+        model, whose estimate plain rounds move). The round is then plain and explores
+        nothing, as the full prediction would say (`_choose` and `could_pay` ask whether some
+        gamma pays, and more acceptance only pays more), so the prediction is skipped. Both
+        acceptances change only when the key learns: kept until then, per key."""
+        if not plan.is_copy:
+            return None
+        key = plan.evidence
+        counts = self.estimator.counts(key)
+        kept = self._ceilings.get(key)
+        if kept is None or kept[0] is not counts or kept[1] != counts.rounds:
+            kept = self._ceilings[key] = (counts, counts.rounds,
+                                          self.estimator.ceiling(key, self.max_gamma),
+                                          self.optimistic_acceptance(plan))
+        costs = self._costs().verify_costs(self.max_gamma + 1).tolist()
+        if (_pays_at(kept[2], costs, self._margin(plan))
+                or _pays_at(kept[3], costs, self.constants.margin)):
+            return None
+        return kept[2]
 
     def _explores(self, plan: RoundPlan, g: int, ms: np.ndarray) -> bool:
         """Whether to spend an exploring round of `g` tokens on `plan` (the module docstring's
@@ -258,6 +276,13 @@ class AdaptiveController(GammaPolicy):
             return Decision(0, plan, prediction=1e3 / one,
                             reason="plain: nothing to draft from this round",
                             confidence=self._unread + 1 >= c.confidence_every)
+        if self.rounds >= max(c.opening_plain, len(c.opening)):
+            top = self._loses(plan)
+            if top is not None:
+                one = self._costs().verify_costs(self.max_gamma + 1)[0]
+                return Decision(0, plan, prediction=1e3 / one,
+                                reason=self._losing_reason(plan, top),
+                                confidence=self._unread + 1 >= c.confidence_every)
         p = self.predict(plan)
         speeds = p.speeds.tolist()
         probing = False
@@ -286,6 +311,19 @@ class AdaptiveController(GammaPolicy):
             what += f" at {match_bucket(plan.match)}-token matches"
         return (f"; earlier answers: {what}: {counts.first_hits / counts.rounds:.2f} accepted "
                 f"over {counts.rounds} rounds")
+
+    def _losing_reason(self, plan: RoundPlan, top: float) -> str:
+        """The line of a copy's round that `_loses`: kept per key until its evidence changes."""
+        key = plan.evidence
+        stamp = (top, self.drafted_here.get(key, 0))
+        kept = self._losing_reasons.get(key)
+        if kept is None or kept[0] != stamp:
+            where = "past requests" if plan.source == HISTORY else "the context"
+            line = (f"plain: copying from {where} at {match_bucket(plan.match)}-token matches "
+                    f"cannot pay (at most {min(top, 1.0):.2f} accepted a token)"
+                    f"{self._earlier(plan)}")
+            kept = self._losing_reasons[key] = (stamp, line)
+        return kept[1]
 
     def _reason(self, g: int, plan: RoundPlan, probing: bool, speeds: list[float],
                 a: np.ndarray) -> str:
@@ -401,3 +439,17 @@ class AdaptiveController(GammaPolicy):
             # The first decode after a prefill is slow: not a cost any later round pays.
             costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
         self.speculating = (MODEL if plan.model_drafts else key) if r.gamma > 0 else None
+
+
+def _pays_at(a: float, costs: list[float], margin: float) -> bool:
+    """Whether some gamma pays by `margin` (as `_pays` judges) with every position accepted at
+    `a`, on round costs `costs` of gamma 0..max (nine floats: plain Python)."""
+    one = costs[0]
+    expected, chain = 1.0, 1.0
+    for cost in costs[1:]:
+        chain *= a
+        expected += chain
+        saved = expected * one - cost
+        if saved > 0 and saved > margin * (cost - one):
+            return True
+    return False

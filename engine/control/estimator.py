@@ -11,6 +11,7 @@ pseudo-observation `conf_weight * scale * confidence` to the model's counts, whe
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -18,6 +19,10 @@ import numpy as np
 from engine.control.constants import ControllerConstants
 from engine.round_plan import MODEL
 from engine.generation_config import MAX_GAMMA
+
+# What `ceiling` adds for the rounding of forgetting: a key forgotten a million times moves its
+# hit rates by about 1e-10.
+CEILING_SLACK = 1e-6
 
 
 class Counts:
@@ -116,6 +121,21 @@ class AcceptanceEstimator:
                   np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(hopeful, cap))))))
         self._memo = (memo_key, result)
         return result
+
+    def ceiling(self, key: str, n: int) -> float:
+        """The most any a_j (j < n) of `expected(key, ...)` can be (uncapped, without hope)
+        until the key next learns: each a_j is a weighted mean of its position's hit rate and
+        the pooled rate, and that of the positions' hit rates and `prior`, so none exceeds the
+        largest of those; forgetting scales a key's tries and hits alike and leaves every hit
+        rate as it is (to rounding, which `CEILING_SLACK` covers). Counts no round could have
+        left (negative) have no ceiling but 1 and more."""
+        counts = self.counts(key)
+        tries, hits = counts.tries[:n], counts.hits[:n]
+        if (tries < 0).any() or (hits < 0).any():
+            return math.inf
+        tried = tries > 0
+        rates = (hits[tried] / tries[tried]).tolist()
+        return max([self.constants.prior, *rates]) + CEILING_SLACK
 
     def acceptance(self, key: str, hope: float = 0.0) -> np.ndarray:
         return self.counts(key).rates(self.constants.prior, self.constants.prior_weight, hope)
