@@ -93,6 +93,16 @@ def test_lookup_copy_ends_at_an_end_of_generation_token():
     ending = PromptLookupDrafter(ngram_max=2, is_eog=lambda t: t == 63)
     assert lookup_tokens(ending, ctx, 4) == [63]
     assert lookup_tokens(ending, [1, 2, 5, 6, 7, 1, 2], 3) == [5, 6, 7]
+    # The index finds the end tokens as the text grows: one that arrives later cuts the copies
+    # that reach it, and the text's own last token counts too.
+    grown = [1, 2, 5, 6, 7, 1, 2]
+    assert ending.plan(grown, SamplingParams()).tokens == (5, 6, 7, 1, 2)
+    index = ending._index
+    grown += [63, 1, 2]
+    assert ending.plan(grown, SamplingParams()).tokens == (63,)
+    grown.append(5)
+    assert ending.plan(grown, SamplingParams()).tokens == (6, 7, 1, 2, 63)
+    assert ending._index is index
 
 
 def test_lookup_refuses_bad_sizes():

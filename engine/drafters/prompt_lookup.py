@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
@@ -62,7 +62,8 @@ class PromptLookupDrafter(Drafter):
         list grown since (a generation appends to one list), else a new one."""
         index = self._index
         if index is None or not index.extends(context):
-            index = self._index = NgramIndex(context, range(self.ngram_min, self.ngram_max + 1))
+            index = self._index = NgramIndex(context, range(self.ngram_min, self.ngram_max + 1),
+                                             self.is_eog)
         index.update()
         return index
 
@@ -76,11 +77,10 @@ class PromptLookupDrafter(Drafter):
         n, start, length = self.find(context, self.max_draft)
         if not length:
             return NO_PLAN
-        tokens = [int(t) for t in context[start:start + length]]
-        if self.is_eog is not None:
-            end = next((i for i, t in enumerate(tokens) if self.is_eog(t)), None)
-            if end is not None:
-                tokens = tokens[:end + 1]
+        # The index has found the context's end tokens as it grew (`find` brought it up to date).
+        assert self._index is not None
+        stop = self._index.first_end(start, start + length) + 1
+        tokens = list(map(int, context[start:stop]))
         i, j = start - n - 1, len(context) - n - 1
         while n < MATCH_MAX and i >= 0 and context[i] == context[j]:
             n, i, j = n + 1, i - 1, j - 1
@@ -100,13 +100,17 @@ class NgramIndex:
     """Where each n-gram of a growing context starts, for the n of a lookup: one dictionary per
     n, kept up to date as the context grows, so a round's lookup costs a dictionary read instead
     of a scan of the whole context. Only windows that end before the context's last token are
-    indexed (a match needs a successor)."""
+    indexed (a match needs a successor). With `is_eog`, where the context's end-of-generation
+    tokens are (each token asked about once, as it arrives, not once per copy that holds it)."""
 
-    def __init__(self, context: Sequence[int], sizes: range) -> None:
+    def __init__(self, context: Sequence[int], sizes: range,
+                 is_eog: Callable[[int], bool] | None = None) -> None:
         self._context = context
         self._seen = 0
         self._first = [int(t) for t in context[:1]]
         self._starts: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in sizes}
+        self._is_eog = is_eog
+        self._ends: list[int] = []
 
     def extends(self, context: Sequence[int]) -> bool:
         """Whether `context` is the list this index was built on, not shrunk since; its first
@@ -121,9 +125,18 @@ class NgramIndex:
         for n, table in self._starts.items():
             # Windows i with i + n <= size - 1 are indexed; those up to seen - 1 already were.
             for i in range(max(0, self._seen - n), size - n):
-                table.setdefault(tuple(int(t) for t in ctx[i:i + n]), []).append(i)
+                table.setdefault(tuple(map(int, ctx[i:i + n])), []).append(i)
+        if self._is_eog is not None:
+            is_eog = self._is_eog
+            self._ends.extend(i for i in range(self._seen, size) if is_eog(int(ctx[i])))
         self._seen = size
 
     def starts(self, n: int, context: Sequence[int]) -> list[int]:
         """Ascending starts of the earlier occurrences of the context's final n-gram."""
-        return self._starts[n].get(tuple(int(t) for t in context[len(context) - n:]), [])
+        return self._starts[n].get(tuple(map(int, context[len(context) - n:])), [])
+
+    def first_end(self, start: int, stop: int) -> int:
+        """The position of the first end-of-generation token in [start, stop), or stop - 1
+        when none is (so a copy of [start, stop) ends just after the returned position)."""
+        i = bisect_left(self._ends, start)
+        return self._ends[i] if i < len(self._ends) and self._ends[i] < stop else stop - 1
