@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-HARNESS = ROOT / "engine" / "tools" / "benchmark" / "overhead.py"
+# research/ is the script's folder: the harness is loaded as research/overhead_tree.py loads it.
+from overhead_tree import HARNESS, load, provide_modules
+
 SWEEP = 16_000_000  # float32s: 64 MB, beyond this CPU's caches
 # ms of a target decode of 1..9 tokens (`tandem calibrate --threads 2`, width 7 interpolated),
 # and of a draft decode of one token.
@@ -41,15 +40,6 @@ PARTS = (("engine.drafters.hybrid", "HybridDrafter", "plan"),
          ("engine.control.controller", "AdaptiveController", "_reason"),
          ("engine.control.controller", "AdaptiveController", "update"),
          ("engine.round", None, "top_probability"))
-
-
-def load_harness():
-    spec = importlib.util.spec_from_file_location("overhead_harness", HARNESS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["overhead_harness"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def time_parts(spent: dict[str, float]) -> None:
@@ -73,7 +63,8 @@ def time_parts(spent: dict[str, float]) -> None:
 
 
 def main(cold: bool, runs: int, mode: str) -> None:
-    h = load_harness()
+    provide_modules()
+    h = load(HARNESS, "overhead_harness")
     from engine.events import RoundEvent
     from engine.pair import Pair
     try:
