@@ -363,13 +363,9 @@ class Spelling:
 
 def qwen_spelling(path: str | Path) -> Spelling:
     """The vocabulary of a GGUF model file (the embedded Qwen2.5 target's: 151,936 tokens), read
-    without its weights; control tokens flagged as the llama.cpp backend flags them."""
+    without its weights, as the llama.cpp backend hands it to llguidance."""
     vocab = Vocabulary(path)
-    pieces = tuple(vocab.piece(t) for t in range(vocab.n_vocab))
-    control = frozenset(t for t in range(vocab.n_vocab) if vocab.is_control(t))
-    eos = next(t for t in sorted(control) if vocab.is_eog(t))
-    return Spelling(f"{Path(path).name}'s vocabulary", TokenTable(pieces, control, eos),
-                    vocab.tokenize)
+    return Spelling(f"{Path(path).name}'s vocabulary", vocab.token_table(), vocab.tokenize)
 
 
 def byte_spelling(n_vocab: int) -> Spelling:
