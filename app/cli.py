@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TandemError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # One line: llguidance's messages go on to quote the grammar's line under a caret.
+        print(f"error: {next(iter(str(exc).splitlines()), '')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
