@@ -17,8 +17,6 @@ from engine.pair import Prompt
 # The settings widgets, in the order `build` returns them and `spec` takes their values.
 WIDGETS = ("drafter", "policy", "gamma", "temperature", "top_k", "top_p", "min_p", "seed",
            "max_tokens")
-# The structured-output widgets, in the order `build_output` returns them (`spec`'s keywords).
-OUTPUT_WIDGETS = ("output", "schema")
 
 
 def policy_names() -> list[str]:
@@ -91,9 +89,10 @@ def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool 
 
 
 def build_output(prefix: str) -> list[gr.components.Component]:
-    """The structured-output widgets in `OUTPUT_WIDGETS` order: off, any JSON object, or the
-    JSON schema in the box (typing one there turns it on). A schema that is not JSON, or that
-    the constraint engine refuses, is refused when a generation starts, with its message."""
+    """The structured-output widgets, the choice then the box (`spec`'s `output` and `schema`):
+    off, any JSON object, or the JSON schema in the box (typing one there turns it on). A
+    schema that is not JSON, or that the constraint engine refuses, is refused when a
+    generation starts, with its message."""
     output = gr.Radio(list(OUTPUT_CHOICES), value=OFF, label="structured output",
                       elem_id=f"{prefix}-output",
                       info="the answer follows the schema; tokens it allows alone are forced: "
