@@ -265,14 +265,16 @@ def test_a_prompts_constraint_holds_for_its_speculative_and_its_plain_runs():
     chosen = [SuitePrompt("call", "tool-call", "Call it:", spec),
               SuitePrompt("free", "chat", "Say something:")]
     plan = BenchPlan(prompts=chosen, samplings=[GREEDY, SamplingParams(temperature=0.7)],
-                     configs=[SpecConfig("lookup", 3)], max_tokens=48, warmup_tokens=0)
+                     configs=[SpecConfig("draft", 3), SpecConfig("lookup", 3)], max_tokens=48,
+                     warmup_tokens=0)
     records = run_benchmark(pair, plan)
     constrained = [s for s in seen if s[1] is not None]
-    # Both rows of both samplings of the constrained prompt ran under its schema, compiled for
+    # Every row of both samplings of the constrained prompt ran under its schema, compiled for
     # the target; the free prompt ran free.
-    assert sorted(d for d, *_ in constrained) == ["lookup", "lookup", "plain", "plain"]
+    assert sorted(d for d, *_ in constrained) == ["draft", "draft", "lookup", "lookup", "plain",
+                                                  "plain"]
     assert all(g.spec == spec for _, g, _, _ in constrained)
-    assert len(seen) - len(constrained) == 4
+    assert len(seen) - len(constrained) == 6
     for _, _, text, finish in constrained:
         assert finish == "eos"
         answer = json.loads(text)
@@ -285,7 +287,7 @@ def test_a_prompts_constraint_holds_for_its_speculative_and_its_plain_runs():
     assert all(r.forced_tokens == 0 for r in records if r.prompt_id == "free")
     md = bench_markdown.render(summarize(records), {})
     row = next(r for r in summarize(records).speedups
-               if (r.category, r.sampling) == ("tool-call", "greedy"))
+               if (r.config, r.category, r.sampling) == ("draft g=3", "tool-call", "greedy"))
     assert 0 < row.forced_share < 1 and f"| {row.forced_share:.0%} |" in md
     assert "| forced |" in md
 
