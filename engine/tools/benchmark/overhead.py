@@ -490,14 +490,14 @@ def run_grammar_overhead(spelling: Spelling, max_tokens: int = 256, repeats: int
                 held.setdefault((label, mode), []).append((s, grammar.clock[0], t, r, f))
     rows = []
     for (label, mode), runs in held.items():
-        runs = runs[1:]
-        tokens = sum(t for *_, t, _, _ in runs)
+        runs = runs[1:]  # (engine s, llguidance s, tokens, rounds, forced)
+        tokens = sum(t for _, _, t, _, _ in runs)
         rows.append(GrammarOverheadRow(
             label, mode, statistics.median(free[(label, mode)][1:]) * 1e3,
             statistics.median(s / max(t, 1) for s, _, t, _, _ in runs) * 1e3,
             statistics.median(g / max(t, 1) for _, g, t, _, _ in runs) * 1e3,
-            sum(f for *_, f in runs) / max(tokens, 1),
-            tokens / max(sum(r for *_, r, _ in runs), 1), tokens / len(runs)))
+            sum(f for _, _, _, _, f in runs) / max(tokens, 1),
+            tokens / max(sum(r for _, _, _, r, _ in runs), 1), tokens / len(runs)))
     pair.close()
     return rows
 
