@@ -85,12 +85,16 @@ class Pair:
     def drafter(self, name: str) -> Drafter | None:
         return self.registry.get(name)
 
-    def tokens_for(self, prompt: Prompt, raw: bool = False) -> list[int]:
+    def tokens_for(self, prompt: Prompt, raw: bool = False,
+                   tools: Sequence[dict] | None = None) -> list[int]:
+        """The prompt's tokens: a text as it is (`raw`) or as one user message, or messages,
+        through the target's chat template with `tools` (OpenAI's entries) when given."""
         backend = self.target.backend
         if isinstance(prompt, str):
-            text = prompt if raw else backend.chat_prompt([{"role": "user", "content": prompt}])
+            text = prompt if raw else backend.chat_prompt([{"role": "user", "content": prompt}],
+                                                          tools)
         else:
-            text = backend.chat_prompt(prompt)
+            text = backend.chat_prompt(prompt, tools)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -109,9 +113,10 @@ class Pair:
                   if b is not None]
         return min(sizes)
 
-    def prompt_tokens(self, prompt: Prompt, raw: bool = False) -> list[int]:
+    def prompt_tokens(self, prompt: Prompt, raw: bool = False,
+                      tools: Sequence[dict] | None = None) -> list[int]:
         """The prompt's tokens, refused when the context cannot hold them and one more."""
-        tokens = self.tokens_for(prompt, raw)
+        tokens = self.tokens_for(prompt, raw, tools)
         check_prompt_fits(len(tokens), self.n_ctx)
         return tokens
 

@@ -29,7 +29,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server("serve", tmp_path_factory.mktemp("fuzz"))
+    # The byte-level pair: response_format and tools compile and constrain on it.
+    s = Server("serve", tmp_path_factory.mktemp("fuzz"), env={"TANDEM_FAKE_PAIR": "bytes"})
     yield s
     s.stop()
 
