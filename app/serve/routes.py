@@ -32,6 +32,8 @@ from app.serve.access import bearer_token
 from loading.history import LOCAL, owner_for_key
 from app.runtime.holder import READY, NotReadyError, PairHolder
 from engine.errors import GrammarError, PromptTooLongError
+from engine.grammar.llg import compile_grammar
+from engine.grammar.spec import GrammarSpec
 from engine.logprobs import TokenLogprob
 from engine.pair import Pair
 
@@ -137,9 +139,26 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
         try:
             pair.compile_grammar(spec.grammar)
         except GrammarError as exc:
-            raise BadRequestError(str(exc), param="tools" if offered else "response_format",
-                                  code="invalid_schema") from None
+            if offered:
+                raise _refused_tool(pair, req) or _refusal(exc, "tools") from None
+            raise _refusal(exc, "response_format") from None
     return replace(req, spec=spec)
+
+
+def _refusal(exc: GrammarError, param: str) -> BadRequestError:
+    # The constraint engine's message; its first line (a Lark error goes on to quote the grammar).
+    return BadRequestError(str(exc).splitlines()[0], param=param, code="invalid_schema")
+
+
+def _refused_tool(pair: Pair, req: GenerationRequest) -> BadRequestError | None:
+    """The refusal of the first tool whose parameters the constraint engine refuses alone (run
+    only once the tools' grammar was refused)."""
+    for i, function in enumerate(req.tools.functions if req.tools else ()):
+        try:
+            compile_grammar(GrammarSpec.schema(function.parameters), pair.target.backend)
+        except GrammarError as exc:
+            return _refusal(exc, f"tools[{i}].function.parameters")
+    return None
 
 
 class Routes:
