@@ -13,6 +13,7 @@ one at a time by itself.
 """
 from __future__ import annotations
 
+import threading
 from functools import partial
 from typing import Callable, Iterator, Sequence
 
@@ -64,6 +65,9 @@ class Pair:
         self.clock = clock
         self.calibrations = CalibrationCache()
         self._grammars: dict[GrammarSpec, Grammar] = {}
+        # The API compiles a request's grammar before queueing it, while another generation
+        # may be compiling its own: the kept grammars are changed under this lock.
+        self._grammars_lock = threading.Lock()
         self.registry = DrafterRegistry(target.is_eog, draft, p_min, chain_min, lookup_ngram,
                                         forget=self.calibrations.forget)
 
@@ -123,10 +127,13 @@ class Pair:
     def compile_grammar(self, spec: GrammarSpec) -> Grammar:
         """`spec` compiled for the target's vocabulary (GrammarError with the constraint
         engine's message when it is refused); the last few are kept, as agents resend theirs."""
-        grammar = self._grammars.pop(spec, None) or compile_grammar(spec, self.target.backend)
-        self._grammars[spec] = grammar
-        while len(self._grammars) > GRAMMARS_KEPT:
-            del self._grammars[next(iter(self._grammars))]
+        with self._grammars_lock:
+            grammar = self._grammars.pop(spec, None)
+        grammar = grammar or compile_grammar(spec, self.target.backend)
+        with self._grammars_lock:
+            self._grammars[spec] = grammar
+            while len(self._grammars) > GRAMMARS_KEPT:
+                del self._grammars[next(iter(self._grammars))]
         return grammar
 
     def calibration(self, drafter: str, max_gamma: int) -> Calibration:

@@ -150,8 +150,10 @@ def test_tool_choice_none_answers_text(client):
     assert isinstance(choice["message"]["content"], str)
 
 
-def test_logprobs_in_chat_answers_whole_and_streamed(client):
-    body = {"max_tokens": 12, "temperature": 0, "logprobs": True, "top_logprobs": 3}
+@pytest.mark.parametrize("speculative", [{"drafter": "plain"}, SPECULATIVE], ids=["plain", "draft"])
+def test_logprobs_in_chat_answers_whole_and_streamed(client, speculative):
+    body = {"max_tokens": 12, "temperature": 0, "logprobs": True, "top_logprobs": 3,
+            "speculative": speculative}
     whole = post(client, **body).json()
     entries = whole["choices"][0]["logprobs"]["content"]
     assert len(entries) == whole["usage"]["completion_tokens"] == 12
