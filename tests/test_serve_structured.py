@@ -281,3 +281,5 @@ def test_a_json_schema_answer_through_the_openai_client_validates(oai, stream):
     assert finish == "stop", text
     jsonschema_rs.validate(PERSON, json.loads(text))
     assert stats["drafted_tokens"] > 0 and stats["accepted_tokens"] > 0
+    # Keys, colons and brackets the schema allows alone are committed without a model.
+    assert stats["forced_tokens"] > 0

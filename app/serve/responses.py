@@ -39,7 +39,7 @@ class Formatter:
     """The OpenAI objects of one request: one id and creation time for all its chunks."""
 
     def __init__(self, request: GenerationRequest, model: str,
-                 token_bytes: Callable[[int], bytes] = lambda t: b"") -> None:
+                 token_bytes: Callable[[int], bytes]) -> None:
         self.request = request
         self.kind = request.kind
         self.model = model
@@ -183,6 +183,8 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
         "drafted_tokens": stats.drafted_tokens,
         "accepted_tokens": stats.accepted_tokens,
         "acceptance_rate": round(stats.acceptance_rate, 4),
+        # Tokens a grammar forced (the only one it allowed): committed without any model.
+        "forced_tokens": stats.forced_tokens,
         # Per drafting part: the draft model, prompt lookup ("prompt-lookup"), the caller's
         # history of past requests ("suffix").
         "by_source": {k: {"drafted": v, "accepted": stats.accepted_by.get(k, 0)}
