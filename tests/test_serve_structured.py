@@ -79,6 +79,16 @@ def test_a_schema_the_constraint_engine_refuses_is_a_400_with_its_message(client
                    "tools[0].function.parameters") == message
 
 
+def test_a_schema_the_converter_cannot_read_is_a_400_too(client):
+    # Found by the fuzzer: llguidance's JSON reader refuses integers past 64 bits with a ValueError.
+    huge = {"type": "integer", "minimum": -2 ** 63 - 1}
+    assert "not JSON serializable" in refusal(post(client, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": huge}}), "response_format")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": huge}}}}]
+    assert refusal(post(client, tools=tools), "tools[0].function.parameters")
+
+
 @pytest.mark.parametrize("fmt, param", [
     ("json", "response_format"),
     ({"type": "xml"}, "response_format.type"),
