@@ -41,7 +41,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     if history is not None and drafter is not None and drafter.uses_history:
         drafter = drafter.with_history(history)
     plain = drafter is None or config.gamma == 0
-    guide = None if config.grammar is None else Guide(config.grammar.start())
+    guide = (None if config.grammar is None
+             else Guide(config.grammar.start(), target.backend.is_eog))
     rounds = Rounds(target, NoDrafter() if drafter is None or plain else drafter,
                     FixedGamma(0) if plain else policy or FixedGamma(config.gamma),
                     config.params, rng if rng is not None else Rng(config.params.seed),

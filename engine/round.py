@@ -129,8 +129,7 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
     """Round `index` after the committed text `context`, offering at most `room` + 1 tokens."""
     forced: list[int] = []
     if r.guide is not None and r.jump:
-        eog = r.target.backend.is_eog
-        forced, complete = r.guide.forced(room, eog)
+        forced, complete = r.guide.forced(room)
         if complete and r.logprobs is None:
             # The grammar allows only the end: the answer ends here, and no model runs.
             return _forced_round(r, forced, r.guide.mask().single, index)
@@ -167,7 +166,7 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
                   if r.policy.wants_confidence and decision.confidence else ())
     r.target.rollback(len(context) + n)
     if r.guide is not None:
-        r.guide.settle(n, verdict.token, r.target.backend.is_eog)
+        r.guide.settle(n, verdict.token)
     if drafted:
         r.drafter.feedback(plan, proposal, n)
 
@@ -188,7 +187,7 @@ def _forced_round(r: Rounds, forced: list[int], end: int | None, index: int) -> 
     with probability 1: committed without a model."""
     assert end is not None
     if r.guide is not None:
-        r.guide.settle(0, end, r.target.backend.is_eog)
+        r.guide.settle(0, end)
     decision = Decision(0, reason="the grammar forces the rest of the answer")
     stats = RoundStats(index=index, gamma=0, drafted=0, accepted=0, kind=FORCED, committed=0,
                        draft_ms=0.0, verify_ms=0.0, source=FORCED, forced=len(forced))

@@ -8,7 +8,7 @@ from app.runtime.queue import GenerationQueue
 from app.serve.server import create_app
 from app.runtime.holder import PairHolder
 from engine.pair import Pair
-from tests.byte_fake import ByteBackend
+from tests.byte_fake import ChatByteFake
 from tests.fakes import FakeBackend
 
 API_KEY = "test-key"
@@ -26,7 +26,7 @@ def fake_pair() -> Pair:
 
 def byte_pair() -> Pair:
     """A pair whose tokens are bytes (tests/byte_fake.py): grammars and tool calls work on it."""
-    return Pair(ByteBackend(seed=1, n_ctx=4 * N_CTX), ByteBackend(seed=1, noise=0.5, n_ctx=4 * N_CTX))
+    return Pair(ChatByteFake(seed=1, n_ctx=4 * N_CTX), ChatByteFake(seed=1, noise=0.5, n_ctx=4 * N_CTX))
 
 
 def serve_access(api_key: str | None = API_KEY, **kwargs) -> Access:

@@ -11,7 +11,8 @@ generator, a round, the drafters). Inside the app, the page (`app.ui`) and the A
 `app.runtime` (the defaults users see, the pair holder, the queue) and import nothing of each
 other; the runtime imports neither.
 Each layer is imported whole, every module of it, in a fresh interpreter, and what it pulled in
-is checked. Sources are scanned too: only modules under engine/llama/ import llama_cpp, and the
+is checked. Sources are scanned too: only modules under engine/llama/ import llama_cpp, only
+engine/grammar/llg.py imports llguidance, and the
 engine, models and loading import at the top of their files, where a cycle fails at once.
 """
 from __future__ import annotations
@@ -130,6 +131,13 @@ def test_only_modules_under_engine_llama_import_llama_cpp():
                                                         "scripts", "research")
              for module, _, _ in imports(p) if module.split(".")[0] == "llama_cpp"}
     assert users and all(u.startswith("engine/llama/") for u in users), users
+
+
+def test_only_the_grammar_engine_imports_llguidance():
+    users = {str(p.relative_to(ROOT)) for p in sources("engine", "models", "loading", "app",
+                                                        "scripts", "research")
+             for module, _, _ in imports(p) if module.split(".")[0] == "llguidance"}
+    assert users == {"engine/grammar/llg.py"}, users
 
 
 def test_engine_models_and_loading_import_at_the_top_of_their_files():

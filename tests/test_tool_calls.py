@@ -11,7 +11,7 @@ from app.runtime.tool_calls import (AUTO, NONE, REQUIRED, Call, CallReader, Cont
                                     ToolChoice, Tools, as_text_turns, prompt_with_tools,
                                     read_answer, tags_are_tokens, tool_grammar)
 from engine.grammar.llg import compile_grammar
-from tests.byte_fake import EOS, ByteBackend
+from tests.byte_fake import EOG, ChatByteFake
 from tests.fakes import FakeBackend
 
 WEATHER = Function("get_weather", {"type": "object", "additionalProperties": False,
@@ -22,14 +22,14 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 CALL_TIME = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 
 
-def accepts(tools: Tools, text: str, backend: ByteBackend | None = None) -> bool:
+def accepts(tools: Tools, text: str, backend: ChatByteFake | None = None) -> bool:
     """Whether the grammar lets the byte model write `text` and then end."""
-    backend = backend or ByteBackend()
+    backend = backend or ChatByteFake()
     spec = tool_grammar(tools, tags_are_tokens(backend))
     assert spec is not None
     walk = compile_grammar(spec, backend).start()
     tokens = backend.tokenize(text, add_special=False, parse_special=True)
-    return walk.consume(tokens) == len(tokens) and walk.mask().allows(EOS)
+    return walk.consume(tokens) == len(tokens) and walk.mask().allows(EOG)
 
 
 def choice(mode: str = AUTO, name: str | None = None, parallel: bool = True) -> Tools:
@@ -60,11 +60,11 @@ def test_tool_choice_none_has_no_grammar_and_shows_no_tools():
     tools = choice(NONE)
     assert tool_grammar(tools, True) is None
     messages = [{"role": "user", "content": "hi"}]
-    assert prompt_with_tools(ByteBackend(), messages, tools) == (tuple(messages), ())
+    assert prompt_with_tools(ChatByteFake(), messages, tools) == (tuple(messages), ())
 
 
 def test_the_tags_are_the_vocabularys_own_tokens_where_it_has_them():
-    assert tags_are_tokens(ByteBackend()) and not tags_are_tokens(FakeBackend())
+    assert tags_are_tokens(ChatByteFake()) and not tags_are_tokens(FakeBackend())
     # Without such tokens the tags are plain text, and the grammar spells them.
     plain = tool_grammar(choice(), tags_are_tokens=False)
     assert plain is not None and '"<tool_call>\\n"' in plain.source
@@ -76,7 +76,7 @@ def test_a_template_that_reads_tools_gets_them_and_one_that_does_not_gets_the_he
                     {"id": "c1", "type": "function",
                      "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                 {"role": "tool", "content": "sunny", "tool_call_id": "c1"}]
-    native, entries = prompt_with_tools(ByteBackend(), messages, choice())
+    native, entries = prompt_with_tools(ChatByteFake(), messages, choice())
     assert native == tuple(messages) and [e["function"]["name"] for e in entries] == \
         ["get_weather", "get_time"]
     fallback, entries = prompt_with_tools(FakeBackend(), messages, choice())

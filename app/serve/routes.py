@@ -146,8 +146,8 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
 
 
 def _refusal(exc: GrammarError, param: str) -> BadRequestError:
-    # The constraint engine's message; its first line (a Lark error goes on to quote the grammar).
-    return BadRequestError(str(exc).splitlines()[0], param=param, code="invalid_schema")
+    """The constraint engine's message (one line: engine/grammar/llg.py)."""
+    return BadRequestError(str(exc), param=param, code="invalid_schema")
 
 
 def _refused_tool(pair: Pair, req: GenerationRequest) -> BadRequestError | None:

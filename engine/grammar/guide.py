@@ -22,7 +22,7 @@ The guide holds that state for a round:
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from engine.grammar.mask import TokenMask
 
@@ -52,25 +52,28 @@ class CompiledGrammar(Protocol):
 
 
 class Guide:
-    """One round's walk over `constraint`, which starts at the committed text."""
+    """One round's walk over `constraint`, which starts at the committed text. An
+    end-of-generation token ends the walk: nothing the round offers after it is committed, so
+    the grammar never consumes it, and a row after it (read only by a draw the answer drops) is
+    masked to the end token again."""
 
-    def __init__(self, constraint: Constraint) -> None:
+    def __init__(self, constraint: Constraint, is_eog: Callable[[int], bool]) -> None:
         self.constraint = constraint
+        self.is_eog = is_eog
         # The tokens the round walks after the forced ones, and the mask at each depth known so far.
         self.tokens: list[int] = []
         self._masks: dict[int, TokenMask] = {}
         self._depth = 0  # tokens of self.tokens the constraint has consumed
 
-    def forced(self, limit: int, is_eog) -> tuple[list[int], bool]:
+    def forced(self, limit: int) -> tuple[list[int], bool]:
         """The chain of forced tokens (at most `limit`), consumed; and whether the grammar then
         allows only an end-of-generation token (the answer is complete)."""
         chain: list[int] = []
         while True:
-            m = self.mask()
-            token = m.single
+            token = self.mask().single
             if token is None:
                 return chain, False
-            if is_eog(token):
+            if self.is_eog(token):
                 return chain, True
             if len(chain) >= limit:
                 return chain, False
@@ -79,7 +82,7 @@ class Guide:
             chain.append(token)
 
     def _go(self, depth: int) -> None:
-        """Move the constraint to `depth` tokens into the round's walk."""
+        """Move the constraint to `depth` tokens into the round's walk (none of them the end)."""
         if depth < self._depth:
             self.constraint.rollback(self._depth - depth)
         elif depth > self._depth:
@@ -87,12 +90,19 @@ class Guide:
             assert took == depth - self._depth, "a token the guide admitted was refused"
         self._depth = depth
 
+    def _ended(self, depth: int) -> bool:
+        return depth > 0 and self.is_eog(self.tokens[depth - 1])
+
     def mask_at(self, depth: int) -> TokenMask:
         """The mask after the walk's first `depth` tokens: row `depth`'s constraint."""
         m = self._masks.get(depth)
         if m is None:
-            self._go(depth)
-            m = self._masks[depth] = self.constraint.mask()
+            if self._ended(depth):
+                m = TokenMask.of(self.constraint.n_vocab, [self.tokens[depth - 1]])
+            else:
+                self._go(depth)
+                m = self.constraint.mask()
+            self._masks[depth] = m
         return m
 
     def mask(self) -> TokenMask:
@@ -109,20 +119,26 @@ class Guide:
         drafted = [int(t) for t in drafted]
         pushed = len(self.tokens)
         assert drafted[:pushed] == self.tokens, "the draft is not the walk it pushed"
-        if pushed < len(drafted):
+        rest = drafted[pushed:]
+        if rest and not self._ended(pushed):
+            end = next((i for i, t in enumerate(rest) if self.is_eog(t)), len(rest))
             self._go(pushed)
-            took = self.constraint.consume(drafted[pushed:])
-            self.tokens.extend(drafted[pushed:pushed + took])
+            took = self.constraint.consume(rest[:end])
+            self.tokens.extend(rest[:took])
             self._depth = len(self.tokens)
+            if took == end < len(rest) and self.mask().allows(rest[end]):
+                self.tokens.append(rest[end])
         return len(self.tokens)
 
-    def settle(self, n_accepted: int, token: int, is_eog) -> None:
+    def settle(self, n_accepted: int, token: int) -> None:
         """End the round at the committed text: the walk's first `n_accepted` tokens, then
-        `token` (an end-of-generation token ends the answer, and the grammar with it)."""
-        self._go(n_accepted)
-        if not is_eog(token):
+        `token` (after an end-of-generation token nothing is committed)."""
+        if not self._ended(n_accepted) and not self.is_eog(token):
+            self._go(n_accepted)
             took = self.constraint.consume([int(token)])
             assert took == 1, "the round committed a token the grammar forbids"
+        elif self._depth > n_accepted:
+            self._go(n_accepted)
         self.tokens.clear()
         self._masks.clear()
         self._depth = 0

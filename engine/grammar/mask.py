@@ -16,8 +16,11 @@ same distribution (tests/test_grammar_mask.py enumerates both, ties at top-k and
 boundaries included):
 - few allowed (keys, digits, punctuation): the transform runs on the allowed logits alone, and
   the row is lifted back onto their ids; nothing touches the rest of the vocabulary;
-- many allowed (free text inside a string): the row is copied with -inf outside the mask, and
-  the transform's own lazy paths apply.
+- many allowed (free text inside a string): the row is offset by a bias of 0 on the allowed
+  tokens and -1e30 on the others (`BANNED`: its exponential is 0 at any temperature, like -inf's,
+  and an add is branch-free where selecting by a scattered mask costs ten times more), and the
+  transform's own lazy paths apply. Greedy needs no row at all when the unmasked argmax is
+  allowed (it is then the lowest id among the allowed maxima too).
 
 Example: V = 8, A = {2, 5}, logits l: p(2) = e^l2 / (e^l2 + e^l5), p(5) the rest, 0 elsewhere.
 """
@@ -41,12 +44,14 @@ U32 = npt.NDArray[np.uint32]
 SPARSE_SHARE = 1 / 8
 
 _BIT = np.arange(32, dtype=np.uint32)
+# The logit a banned token gets on the wide path: exp((BANNED - max) / T) underflows to 0.
+BANNED = np.float32(-1e30)
 
 
 class TokenMask:
     """The tokens allowed at one grammar state."""
 
-    __slots__ = ("n_vocab", "words", "count", "_ids", "_dense")
+    __slots__ = ("n_vocab", "words", "count", "_ids", "_dense", "_bias")
 
     def __init__(self, n_vocab: int, words: U32) -> None:
         self.n_vocab = n_vocab
@@ -59,6 +64,7 @@ class TokenMask:
         self.count = int(np.bitwise_count(words).sum())
         self._ids: I64 | None = None
         self._dense: npt.NDArray[np.bool_] | None = None
+        self._bias: F32 | None = None
 
     @classmethod
     def of(cls, n_vocab: int, allowed) -> "TokenMask":
@@ -92,8 +98,20 @@ class TokenMask:
         """[V] bool, True where allowed."""
         if self._dense is None:
             bits = np.unpackbits(self.words.view(np.uint8), bitorder="little")
-            self._dense = bits[:self.n_vocab].astype(bool)
+            self._dense = bits[:self.n_vocab].view(bool)
         return self._dense
+
+    def bias(self) -> F32:
+        """[V] float32: 0 where allowed, BANNED elsewhere (the wide path's offset)."""
+        if self._bias is None:
+            bits = np.unpackbits(self.words.view(np.uint8), bitorder="little")[:self.n_vocab]
+            self._bias = (bits.astype(np.float32) - np.float32(1)) * -BANNED
+        return self._bias
+
+    @property
+    def sparse(self) -> bool:
+        """Whether a masked row is formed on the allowed tokens alone (few of them)."""
+        return self.count <= SPARSE_SHARE * self.n_vocab
 
 
 def masked_distribution(logits: F32, params: SamplingParams, mask: TokenMask | None) -> Dist:
@@ -102,14 +120,18 @@ def masked_distribution(logits: F32, params: SamplingParams, mask: TokenMask | N
         return distribution(logits, params)
     if mask.count == 0:
         raise ValueError("the grammar allows no token here")
-    if mask.count <= SPARSE_SHARE * mask.n_vocab:
+    row = np.asarray(logits, dtype=np.float32)
+    if mask.sparse:
         ids = mask.ids()
-        sub = distribution(np.asarray(logits)[ids], params)
+        sub = distribution(row[ids], params)
         if sub.ids is None:
             return Dist(mask.n_vocab, ids, sub.w, sub.total)
         return Dist(mask.n_vocab, ids[sub.ids], sub.w, sub.total)
-    row = np.where(mask.dense(), np.asarray(logits, dtype=np.float32), np.float32(-np.inf))
-    return distribution(row, params)
+    if params.greedy:
+        best = int(np.argmax(row))
+        if mask.allows(best):
+            return Dist.one_hot(mask.n_vocab, best)
+    return distribution(row + mask.bias(), params)
 
 
 def masked_top_probability(logits: F32, mask: TokenMask) -> float:
@@ -121,10 +143,11 @@ def masked_top_probability(logits: F32, mask: TokenMask) -> float:
 def has_allowed_finite(logits: F32, mask: TokenMask) -> bool:
     """Whether any token the mask allows has a finite logit (a draft with a trimmed vocabulary
     may have none: it cannot draft there)."""
-    row = np.asarray(logits)
-    if mask.count <= SPARSE_SHARE * mask.n_vocab:
+    row = np.asarray(logits, dtype=np.float32)
+    if mask.sparse:
         return bool(np.isfinite(row[mask.ids()]).any())
-    return bool(np.isfinite(row[mask.dense()]).any())
+    # An allowed finite logit keeps its value; a banned one sits near BANNED; -inf stays -inf.
+    return bool(float((row + mask.bias()).max()) > BANNED / 2)
 
 
 class MaskedRows(Rows):
