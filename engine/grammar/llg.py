@@ -105,10 +105,15 @@ def compile_grammar(spec: GrammarSpec, backend: Backend) -> Grammar:
     """`spec` compiled for `backend`'s vocabulary; GrammarError with llguidance's message when
     it refuses the schema or grammar."""
     tok = tokenizer_for(backend)
-    text = _grammar_text(spec)
+    what = "JSON schema" if spec.kind in (JSON_SCHEMA, JSON_OBJECT) else f"{spec.kind} grammar"
+    try:
+        text = _grammar_text(spec)
+    except GrammarError:
+        raise
+    except ValueError as exc:  # llguidance's converters refuse some input before validation
+        raise GrammarError(f"the {what} is not valid: {_first_line([str(exc)])}") from None
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, tok)
     if is_error:
-        what = "JSON schema" if spec.kind in (JSON_SCHEMA, JSON_OBJECT) else f"{spec.kind} grammar"
         raise GrammarError(f"the {what} is not valid: {_first_line(messages)}")
     return Grammar(spec, text, tok, backend.n_vocab)
 

@@ -109,7 +109,7 @@ class LlamaBackend:
     def metadata(self) -> dict[str, str]:
         return self._model.metadata()
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         template = self._model.chat_template()
         if not template:
             raise ModelFileError(f"{self.name} has no chat template; use raw mode (--raw)")
@@ -118,7 +118,9 @@ class LlamaBackend:
                                   eos_token=model.text(llama_cpp.llama_vocab_eos(self._vocab)),
                                   bos_token=model.text(llama_cpp.llama_vocab_bos(self._vocab)))
         # Plain dicts, which llama-cpp-python types as its message TypedDicts.
-        return fmt(messages=cast("list[Any]", list(messages))).prompt
+        # llama-cpp-python's formatter hands `tools` to the template as its `tools` variable.
+        return fmt(messages=cast("list[Any]", list(messages)),
+                   tools=None if tools is None else cast("list[Any]", list(tools))).prompt
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
         bad = [int(t) for t in tokens if not 0 <= int(t) < self.n_vocab]

@@ -127,7 +127,7 @@ class InstantBackend:
     def token_table(self) -> TokenTable:
         return TokenTable(tuple(self.token_bytes(t) for t in range(self.n_vocab)), frozenset(), -1)
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         return "".join(m["content"] for m in messages)
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
