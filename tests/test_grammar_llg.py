@@ -186,3 +186,18 @@ def test_a_draft_that_draws_the_end_inside_a_round_settles(gamma, logprobs):
                                          policy=policy))[-1]
         assert done.stats.finish_reason == "eos"
         assert json.loads(done.text) in ({"ok": True}, {"ok": False})
+
+
+def test_a_vocabulary_that_cannot_follow_the_grammar_is_a_one_line_error():
+    """tests/fakes.py's fake spells only letters and tokenizes inconsistently with its pieces:
+    llguidance's mask then allows a token its matcher refuses. The answer stops with a
+    GrammarError (a 400-class error the front ends show as one line), never an assertion."""
+    from tests.fakes import FakeBackend
+    target = FakeBackend(n_vocab=64, eog=0)
+    pair = Pair(target, FakeBackend(n_vocab=64, eog=0, noise=0.5))
+    config = GenerationConfig(params=SamplingParams(temperature=1.0, seed=1), gamma=3,
+                              max_tokens=16,
+                              grammar=pair.compile_grammar(GrammarSpec("json_object")))
+    with pytest.raises(GrammarError) as err:
+        list(pair.generate_tokens(target.tokenize("x"), config, drafter="draft"))
+    assert "\n" not in str(err.value)
