@@ -23,6 +23,7 @@ from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from loading.load import load_pair
+from models import embedded
 
 # Short first lines ("Dog\n", "Elephant\n") keep samples cheap; the first animal varies a lot.
 EXACTNESS_PROMPT = "Write a list of five animals, one per line."
@@ -124,17 +125,41 @@ def parse_configs(text: str) -> list[SpecConfig]:
 
 
 def cmd_overhead(args: argparse.Namespace) -> int:
-    """`tandem bench --overhead`: the engine's own time per token over instant backends."""
+    """`tandem bench --overhead`: the engine's own time per token over instant backends, then
+    the constraint's own cost (path `json`)."""
     max_tokens = args.max_tokens or OVERHEAD_TOKENS
     repeats = args.repeats or OVERHEAD_REPEATS
-    paths = _csv(args.overhead_paths) if args.overhead_paths else ()
-    print(f"engine overhead: {len(overhead.PATHS) if not paths else len(paths)} paths x "
-          f"{len(overhead.MODES)} samplings x {repeats} runs of {max_tokens} tokens at "
-          f"{args.vocab:,} tokens ...", file=sys.stderr)
-    rows, history = overhead.run_overhead(n_vocab=args.vocab, max_tokens=max_tokens,
-                                          repeats=repeats, paths=paths)
-    print(overhead.markdown(rows, args.vocab, machine_line(), history))
+    paths = _csv(args.overhead_paths) if args.overhead_paths else []
+    free_paths = [p for p in paths if p != overhead.GRAMMAR_PATH]
+    if not paths or free_paths:
+        print(f"engine overhead: {len(free_paths) or len(overhead.PATHS)} paths x "
+              f"{len(overhead.MODES)} samplings x {repeats} runs of {max_tokens} tokens at "
+              f"{args.vocab:,} tokens ...", file=sys.stderr)
+        rows, history = overhead.run_overhead(n_vocab=args.vocab, max_tokens=max_tokens,
+                                              repeats=repeats, paths=free_paths)
+        print(overhead.markdown(rows, args.vocab, machine_line(), history))
+    if not paths or overhead.GRAMMAR_PATH in paths:
+        spelling = _spelling(args.vocab)
+        print(f"constraint overhead: {len(overhead.GRAMMAR_PATHS)} paths x "
+              f"{len(overhead.GRAMMAR_MODES)} samplings x {repeats} runs of {max_tokens} tokens, "
+              f"free and under a JSON schema, spelling with {spelling.name} ...", file=sys.stderr)
+        grammar_rows = overhead.run_grammar_overhead(spelling, max_tokens=max_tokens,
+                                                     repeats=repeats)
+        if not paths or free_paths:
+            print()
+        print(overhead.grammar_markdown(grammar_rows, spelling, machine_line()))
     return 0
+
+
+def _spelling(n_vocab: int) -> overhead.Spelling:
+    """The embedded target's real vocabulary when it is on disk and the size asked for, else
+    a byte-level table of `n_vocab` tokens."""
+    path = embedded.TARGET.path
+    if path.is_file() and n_vocab == overhead.QWEN_VOCAB:
+        spelling = overhead.qwen_spelling(path)
+        if spelling.n_vocab == n_vocab:
+            return spelling
+    return overhead.byte_spelling(n_vocab)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -223,7 +248,8 @@ def _write_bench(out: Path, records: list, context: dict) -> None:
         if row.category == "overall":
             print(f"{row.config}, {row.sampling}: median speedup {row.speedup.median:.2f}x "
                   f"(p10 {row.speedup.p10:.2f}, p90 {row.speedup.p90:.2f}), "
-                  f"{row.fraction_slower:.0%} of prompts slower, acceptance {row.acceptance_rate:.2f}")
+                  f"{row.fraction_slower:.0%} of prompts slower, acceptance {row.acceptance_rate:.2f}"
+                  + (f", {row.forced_share:.0%} of tokens forced" if row.forced_share else ""))
     for best in summary.sweep_best:
         print(f"latency-optimal gamma for {best.drafter} {best.policy}, {best.sampling}: "
               f"{best.latency_optimal_gamma} ({best.latency_optimal_speedup:.2f}x)")
@@ -344,7 +370,8 @@ def _register_bench(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--vocab", type=int, default=overhead.QWEN_VOCAB,
                    help="vocabulary size for --overhead (default Qwen2.5's 151,936)")
     b.add_argument("--overhead-paths", help="with --overhead: comma-separated paths to run "
-                   "(plain, draft, lookup, hybrid, or a label; default all)")
+                   "(plain, draft, lookup, hybrid, or a label; json: the constraint's own cost, "
+                   "free and under a JSON schema; default all)")
     add_draft_stop_args(b)
     add_model_args(b)
     b.set_defaults(func=cmd_bench)

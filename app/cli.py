@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import Generator
 
 from app.bench_cli import register as register_bench
@@ -16,14 +17,17 @@ from app.runtime.run import generate, prompt_tokens
 from app.runtime.tuned import (PairingUse, expected_acceptance, for_command, lookup,
                                running_name, stale_line)
 from app.serve_cli import register as register_serve
-from app.settings import (add_model_args, add_sampling_args, add_speculation_args, draft_stops,
-                          history_store, load_options, model_configs, print_plan, request_spec)
+from app.logprobs import rows as logprob_rows, table as logprob_table
+from app.settings import (add_model_args, add_output_args, add_sampling_args,
+                          add_speculation_args, draft_stops, history_store, load_options,
+                          model_configs, print_plan, request_spec)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
 from engine.errors import TandemError
 from engine.events import DoneEvent, Event, TokenEvent
 from engine.llama.quiet import quiet_llama
+from engine.logprobs import TokenLogprob
 from engine.staleness import StaleDraftEvent, watch
 from loading.evidence import keep_evidence
 from loading.load import execute
@@ -50,27 +54,46 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if use.key is not None:
         keep_evidence(pair, use.key)
     try:
+        if spec.grammar is not None:
+            # A schema or grammar llguidance refuses is refused before any decoding.
+            pair.compile_grammar(spec.grammar)
         # Tokenized and refused when the context cannot hold it, once, before calibrating.
         tokens = prompt_tokens(pair, spec)
         history = history_store(args, plan.target_info) if spec.history else None
         events = generate(pair, spec, tokens, history.index() if history else None)
-        done, stale = _run(events, expected if spec.drafter != PLAIN else None, args.json)
+        done, stale, logprobs = _run(events, expected if spec.drafter != PLAIN else None, args.json)
         if history is not None:
             history.save()
+        lp_rows = (logprob_rows(logprobs, pair.target.backend.token_bytes)
+                   if spec.logprobs is not None else None)
     finally:
         pair.close()
-    _report(args, spec, use, done, stale)
+    _report(args, spec, use, Outcome(done, stale, lp_rows))
     return 0
 
 
-def _run(events: Generator[Event, None, None], expected: float | None,
-         quiet: bool) -> tuple[DoneEvent, StaleDraftEvent | None]:
-    """Print the answer as it comes (unless `quiet`) and any staleness warning."""
+@dataclass(frozen=True)
+class Outcome:
+    """What `tandem generate` reports: the answer and its stats, any staleness warning, and
+    the tokens' log probabilities when --logprobs asked for them (app/logprobs.py's rows)."""
+    done: DoneEvent
+    stale: StaleDraftEvent | None
+    logprobs: list[dict] | None
+
+
+def _run(events: Generator[Event, None, None], expected: float | None, quiet: bool
+         ) -> tuple[DoneEvent, StaleDraftEvent | None, list[TokenLogprob]]:
+    """Print the answer as it comes (unless `quiet`) and any staleness warning; collect the
+    tokens' log probabilities when the generation reports them."""
     done = stale = None
+    logprobs: list[TokenLogprob] = []
     for ev in watch(events, expected):
-        if isinstance(ev, TokenEvent) and not quiet:
-            sys.stdout.write(ev.text)
-            sys.stdout.flush()
+        if isinstance(ev, TokenEvent):
+            if ev.logprob is not None:
+                logprobs.append(ev.logprob)
+            if not quiet:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
         elif isinstance(ev, StaleDraftEvent):
             stale = ev
             if not quiet:
@@ -78,23 +101,29 @@ def _run(events: Generator[Event, None, None], expected: float | None,
         elif isinstance(ev, DoneEvent):
             done = ev
     assert done is not None
-    return done, stale
+    return done, stale, logprobs
 
 
-def _report(args: argparse.Namespace, spec: RunSpec, use: PairingUse, done: DoneEvent,
-            stale: StaleDraftEvent | None) -> None:
+def _report(args: argparse.Namespace, spec: RunSpec, use: PairingUse, out: Outcome) -> None:
     if args.json:
-        print(json.dumps({"text": done.text, "stats": done.stats.as_dict(),
+        print(json.dumps({"text": out.done.text, "stats": out.done.stats.as_dict(),
                           "pairing": use.record.key.id if use.applied and use.record else None,
-                          "stale": stale_line(stale) if stale else None}, indent=2))
+                          "stale": stale_line(out.stale) if out.stale else None,
+                          "logprobs": out.logprobs}, indent=2))
         return
-    s = done.stats
+    s = out.done.stats
+    forced = (f", {s.forced_tokens} forced by the grammar ({s.forced_tokens / s.output_tokens:.0%})"
+              if s.forced_tokens and s.output_tokens else "")
     print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
-          f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms"
+          f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms{forced}"
           + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
              f", {s.drafter}/{spec.policy} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
              f" ({s.gammas.count(0)} plain rounds); {s.reason}"
              if s.mode == "speculative" else ""), file=sys.stderr)
+    if out.logprobs is not None:
+        # On stderr with the statistics: stdout stays the answer (a schema's JSON parses).
+        print(f"\nlog probabilities (the target's own, at temperature 1):\n"
+              f"{logprob_table(out.logprobs)}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(g)
     add_sampling_args(g)
     add_speculation_args(g)
+    add_output_args(g)
     g.set_defaults(func=cmd_generate)
 
     register_models(sub)
@@ -130,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TandemError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # One line: llguidance's messages go on to quote the grammar's line under a caret.
+        print(f"error: {next(iter(str(exc).splitlines()), '')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

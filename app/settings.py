@@ -13,6 +13,7 @@ from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GA
                                   LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
 from app.runtime.ranges import BY_NAME, parse_text
 from app.runtime.request import Offer, RunSpec, resolve
+from app.runtime.structured import file_spec
 from app.runtime.tuned import PairingUse
 from engine.rpc import parse_endpoints
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
@@ -86,6 +87,22 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
         g.add_argument(row.cli_option, type=parse_text, default=None,
                        help=f"{row.span()}, {row.meaning} (default {row.default})")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    """What `tandem generate` constrains its answer to, and reports of each token."""
+    g = p.add_argument_group("structured output")
+    one = g.add_mutually_exclusive_group()
+    one.add_argument("--json-schema", metavar="FILE", default=None,
+                     help="answer with JSON that follows this JSON schema (compact JSON; "
+                     "tokens the schema allows alone are committed without a model)")
+    one.add_argument("--grammar", metavar="FILE", default=None,
+                     help="answer in this grammar: GBNF when the file ends in .gbnf, else Lark "
+                     "(llguidance's, with its JSON and regex extensions)")
+    row = BY_NAME["top_logprobs"]
+    g.add_argument(row.cli_option, dest=row.name, metavar="N", type=parse_text, default=None,
+                   help=f"{row.span()}, {row.meaning} (the target's own, at temperature 1; "
+                   "printed after the answer)")
 
 
 def add_speculation_args(p: argparse.ArgumentParser) -> None:
@@ -163,6 +180,7 @@ def request_settings(args: argparse.Namespace) -> dict:
               "max_tokens")}
     given["stop"] = getattr(args, "stop", None) or None
     given["history"] = False if getattr(args, "no_history", False) else None
+    given["top_logprobs"] = getattr(args, "top_logprobs", None)
     return given
 
 
@@ -175,9 +193,12 @@ def request_offer(args: argparse.Namespace, use: PairingUse | None = None) -> Of
 
 
 def request_spec(args: argparse.Namespace, use: PairingUse | None = None) -> RunSpec:
-    """The command line's RunSpec: its request settings resolved like the page's and the API's."""
+    """The command line's RunSpec: its request settings resolved like the page's and the API's,
+    with the constraint its --json-schema or --grammar file gives."""
+    grammar = file_spec(getattr(args, "json_schema", None), getattr(args, "grammar", None))
     return resolve(request_settings(args), request_offer(args, use),
-                   prompt=getattr(args, "prompt", ""), raw=getattr(args, "raw", False))
+                   prompt=getattr(args, "prompt", ""), raw=getattr(args, "raw", False),
+                   grammar=grammar)
 
 
 def model_configs(args: argparse.Namespace,

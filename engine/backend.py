@@ -70,8 +70,11 @@ class Backend(Protocol):
     def token_table(self) -> TokenTable:
         """Every token's bytes and which are control tokens (built once, then cached)."""
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
-        """Render messages with the chat template stored in the model, ready for generation."""
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        """Render messages with the chat template stored in the model, ready for generation;
+        `tools` (OpenAI's `tools` entries) go to the template as its `tools` variable, as
+        Hugging Face's apply_chat_template passes them (a template that does not read them
+        renders as without)."""
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
         """Append `tokens` at positions pos.. and return logits `[len(rows), n_vocab]` for the

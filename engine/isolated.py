@@ -135,8 +135,8 @@ class IsolatedBackend:
     def metadata(self) -> dict[str, str]:
         return self._call("metadata")
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
-        return self._call("chat_prompt", list(messages))
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        return self._call("chat_prompt", list(messages), None if tools is None else list(tools))
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
         return self._call("decode", [int(t) for t in tokens], int(pos), [int(r) for r in rows])

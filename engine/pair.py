@@ -13,6 +13,7 @@ one at a time by itself.
 """
 from __future__ import annotations
 
+import threading
 from functools import partial
 from typing import Callable, Iterator, Sequence
 
@@ -64,6 +65,9 @@ class Pair:
         self.clock = clock
         self.calibrations = CalibrationCache()
         self._grammars: dict[GrammarSpec, Grammar] = {}
+        # The API compiles a request's grammar before queueing it, while another generation
+        # may be compiling its own: the kept grammars are changed under this lock.
+        self._grammars_lock = threading.Lock()
         self.registry = DrafterRegistry(target.is_eog, draft, p_min, chain_min, lookup_ngram,
                                         forget=self.calibrations.forget)
 
@@ -85,12 +89,16 @@ class Pair:
     def drafter(self, name: str) -> Drafter | None:
         return self.registry.get(name)
 
-    def tokens_for(self, prompt: Prompt, raw: bool = False) -> list[int]:
+    def tokens_for(self, prompt: Prompt, raw: bool = False,
+                   tools: Sequence[dict] | None = None) -> list[int]:
+        """The prompt's tokens: a text as it is (`raw`) or as one user message, or messages,
+        through the target's chat template with `tools` (OpenAI's entries) when given."""
         backend = self.target.backend
         if isinstance(prompt, str):
-            text = prompt if raw else backend.chat_prompt([{"role": "user", "content": prompt}])
+            text = prompt if raw else backend.chat_prompt([{"role": "user", "content": prompt}],
+                                                          tools)
         else:
-            text = backend.chat_prompt(prompt)
+            text = backend.chat_prompt(prompt, tools)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -109,19 +117,23 @@ class Pair:
                   if b is not None]
         return min(sizes)
 
-    def prompt_tokens(self, prompt: Prompt, raw: bool = False) -> list[int]:
+    def prompt_tokens(self, prompt: Prompt, raw: bool = False,
+                      tools: Sequence[dict] | None = None) -> list[int]:
         """The prompt's tokens, refused when the context cannot hold them and one more."""
-        tokens = self.tokens_for(prompt, raw)
+        tokens = self.tokens_for(prompt, raw, tools)
         check_prompt_fits(len(tokens), self.n_ctx)
         return tokens
 
     def compile_grammar(self, spec: GrammarSpec) -> Grammar:
         """`spec` compiled for the target's vocabulary (GrammarError with the constraint
         engine's message when it is refused); the last few are kept, as agents resend theirs."""
-        grammar = self._grammars.pop(spec, None) or compile_grammar(spec, self.target.backend)
-        self._grammars[spec] = grammar
-        while len(self._grammars) > GRAMMARS_KEPT:
-            del self._grammars[next(iter(self._grammars))]
+        with self._grammars_lock:
+            grammar = self._grammars.pop(spec, None)
+        grammar = grammar or compile_grammar(spec, self.target.backend)
+        with self._grammars_lock:
+            self._grammars[spec] = grammar
+            while len(self._grammars) > GRAMMARS_KEPT:
+                del self._grammars[next(iter(self._grammars))]
         return grammar
 
     def calibration(self, drafter: str, max_gamma: int) -> Calibration:

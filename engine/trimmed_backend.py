@@ -31,7 +31,7 @@ class EmbeddingBackend(Protocol):
 
     def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32: ...
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str: ...
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str: ...
 
     def truncate(self, n: int) -> None: ...
 
@@ -72,8 +72,8 @@ class TrimmedBackend:
     def is_eog(self, token: int) -> bool:
         return self.vocab.is_eog(token)
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
-        return self.inner.chat_prompt(messages)
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        return self.inner.chat_prompt(messages, tools)
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
         kept = self.inner.decode_embeddings(self.table.rows(tokens), pos, rows)

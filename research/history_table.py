@@ -4,10 +4,9 @@ request, in the order the requests ran (so the history's warm-up shows), then me
 the share slower over all requests and after the first five; and, beside each, the cost
 model's prediction for a GPU-like profile from the same rounds.
 
-GPU profile: a verify of up to 9 tokens costs what one token does (docs/BENCHMARKS.md: v ~ 1
-for widths 1-8 on a GPU) and the draft model a tenth of a target token, so a generation's
-predicted speedup is output tokens / (target calls + 0.1 x tokens the draft model drafted).
-That keeps this run's rounds; a controller calibrated on the GPU would draft more.
+GPU profile: engine/tools/benchmark/theory.py's `gpu_profile_speedup` (a verify of up to 9
+tokens costs what one token does, the draft model a tenth of a target token), from this run's
+rounds.
 
   .venv/bin/python research/history_table.py RUNS [WARM_UP]
 
@@ -22,8 +21,7 @@ import sys
 import numpy as np
 
 from app.reports.bench_files import runs_file
-
-GPU_DRAFT_COST = 0.1
+from engine.tools.benchmark.theory import gpu_profile_speedup
 
 
 def _read(path: str) -> dict:
@@ -32,8 +30,8 @@ def _read(path: str) -> dict:
 
 
 def gpu_prediction(run: dict) -> float:
-    model = run.get("drafted_by", {}).get("draft-model", 0)
-    return run["output_tokens"] / max(run["target_calls"] + GPU_DRAFT_COST * model, 1e-9)
+    return gpu_profile_speedup(run["output_tokens"], run["target_calls"],
+                               run.get("drafted_by", {}).get("draft-model", 0))
 
 
 def summary(values: list[float]) -> str:

@@ -63,8 +63,9 @@ class FakeBackend:
         control = frozenset() if self.eog is None else frozenset({self.eog})
         return TokenTable(pieces, control, -1 if self.eog is None else self.eog)
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        # A template that does not read `tools` (the API then describes them in a system message).
+        return "".join(f"<{m['role']}>{m.get('content') or ''}" for m in messages) + "<assistant>"
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
         if pos != len(self.cache):

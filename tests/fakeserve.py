@@ -3,9 +3,13 @@ options, checks and server, with no model to load, so a test starts one in secon
 
     python -m tests.fakeserve serve --port 8123 --api-key-file key.txt
     python -m tests.fakeserve ui --api --port 8124
+
+With TANDEM_FAKE_PAIR=bytes in the environment, the pair is tests/serve_fakes.py's byte_pair
+(grammars, response_format and tool calls work on it).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from app.cli import build_parser
@@ -14,13 +18,14 @@ from app.serve_cli import checked_max_queue, serve, serve_access
 from app.runtime.holder import PairHolder
 from app.ui_cli import serve_app, ui_access
 from engine.errors import TandemError
-from tests.serve_fakes import fake_pair
+from tests.serve_fakes import byte_pair, fake_pair
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        holder = PairHolder(fake_pair(), queue=GenerationQueue(checked_max_queue(args.max_queue)))
+        pair = byte_pair() if os.environ.get("TANDEM_FAKE_PAIR") == "bytes" else fake_pair()
+        holder = PairHolder(pair, queue=GenerationQueue(checked_max_queue(args.max_queue)))
         if args.command == "serve":
             return serve(holder, serve_access(args))
         if args.command == "ui":

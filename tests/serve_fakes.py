@@ -8,6 +8,7 @@ from app.runtime.queue import GenerationQueue
 from app.serve.server import create_app
 from app.runtime.holder import PairHolder
 from engine.pair import Pair
+from tests.byte_fake import ChatByteFake
 from tests.fakes import FakeBackend
 
 API_KEY = "test-key"
@@ -21,6 +22,11 @@ TEST_HOST = "testserver"
 def fake_pair() -> Pair:
     # A draft close to the target, so speculation accepts some tokens and rejects others.
     return Pair(FakeBackend(seed=1, n_ctx=N_CTX), FakeBackend(seed=1, noise=0.5, n_ctx=N_CTX))
+
+
+def byte_pair() -> Pair:
+    """A pair whose tokens are bytes (tests/byte_fake.py): grammars and tool calls work on it."""
+    return Pair(ChatByteFake(seed=1, n_ctx=4 * N_CTX), ChatByteFake(seed=1, noise=0.5, n_ctx=4 * N_CTX))
 
 
 def serve_access(api_key: str | None = API_KEY, **kwargs) -> Access:

@@ -14,6 +14,7 @@ from app.runtime.request import Offer, RunSpec
 from app.ui.state import StopFlags
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
+from engine.events import FORCED
 from engine.pair import Pair
 from engine.stats import GenerationStats
 from loading.options import LoadOptions
@@ -55,12 +56,12 @@ def test_spread_median_and_range():
 
 def test_token_view_colours_each_origin_and_escapes_text():
     pieces = [metrics.Piece("def", "draft"), metrics.Piece(" <f>", "correction"), metrics.Piece("(", "bonus"),
-              metrics.Piece("x", "plain")]
+              metrics.Piece("x", "plain"), metrics.Piece('"', FORCED)]
     out = metrics.token_view(pieces)
     for origin, color in metrics.ORIGIN_COLORS.items():
         assert f'class="tok-{origin}"' in out and color in out
     assert "&lt;f&gt;" in out and "<f>" not in out
-    assert "1 draft · 1 correction · 1 bonus · 1 plain" in out
+    assert "1 draft · 1 correction · 1 bonus · 1 plain · 1 forced" in out
     assert all(html.escape(label) in out for label in metrics.ORIGIN_LABELS.values())
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 import csv
 import json
 
+import numpy as np
 import pytest
 
 from app.reports import bench_files, bench_markdown, bench_plots
+from engine.events import DoneEvent
+from engine.grammar.spec import GrammarSpec
 from engine.tools.benchmark.aggregate import summarize
+from engine.tools.benchmark.overhead import SpelledBackend, byte_spelling, llm_like_bank
 from engine.tools.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
-from engine.tools.benchmark.suite import load_suite
+from engine.tools.benchmark.suite import SuitePrompt, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
@@ -227,3 +231,72 @@ def test_a_sweep_plot_only_for_a_sweep_and_raw_runs_in_the_cache(tmp_path, monke
         "docs-results-latest-suite")
     assert bench_files.runs_file(report) == raw / "runs.json"
     assert bench_files.runs_file(raw / "runs.json") == raw / "runs.json"
+
+
+SMALL_SCHEMA = {"type": "object",
+                "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "ok": {"type": "boolean"},
+                               "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+                                        "maxItems": 2}},
+                "required": ["unit", "ok", "tags"], "additionalProperties": False}
+
+
+def spelled_pair() -> Pair:
+    """Instant backends whose tokens are bytes (plus an end-of-generation token and a few
+    two-byte pieces), so a grammar compiles for them and tokenizes as they spell."""
+    spelling = byte_spelling(320)
+    bank = llm_like_bank(320, seed=0, slots=8)
+    return Pair(SpelledBackend(bank, "t", spelling),
+                SpelledBackend(bank + 0.3 * np.random.default_rng(1).standard_normal(
+                    bank.shape, dtype=np.float32), "d", spelling))
+
+
+def test_a_prompts_constraint_holds_for_its_speculative_and_its_plain_runs():
+    pair = spelled_pair()
+    spec = GrammarSpec.schema(SMALL_SCHEMA)
+    seen = []
+    generate = pair.generate
+
+    def spy(prompt, config, **kw):
+        for ev in generate(prompt, config, **kw):
+            if isinstance(ev, DoneEvent):
+                seen.append((kw["drafter"], config.grammar, ev.text, ev.stats.finish_reason))
+            yield ev
+    pair.generate = spy
+    chosen = [SuitePrompt("call", "tool-call", "Call it:", spec),
+              SuitePrompt("free", "chat", "Say something:")]
+    plan = BenchPlan(prompts=chosen, samplings=[GREEDY, SamplingParams(temperature=0.7)],
+                     configs=[SpecConfig("draft", 3), SpecConfig("lookup", 3)], max_tokens=48,
+                     warmup_tokens=0)
+    records = run_benchmark(pair, plan)
+    constrained = [s for s in seen if s[1] is not None]
+    # Every row of both samplings of the constrained prompt ran under its schema, compiled for
+    # the target; the free prompt ran free.
+    assert sorted(d for d, *_ in constrained) == ["draft", "draft", "lookup", "lookup", "plain",
+                                                  "plain"]
+    assert all(g.spec == spec for _, g, _, _ in constrained)
+    assert len(seen) - len(constrained) == 6
+    for _, _, text, finish in constrained:
+        assert finish == "eos"
+        answer = json.loads(text)
+        assert answer["unit"] in ("celsius", "fahrenheit") and isinstance(answer["ok"], bool)
+    spec_runs = [r for r in records if r.prompt_id == "call" and r.role == "speculative"]
+    base_runs = [r for r in records if r.prompt_id == "call" and r.role == "baseline"]
+    # Keys and punctuation are forced under speculation; plain decoding decodes every token.
+    assert all(r.forced_tokens > 0 for r in spec_runs)
+    assert all(r.forced_tokens == 0 for r in base_runs)
+    assert all(r.forced_tokens == 0 for r in records if r.prompt_id == "free")
+    md = bench_markdown.render(summarize(records), {})
+    row = next(r for r in summarize(records).speedups
+               if (r.config, r.category, r.sampling) == ("draft g=3", "tool-call", "greedy"))
+    assert 0 < row.forced_share < 1 and f"| {row.forced_share:.0%} |" in md
+    assert "| forced |" in md
+
+
+def test_a_constraint_the_target_cannot_follow_fails_before_any_run():
+    pair = spelled_pair()
+    bad = GrammarSpec.schema({"type": "string", "pattern": "(unclosed"})
+    plan = BenchPlan(prompts=[SuitePrompt("bad", "c", "p", bad)], samplings=[GREEDY],
+                     configs=[SpecConfig("draft", 3)], max_tokens=8)
+    with pytest.raises(SettingsError, match="prompt bad: the JSON schema is not valid"):
+        run_benchmark(pair, plan)
+    assert pair.target.backend.cache == []

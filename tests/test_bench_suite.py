@@ -5,8 +5,11 @@ import json
 
 import pytest
 
-from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
+from engine.grammar.llg import compile_grammar
+from engine.grammar.spec import JSON_SCHEMA
+from engine.tools.benchmark.overhead import SpelledBackend, byte_spelling, llm_like_bank
+from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
 
 REQUIRED = {"code-generation", "code-editing", "chat", "math", "summarization", "translation"}
 
@@ -68,3 +71,40 @@ def test_custom_suite_round_trip(tmp_path):
     rows = [{"suite": "mine", "version": 3}, {"id": "x1", "category": "k", "prompt": "hello"}]
     suite = load_suite(_write(tmp_path, [json.dumps(r) for r in rows]))
     assert (suite.name, suite.version, suite.prompts[0].prompt) == ("mine", 3, "hello")
+
+
+STRUCTURED = DEFAULT_SUITE.parent / "structured-v1.jsonl"
+
+
+def test_the_structured_workload_carries_a_schema_on_every_prompt_and_each_compiles():
+    suite = load_suite(STRUCTURED)
+    assert suite.categories == ["tool-call", "tool-choice", "extraction"]
+    assert len(suite.prompts) >= 16 and len({p.id for p in suite.prompts}) == len(suite.prompts)
+    # Token i is byte i, and the backend writes text with those tokens: llguidance can force
+    # canonical tokenizations through it.
+    backend = SpelledBackend(llm_like_bank(300, seed=0, slots=2), "bytes", byte_spelling(300))
+    for p in suite.prompts:
+        assert p.grammar is not None and p.grammar.kind == JSON_SCHEMA
+        schema = json.loads(p.grammar.source)
+        compile_grammar(p.grammar, backend)
+        if p.category == "extraction":
+            # The record is extracted from a paragraph in the prompt, the schema shown with it.
+            assert "Text:\n" in p.prompt and json.dumps(schema) in p.prompt
+        else:
+            # A call object {"name": const, "arguments": {...}}, or one of several; the tools
+            # are described in the prompt.
+            calls = schema["anyOf"] if p.category == "tool-choice" else [schema]
+            assert len(calls) >= (2 if p.category == "tool-choice" else 1)
+            for call in calls:
+                assert call["required"] == ["name", "arguments"]
+                assert call["properties"]["name"]["const"] + "(" in p.prompt
+
+
+def test_a_prompt_without_a_schema_runs_free_and_a_bad_schema_names_its_line(tmp_path):
+    free = load_suite(_write(tmp_path, ['{"suite": "s", "version": 1}',
+                                        '{"id": "a", "category": "c", "prompt": "p"}']))
+    assert free.prompts[0].grammar is None
+    with pytest.raises(SettingsError, match=r"s.jsonl:3: a JSON schema must be an object"):
+        load_suite(_write(tmp_path, ['{"suite": "s", "version": 1}',
+                                     '{"id": "a", "category": "c", "prompt": "p", "schema": {}}',
+                                     '{"id": "b", "category": "c", "prompt": "p", "schema": 3}']))

@@ -3,6 +3,9 @@ values, the API's request body) make the same RunSpec, or the same one-line erro
 (app/runtime/request.py, app/runtime/ranges.py)."""
 from __future__ import annotations
 
+import json
+from typing import Sequence
+
 import gradio as gr
 import pytest
 from hypothesis import given, settings
@@ -10,12 +13,16 @@ from hypothesis import strategies as st
 
 from app.cli import build_parser
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY, PLAIN, POLICIES
+from app.runtime.ranges import BY_NAME
 from app.runtime.request import Offer, RunSpec, resolve
+from app.runtime.structured import SCHEMA
 from app.serve.errors import BadRequestError
 from app.serve.parsing import parse_completion
+from app.runtime.structured import file_spec
 from app.settings import request_settings
 from app.ui import controls
 from engine.errors import SettingsError
+from engine.grammar.spec import GrammarSpec
 
 OFFER = Offer(("plain", "draft", "hybrid", "lookup", "suffix"), "hybrid", n_ctx=4096)
 with gr.Blocks():
@@ -54,19 +61,20 @@ def text(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def through_cli(chosen: dict) -> RunSpec | str:
-    argv = ["generate", "--prompt", "x", "--raw", "--target", "t.gguf", "--draft", "d.gguf"]
+def through_cli(chosen: dict, extra: Sequence[str] = ()) -> RunSpec | str:
+    argv = ["generate", "--prompt", "x", "--raw", "--target", "t.gguf", "--draft", "d.gguf", *extra]
     for name, value in chosen.items():
         if name == "stop":
             argv += [f"--stop={s}" for s in value]
         elif name == "history":
             argv += [] if value else ["--no-history"]
         else:
-            argv.append(f"--{name.replace('_', '-')}={text(value)}")
+            argv.append(f"{BY_NAME[name].cli_option}={text(value)}")
     args = build_parser().parse_args(argv)
     try:
         # The command's translation, resolved against the same pair as the others.
-        return resolve(request_settings(args), OFFER, prompt=args.prompt, raw=args.raw)
+        return resolve(request_settings(args), OFFER, prompt=args.prompt, raw=args.raw,
+                       grammar=file_spec(args.json_schema, args.grammar))
     except SettingsError as exc:
         return str(exc)
 
@@ -84,14 +92,14 @@ def through_api(chosen: dict) -> RunSpec | str:
         return str(exc)
 
 
-def through_page(chosen: dict) -> RunSpec | str:
+def through_page(chosen: dict, **output: str) -> RunSpec | str:
     values = {**WIDGETS, **{k: v for k, v in chosen.items() if k in WIDGETS}}
     if "gamma" not in chosen:
         # The gamma slider follows the policy dropdown to that policy's default.
         values["gamma"] = DEFAULT_GAMMA.get(values["policy"], DEFAULT_GAMMA[DEFAULT_POLICY])
     try:
         return controls.spec(OFFER, **values, history=chosen.get("history", True),
-                             prompt="x", raw=True)
+                             prompt="x", raw=True, **output)
     except SettingsError as exc:
         return str(exc)
 
@@ -146,3 +154,68 @@ def test_a_disagreement_would_be_seen(monkeypatch):
     assert through_cli(chosen) == through_api(chosen)
     monkeypatch.setitem(parsing.SETTING_FIELDS, "top_k", "top_p")
     assert through_cli(chosen) != through_api(chosen)
+
+
+SCHEMA_DOC = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+def through_resolve(chosen: dict, schema: object | None = None) -> RunSpec | str:
+    """What the API hands `resolve` (app/serve builds its grammar from the parsed body)."""
+    try:
+        grammar = None if schema is None else GrammarSpec.schema(schema)
+        return resolve(chosen, OFFER, prompt="x", raw=True, grammar=grammar)
+    except SettingsError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("schema_text", [
+    json.dumps(SCHEMA_DOC), json.dumps(SCHEMA_DOC, indent=4), "true", "[1, 2]", '{"type": '])
+def test_a_schema_is_the_same_spec_or_error_from_each_front_end(tmp_path, schema_text):
+    """--json-schema's file, the page's schema box and a parsed body make one spec, written the
+    same way (so one compiled grammar serves them all), or one message."""
+    path = tmp_path / "schema.json"
+    path.write_text(schema_text, encoding="utf-8")
+    chosen = {"temperature": 0.5, "max_tokens": 32}
+    cli = through_cli(chosen, ["--json-schema", str(path)])
+    assert through_page(chosen, output=SCHEMA, schema=schema_text) == cli
+    try:
+        body = json.loads(schema_text)
+    except json.JSONDecodeError:
+        # Not JSON: no API body can carry it; the CLI and the page refuse it alike.
+        assert isinstance(cli, str) and cli.startswith("the JSON schema is not valid JSON")
+        return
+    assert through_resolve(chosen, body) == cli
+    if isinstance(cli, RunSpec):
+        assert cli.grammar == GrammarSpec.schema(body) and cli.sampling.temperature == 0.5
+
+
+def test_the_page_and_the_cli_refuse_an_empty_schema_their_own_way(tmp_path):
+    """An empty file is not JSON; an empty box under "JSON schema" asks for one."""
+    path = tmp_path / "empty.json"
+    path.write_text("", encoding="utf-8")
+    assert str(through_cli({}, ["--json-schema", str(path)])).startswith(
+        "the JSON schema is not valid JSON")
+    assert "paste a JSON schema" in str(through_page({}, output=SCHEMA, schema=""))
+
+
+@pytest.mark.parametrize("n", [0, 5, 20, 21, -1, 2.5, "x"])
+def test_logprobs_are_the_tables_row_on_the_command_line(n):
+    """--logprobs N is the top_logprobs row: the same spec or message as a body's field."""
+    cli = through_cli({"top_logprobs": n})
+    assert cli == through_resolve({"top_logprobs": n})
+    if isinstance(cli, RunSpec):
+        assert cli.logprobs == n and cli.config.logprobs == n
+    else:
+        assert cli.startswith("top_logprobs must be")
+
+
+def test_a_schema_read_without_the_common_form_would_be_seen(tmp_path, monkeypatch):
+    """The negative control: a page that kept the box's text as typed makes another spec."""
+    from app.runtime import structured
+    text = json.dumps(SCHEMA_DOC, indent=4)
+    path = tmp_path / "schema.json"
+    path.write_text(text, encoding="utf-8")
+    cli = through_cli({}, ["--json-schema", str(path)])
+    assert through_page({}, output=SCHEMA, schema=text) == cli
+    monkeypatch.setattr(structured, "schema_spec", lambda t: GrammarSpec("json_schema", t))
+    assert through_page({}, output=SCHEMA, schema=text) != cli

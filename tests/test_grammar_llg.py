@@ -135,8 +135,9 @@ def test_a_speculative_answer_parses_and_carries_log_probabilities():
     (GrammarSpec("gbnf", "root ::= (\"a\""), "the GBNF grammar is not valid"),
 ], ids=["schema", "lark", "gbnf"])
 def test_a_bad_grammar_is_refused_with_llguidances_message(spec, message):
-    with pytest.raises(GrammarError, match=message):
+    with pytest.raises(GrammarError, match=message) as err:
         compile_grammar(spec, JsonFake(eog=END))
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("kind, source", [("json_schema", "{"), ("json_schema", "[1]"),
@@ -163,3 +164,40 @@ def test_a_regex_and_a_gbnf_grammar_constrain_too():
 
 def _tokens(text: str) -> Sequence[int]:
     return JsonFake(eog=END).tokenize(text)
+
+
+@pytest.mark.parametrize("gamma, logprobs", [(8, None), (2, 2), (8, 3)])
+def test_a_draft_that_draws_the_end_inside_a_round_settles(gamma, logprobs):
+    """A draft longer than what the grammar leaves draws the end token inside its round (and,
+    with log probabilities asked for, a round whose grammar allows only the end still drafts):
+    llguidance's try-consume refuses an end token, so the guide never consumes one, and every
+    answer is the schema's."""
+    from tests.byte_fake import ByteFake
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    for seed in range(6):
+        target, draft = ByteFake(seed=seed), ByteFake(seed=seed, noise=0.3)
+        pair = Pair(target, draft)
+        config = GenerationConfig(params=SamplingParams(temperature=1.0, seed=seed), gamma=gamma,
+                                  max_tokens=64, logprobs=logprobs,
+                                  grammar=pair.compile_grammar(GrammarSpec.schema(schema)))
+        policy = pair.make_policy("fixed", "draft", gamma)
+        done = list(pair.generate_tokens(target.tokenize("x"), config, drafter="draft",
+                                         policy=policy))[-1]
+        assert done.stats.finish_reason == "eos"
+        assert json.loads(done.text) in ({"ok": True}, {"ok": False})
+
+
+def test_a_vocabulary_that_cannot_follow_the_grammar_is_a_one_line_error():
+    """tests/fakes.py's fake spells only letters and tokenizes inconsistently with its pieces:
+    llguidance's mask then allows a token its matcher refuses. The answer stops with a
+    GrammarError (a 400-class error the front ends show as one line), never an assertion."""
+    from tests.fakes import FakeBackend
+    target = FakeBackend(n_vocab=64, eog=0)
+    pair = Pair(target, FakeBackend(n_vocab=64, eog=0, noise=0.5))
+    config = GenerationConfig(params=SamplingParams(temperature=1.0, seed=1), gamma=3,
+                              max_tokens=16,
+                              grammar=pair.compile_grammar(GrammarSpec("json_object")))
+    with pytest.raises(GrammarError) as err:
+        list(pair.generate_tokens(target.tokenize("x"), config, drafter="draft"))
+    assert "\n" not in str(err.value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.errors import GrammarError
 from engine.grammar import mask as grammar_mask
 from engine.grammar.mask import TokenMask, has_allowed_finite, masked_distribution
 from engine.sampling import SamplingParams
@@ -78,5 +79,5 @@ def test_a_draft_with_no_allowed_finite_logit_is_seen():
 
 
 def test_an_empty_mask_is_an_error_not_a_nan():
-    with pytest.raises(ValueError, match="allows no token"):
+    with pytest.raises(GrammarError, match="allows no token"):
         masked_distribution(np.zeros(8, dtype=np.float32), SamplingParams(), TokenMask.of(8, []))

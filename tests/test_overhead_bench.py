@@ -5,15 +5,19 @@ from __future__ import annotations
 import doctest
 import math
 
+import pytest
+
 import engine.tools.benchmark.overhead
 from app.cli import main
 from engine.control.policy import FixedGamma
 from engine.events import RoundEvent
 from engine.generation_config import GenerationConfig
 from engine.pair import Pair
-from engine.tools.benchmark.overhead import (COPY_LETTERS, FRESH_LABEL, MODES, PATHS,
-                                             CopyRefusingBackend, InstantBackend,
-                                             llm_like_bank, pairs_text, run_overhead)
+from engine.tools.benchmark.overhead import (COPY_LETTERS, FRESH_LABEL, GRAMMAR_MODES,
+                                             GRAMMAR_PATHS, MODES, PATHS, CopyRefusingBackend,
+                                             InstantBackend, byte_spelling, grammar_markdown,
+                                             llm_like_bank, pairs_text, run_grammar_overhead,
+                                             run_overhead)
 
 
 def test_every_path_and_mode_is_measured_without_the_backends_time():
@@ -48,7 +52,7 @@ def test_the_cli_prints_the_table_with_the_machine(capsys):
                  "--overhead-paths", "none,lookup"]) == 0
     out = capsys.readouterr().out
     assert "logical CPUs" in out and "| plain | greedy |" in out and "prompt lookup" in out
-    assert "draft model" not in out
+    assert "draft model" not in out and "JSON schema" not in out
 
 
 def _copy_rounds(target: InstantBackend, params) -> list:
@@ -78,3 +82,39 @@ def test_the_losing_copies_text_offers_a_copy_nearly_every_round_and_every_copy_
         assert all(r.drafted > 0 and r.accepted == 0 for r in copies)
     taken = _copy_rounds(InstantBackend(bank, "t"), MODES["greedy"])
     assert sum(r.accepted for r in taken) > 0
+
+
+
+def test_the_constraints_own_cost_is_measured_free_and_masked_on_a_small_vocabulary():
+    spelling = byte_spelling(2000)
+    rows = run_grammar_overhead(spelling, max_tokens=24, repeats=1)
+    assert {(r.path, r.mode) for r in rows} == {(p[0], m) for p in GRAMMAR_PATHS
+                                                for m in GRAMMAR_MODES}
+    for r in rows:
+        assert r.free_ms_per_token > 0 and r.ms_per_token > 0
+        # llguidance's time is part of the engine's time under the schema.
+        assert 0 < r.llguidance_ms_per_token < r.ms_per_token
+        assert r.tokens_per_round >= 1 and 0 < r.answer_tokens <= 24
+        # Plain decoding decodes every token with the target; speculation commits the
+        # schema's keys and punctuation without a model.
+        assert r.forced_share == 0 if r.path == "plain" else 0 < r.forced_share < 1
+    table = grammar_markdown(rows, spelling, "machine")
+    assert "a byte-level table of 2,000 tokens" in table and "| plain | greedy |" in table
+
+
+def test_the_byte_level_spelling_writes_text_with_its_own_tokens():
+    spelling = byte_spelling(9000)
+    pieces = spelling.table.pieces
+    assert len(pieces) == 9000 == len(set(pieces)) and spelling.table.control == {256}
+    text = '{"name": "ünï"}'.encode()
+    assert b"".join(pieces[t] for t in spelling.encode(text)) == text
+    with pytest.raises(ValueError, match="at most"):
+        byte_spelling(10_000_000)
+
+
+def test_the_cli_runs_the_constraint_path_alone(capsys):
+    assert main(["bench", "--overhead", "--vocab", "1000", "--max-tokens", "8", "--repeats", "1",
+                 "--overhead-paths", "json"]) == 0
+    out = capsys.readouterr().out
+    assert "JSON schema ms / token" in out and "byte-level table of 1,000 tokens" in out
+    assert "prompt lookup" not in out

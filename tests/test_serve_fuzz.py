@@ -1,6 +1,7 @@
 """`tandem serve` fuzzed from its own OpenAPI document (issue 38): schemathesis generates valid
 and invalid requests from /openapi.json (app/serve/openapi.py) and sends them to a real server
-process on loopback over the fake pair (tests/fakeserve.py). Every answer must be a status the
+process on loopback over the byte-level fake pair (tests/fakeserve.py, TANDEM_FAKE_PAIR=bytes:
+response_format schemas and tools compile on it). Every answer must be a status the
 document lists for its route, with the OpenAI-style JSON error body when it is not a 200, never
 a 5xx; afterwards the log holds no traceback and the server still answers a plain request.
 
@@ -29,7 +30,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server("serve", tmp_path_factory.mktemp("fuzz"))
+    # The byte-level pair: response_format and tools compile and constrain on it.
+    s = Server("serve", tmp_path_factory.mktemp("fuzz"), env={"TANDEM_FAKE_PAIR": "bytes"})
     yield s
     s.stop()
 

@@ -4,6 +4,7 @@ agreement with plain decoding, eight clients at once, a client that leaves mid-s
 bad inputs. One server process serves the whole module; answers stay a few tokens long."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -219,3 +220,38 @@ def test_bad_input_gets_an_openai_error(server, name, request_kwargs, status):
     assert r.status_code == status, r.text
     assert r.json()["error"]["message"]
     assert httpx.get(f"{server}/health", timeout=10).json()["status"] == "ok"
+
+
+def test_a_tool_call_round_trip(client):
+    """The model's own template shows the tools (Qwen2.5's reads `tools`), the grammar holds its
+    <tool_call> syntax, the call comes back streamed as OpenAI's deltas, and the tool's result
+    sent back gets a text answer. `required`: left to `auto`, this coder model answers with a
+    fenced JSON block instead of its template's call syntax."""
+    model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "The current weather in a city",
+        "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                       "properties": {"city": {"type": "string"}}}}}]
+    messages: list = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    calls: dict = {}
+    finish = None
+    for chunk in client.chat.completions.create(model=model, messages=messages, tools=tools,
+                                                tool_choice="required", parallel_tool_calls=False,
+                                                max_tokens=40, temperature=0, stream=True):
+        if chunk.choices:
+            finish = chunk.choices[0].finish_reason or finish
+            for delta in chunk.choices[0].delta.tool_calls or ():
+                call = calls.setdefault(delta.index, {"id": delta.id, "arguments": ""})
+                call["name"] = delta.function.name or call.get("name")
+                call["arguments"] += delta.function.arguments or ""
+    assert finish == "tool_calls" and list(calls) == [0], calls
+    call = calls[0]
+    assert call["name"] == "get_weather" and "paris" in json.loads(call["arguments"])["city"].lower()
+    messages += [{"role": "assistant", "content": None, "tool_calls": [
+                     {"id": call["id"], "type": "function",
+                      "function": {"name": "get_weather", "arguments": call["arguments"]}}]},
+                 {"role": "tool", "tool_call_id": call["id"], "content": "18 degrees, sunny"}]
+    final = client.chat.completions.create(model=model, messages=messages, tools=tools,
+                                           max_tokens=12, temperature=0)
+    answer = final.choices[0].message
+    assert answer.tool_calls is None and answer.content, answer

@@ -28,14 +28,14 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 class Server:
-    def __init__(self, command: str, tmp: Path) -> None:
+    def __init__(self, command: str, tmp: Path, env: dict[str, str] | None = None) -> None:
         self.command = command
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tmp / f"{command}.log"
         argv = [sys.executable, "-m", "tests.fakeserve", command, "--port", str(self.port),
                 "--allowed-origins", TRUSTED]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         env.pop("TANDEM_API_KEY", None)
         if command == "serve":
             key_file = tmp / "key.txt"

@@ -29,9 +29,13 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
             lines.append(f"- **{key.replace('_', ' ')}**: `{context[key]}`"
                          if key == "command" else f"- **{key.replace('_', ' ')}**: {context[key]}")
     lines += ["", "Speedup = decode tokens/s of the speculative run / decode tokens/s of its paired "
-              "baseline run (same prompt, target and sampling, no drafter); e2e = the same ratio of "
-              "end-to-end milliseconds per output token, prefill included. Slower = share of prompts "
-              "with speedup < 1.", ""]
+              "baseline run (same prompt, target, sampling and constraint, no drafter); e2e = the "
+              "same ratio of end-to-end milliseconds per output token, prefill included. Slower = "
+              "share of prompts with speedup < 1. Forced = share of output tokens a prompt's grammar "
+              "forced (committed without a model). Tok/s = median decode tokens/s, speculative and "
+              "plain. GPU profile = median predicted speedup of the same rounds where a verify of up "
+              "to 9 tokens costs one token and the draft model 0.1 of one (engine/tools/benchmark/"
+              "theory.py).", ""]
 
     lines += ["## Speedup per category", ""]
     keys = list(dict.fromkeys((r.config, r.sampling) for r in summary.speedups))
@@ -39,10 +43,13 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
         lines += [f"### {config}, {sampling}", ""]
         rows = [[r.category, str(r.speedup.n), _f(r.speedup.median), _f(r.speedup.p10),
                  _f(r.speedup.p90), f"{r.fraction_slower:.0%}" if not math.isnan(r.fraction_slower) else "–",
-                 _f(r.e2e_speedup.median), _f(r.acceptance_rate), _f(r.tokens_per_target_call)]
+                 _f(r.e2e_speedup.median), _f(r.acceptance_rate), f"{r.forced_share:.0%}",
+                 _f(r.tokens_per_target_call), f"{_f(r.tokens_per_s, 1)} / {_f(r.baseline_tokens_per_s, 1)}",
+                 _f(r.gpu_profile)]
                 for r in summary.speedups if (r.config, r.sampling) == (config, sampling)]
         lines += _table(["category", "n", "median", "p10", "p90", "slower", "e2e median",
-                         "acceptance", "tokens/target call"], rows)
+                         "acceptance", "forced", "tokens/target call", "tok/s (spec / plain)",
+                         "GPU profile"], rows)
 
     lines += _sweep(summary) + _later_sections(summary)
     if plots:

@@ -57,6 +57,8 @@ class RunSpec:
     grammar: GrammarSpec | None = None
     # Each token's log probability with this many alternatives; None: none.
     logprobs: int | None = None
+    # Tools the chat template describes to the model (OpenAI's `tools` entries); empty: none.
+    tools: tuple[dict, ...] = ()
 
     @property
     def seed(self) -> int:
@@ -79,10 +81,12 @@ class RunSpec:
 
 
 def resolve(given: Mapping[str, Any], offer: Offer, prompt: Prompt = "",
-            raw: bool = False, grammar: GrammarSpec | None = None) -> RunSpec:
+            raw: bool = False, grammar: GrammarSpec | None = None,
+            tools: tuple[dict, ...] = ()) -> RunSpec:
     """The RunSpec of the settings `given`, or the SpecError of the first bad one (in the
     table's order). The pairing record's choice applies when no speculation setting is given.
-    `grammar`: what the answer must follow, as the front end read it (a schema, a grammar)."""
+    `grammar`: what the answer must follow, as the front end read it (a schema, a grammar);
+    `tools`: what the chat template describes to the model (app/runtime/tool_calls.py)."""
     given = {k: v for k, v in given.items() if v is not None}
     unknown = sorted(set(given) - BY_NAME.keys())
     if unknown:
@@ -101,7 +105,8 @@ def resolve(given: Mapping[str, Any], offer: Offer, prompt: Prompt = "",
                               min_p=v["min_p"], seed=None if v["seed"] == RANDOM_SEED else v["seed"])
     return RunSpec(drafter=drafter, policy=policy, gamma=gamma, sampling=sampling,
                    max_tokens=v["max_tokens"], stop=v["stop"], history=v["history"],
-                   prompt=prompt, raw=raw, grammar=grammar, logprobs=v["top_logprobs"])
+                   prompt=prompt, raw=raw, grammar=grammar, logprobs=v["top_logprobs"],
+                   tools=tools)
 
 
 def _speculation(given: Mapping[str, Any], v: Mapping[str, Any],

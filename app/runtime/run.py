@@ -17,7 +17,7 @@ from engine.pair import Pair
 def prompt_tokens(pair: Pair, spec: RunSpec) -> list[int]:
     """The spec's prompt as tokens; PromptTooLongError when the context cannot hold it and the
     answer's first token."""
-    return pair.prompt_tokens(spec.prompt, raw=spec.raw)
+    return pair.prompt_tokens(spec.prompt, raw=spec.raw, tools=spec.tools or None)
 
 
 def generate(pair: Pair, spec: RunSpec, tokens: Sequence[int] | None = None,

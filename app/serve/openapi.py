@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.runtime.defaults import DEFAULT_MAX_TOKENS
-from app.runtime.ranges import CHOICE, FLAG, INTEGER, SETTINGS, TEXTS, Setting
+from app.runtime.ranges import BY_NAME, CHOICE, FLAG, INTEGER, SETTINGS, TEXTS, Setting
+from app.runtime.tool_calls import MODES, NAME_PATTERN
 from engine.control.registry import POLICIES
 
 JSON = "application/json"
@@ -77,9 +78,54 @@ def _schema(setting: Setting) -> dict:
 
 
 SPECULATIVE_PREFIX = "speculative."
+TOP_LOGPROBS = BY_NAME["top_logprobs"]
+NAME = {"type": "string", "pattern": NAME_PATTERN.pattern}
+# Any JSON schema: the constraint engine (llguidance) checks it; one it refuses is a 400.
+JSON_SCHEMA = {"type": "object", "description": "a JSON schema"}
+
+
+def _format(kind: str, **properties: Any) -> dict:
+    return {"type": "object", "required": ["type", *properties], "additionalProperties": False,
+            "properties": {"type": {"type": "string", "enum": [kind]}, **properties}}
+
+
+RESPONSE_FORMAT = {
+    "nullable": True,
+    "description": "text, any JSON object, or JSON following a schema (always enforced, "
+                   "strict or not)",
+    "oneOf": [_format("text"), _format("json_object"), _format("json_schema", json_schema={
+        "type": "object", "required": ["name", "schema"], "additionalProperties": False,
+        "properties": {"name": NAME, "description": {"type": "string"},
+                       "strict": {"type": "boolean", "nullable": True}, "schema": JSON_SCHEMA}})],
+}
+TOOL = {
+    "type": "object", "required": ["type", "function"], "additionalProperties": False,
+    "properties": {"type": {"type": "string", "enum": ["function"]}, "function": {
+        "type": "object", "required": ["name"], "additionalProperties": False,
+        "properties": {"name": NAME, "description": {"type": "string", "nullable": True},
+                       "parameters": JSON_SCHEMA,
+                       "strict": {"type": "boolean", "nullable": True}}}},
+}
+TOOL_CHOICE = {"nullable": True, "description": "only with tools", "oneOf": [
+    {"type": "string", "enum": list(MODES)},
+    {"type": "object", "required": ["type", "function"], "additionalProperties": False,
+     "properties": {"type": {"type": "string", "enum": ["function"]},
+                    "function": {"type": "object", "required": ["name"],
+                                 "additionalProperties": False,
+                                 "properties": {"name": NAME}}}}]}
+CALL = {
+    "type": "object", "required": ["id", "function"], "additionalProperties": False,
+    "properties": {"id": {"type": "string"}, "type": {"type": "string", "enum": ["function"]},
+                   "function": {"type": "object", "required": ["name", "arguments"],
+                                "additionalProperties": False,
+                                "properties": {"name": {"type": "string"},
+                                               "arguments": {"type": "string",
+                                                             "description": "a JSON object"}}}},
+}
 SAMPLING: dict[str, Any] = {
     "model": {"type": "string"},
-    **{s.api_field: _schema(s) for s in SETTINGS if "." not in s.api_field},
+    **{s.api_field: _schema(s) for s in SETTINGS
+       if "." not in s.api_field and s is not TOP_LOGPROBS},
     "max_completion_tokens": {"type": "integer", "minimum": 1, "nullable": True},
     "stream": {"type": "boolean", "nullable": True},
     "stream_options": {"type": "object", "nullable": True, "additionalProperties": False,
@@ -93,12 +139,30 @@ SAMPLING: dict[str, Any] = {
 }
 SAMPLING["max_tokens"]["description"] = (f"default {DEFAULT_MAX_TOKENS}; at most the context "
                                          "(--ctx)")
+SAMPLING["response_format"] = RESPONSE_FORMAT
+CHAT_ONLY: dict[str, Any] = {
+    "logprobs": {"type": "boolean", "nullable": True,
+                 "description": "each token's log probability (the target's, at temperature 1)"},
+    TOP_LOGPROBS.api_field: {**_schema(TOP_LOGPROBS), "description": "alternatives per token; "
+                             "needs logprobs: true"},
+    "tools": {"type": "array", "minItems": 1, "nullable": True, "items": TOOL},
+    "tool_choice": TOOL_CHOICE,
+    "parallel_tool_calls": {"type": "boolean", "nullable": True,
+                            "description": "false: at most one call (only with tools)"},
+}
+# The legacy endpoint's `logprobs` is the number of alternatives (the same row).
+COMPLETION_ONLY: dict[str, Any] = {"logprobs": {**_schema(TOP_LOGPROBS),
+                                                "description": TOP_LOGPROBS.meaning}}
 
 MESSAGE = {
-    "type": "object", "required": ["role", "content"], "additionalProperties": False,
+    "type": "object", "required": ["role"], "additionalProperties": False,
     "properties": {
-        "role": {"type": "string", "enum": ["system", "user", "assistant"]},
-        "content": {"oneOf": [
+        "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
+        "name": {"type": "string"},
+        "tool_calls": {"type": "array", "minItems": 1, "items": CALL,
+                       "description": "an assistant's calls (content may then be null)"},
+        "tool_call_id": {"type": "string", "description": "on tool messages: the call answered"},
+        "content": {"nullable": True, "oneOf": [
             {"type": "string"},
             {"type": "array", "items": {
                 "type": "object", "required": ["type", "text"], "additionalProperties": False,
@@ -108,14 +172,15 @@ MESSAGE = {
 
 CHAT_REQUEST = {
     "type": "object", "required": ["messages"], "additionalProperties": False,
-    "properties": {"messages": {"type": "array", "minItems": 1, "items": MESSAGE}, **SAMPLING},
+    "properties": {"messages": {"type": "array", "minItems": 1, "items": MESSAGE}, **SAMPLING,
+                   **CHAT_ONLY},
 }
 COMPLETION_REQUEST = {
     "type": "object", "required": ["prompt"], "additionalProperties": False,
     "properties": {"prompt": {"oneOf": [
         {"type": "string", "minLength": 1},
         {"type": "array", "minItems": 1, "maxItems": 1,
-         "items": {"type": "string", "minLength": 1}}]}, **SAMPLING},
+         "items": {"type": "string", "minLength": 1}}]}, **SAMPLING, **COMPLETION_ONLY},
 }
 COMPLETION = {
     "type": "object", "required": ["id", "object", "created", "model", "choices"],

@@ -4,8 +4,10 @@ which field holds which setting of app/runtime/ranges.py, and the fields only th
 
 Every field is used or refused: a field outside the lists below, or a value out of its range,
 is a 400 that names it (`param`), never silently dropped, since a client that sends
-`presence_penalty` or a tool schema must learn that it had no effect. JSON null counts as
-absent, as the OpenAI clients send it for unset options.
+`presence_penalty` must learn that it had no effect. JSON null counts as absent, as the
+OpenAI clients send it for unset options. `response_format` and the tool fields are read by
+formats.py; log probabilities are the `top_logprobs` row (chat: `logprobs: true` with
+`top_logprobs` alternatives, 0 when not given; completions: `logprobs: N`).
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.runtime.ranges import SETTINGS, SpecError
+from app.runtime.ranges import BY_NAME, SETTINGS, SpecError
 from app.runtime.request import Offer, RunSpec, resolve
+from app.runtime.tool_calls import Tools
+from app.serve import formats
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, integer, refuse_unknown
 
@@ -24,12 +28,16 @@ SPECULATIVE = "speculative"
 SETTING_FIELDS = {s.api_field: s.name for s in SETTINGS}
 SPECULATIVE_FIELDS = tuple(f.partition(".")[2] for f in SETTING_FIELDS
                            if f.startswith(SPECULATIVE + "."))
-COMMON_FIELDS = ("model", *(f for f in SETTING_FIELDS if "." not in f), "max_completion_tokens",
-                 "stream", "stream_options", "n", SPECULATIVE)
-CHAT_FIELDS = ("messages", *COMMON_FIELDS)
+TOP_LOGPROBS = BY_NAME["top_logprobs"].api_field
+COMMON_FIELDS = ("model", *(f for f in SETTING_FIELDS if "." not in f and f != TOP_LOGPROBS),
+                 "max_completion_tokens", "stream", "stream_options", "n", SPECULATIVE,
+                 "response_format", "logprobs")
+CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, "tools", "tool_choice",
+               "parallel_tool_calls")
 COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS)
-MESSAGE_FIELDS = ("role", "content")
-ROLES = ("system", "user", "assistant")
+MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+ROLES = ("system", "user", "assistant", "tool")
+CALL_FIELDS = ("id", "type", "function")
 # The deepest nesting a body may have: a request is four levels deep (body, messages, a message,
 # its content parts); deeper is refused before any field is read, since Python's recursion (in the
 # JSON parser, in repr) would fail on it long before the fields are checked.
@@ -45,6 +53,9 @@ class GenerationRequest:
     spec: RunSpec
     stream: bool
     include_usage: bool
+    # The tools offered (chat only); their grammar and rendering are set when the pair is known
+    # (app/serve/routes.py `prepared`).
+    tools: Tools | None = None
 
 
 def parse_json(body: bytes) -> dict:
@@ -99,12 +110,32 @@ def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], offer: Offer
     stream = boolean(body, "stream", False)
     include_usage = _stream_options(body.get("stream_options"), stream)
     given, fields = _settings(body)
+    _logprobs(body, kind, given, fields)
+    grammar = formats.response_format(body.get("response_format"))
+    tools = formats.tools(body) if kind == "chat" else None
+    if grammar is not None and tools is not None and tools.offered:
+        raise BadRequestError("response_format with tools is not supported: the answer is "
+                              "either tool calls or the format; drop one (or tool_choice: none)",
+                              param="response_format")
     try:
-        spec = resolve(given, offer, prompt, raw=kind == "completion")
+        spec = resolve(given, offer, prompt, raw=kind == "completion", grammar=grammar)
     except SpecError as exc:
         raise BadRequestError(str(exc), param=fields[exc.setting]) from None
     return GenerationRequest(kind=kind, model=model, spec=spec, stream=stream,
-                             include_usage=include_usage)
+                             include_usage=include_usage, tools=tools)
+
+
+def _logprobs(body: dict, kind: str, given: dict, fields: dict[str, str]) -> None:
+    """The `top_logprobs` setting from the logprobs fields: chat's `logprobs: true` with
+    `top_logprobs` (0 when absent), the legacy completions' `logprobs: N`."""
+    if kind == "completion":
+        given["top_logprobs"], fields["top_logprobs"] = body.get("logprobs"), "logprobs"
+        return
+    wanted = boolean(body, "logprobs", False)
+    if given.get("top_logprobs") is not None and not wanted:
+        raise BadRequestError("top_logprobs needs logprobs: true", param=TOP_LOGPROBS)
+    if wanted and given.get("top_logprobs") is None:
+        given["top_logprobs"] = 0
 
 
 def _settings(body: dict) -> tuple[dict, dict[str, str]]:
@@ -143,8 +174,69 @@ def _messages(value: Any) -> tuple[dict, ...]:
         if role not in ROLES:
             raise BadRequestError(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}",
                                   param=f"{where}.role")
-        out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")})
+        out.append(_message(message, role, where))
     return tuple(out)
+
+
+def _message(message: dict, role: str, where: str) -> dict:
+    """One message as the chat template reads it: an assistant's tool calls with their
+    arguments as objects (as Hugging Face templates expect), a tool result with its call's id."""
+    out: dict[str, Any] = {"role": role}
+    calls = message.get("tool_calls") if role == "assistant" else None
+    if message.get("tool_calls") is not None and role != "assistant":
+        raise BadRequestError(f"{where}.tool_calls is only allowed on assistant messages",
+                              param=f"{where}.tool_calls")
+    if calls is not None:
+        out["tool_calls"] = _calls(calls, f"{where}.tool_calls")
+        content = message.get("content")
+        out["content"] = None if content is None else _content(content, f"{where}.content")
+    else:
+        out["content"] = _content(message.get("content"), f"{where}.content")
+    name = message.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise BadRequestError(f"{where}.name must be a string", param=f"{where}.name")
+        out["name"] = name
+    call_id = message.get("tool_call_id")
+    if role == "tool":
+        if not isinstance(call_id, str):
+            raise BadRequestError(f"{where}.tool_call_id is required on tool messages (the id "
+                                  "of the call it answers)", param=f"{where}.tool_call_id")
+        out["tool_call_id"] = call_id
+    elif call_id is not None:
+        raise BadRequestError(f"{where}.tool_call_id is only allowed on tool messages",
+                              param=f"{where}.tool_call_id")
+    return out
+
+
+def _calls(value: Any, where: str) -> list[dict]:
+    if not isinstance(value, list) or not value:
+        raise BadRequestError(f"{where} must be a non-empty list of calls", param=where)
+    out = []
+    for j, call in enumerate(value):
+        at = f"{where}[{j}]"
+        if not isinstance(call, dict):
+            raise BadRequestError(f"{at} must be an object", param=at)
+        refuse_unknown(call, CALL_FIELDS, prefix=at + ".")
+        function = call.get("function")
+        if not isinstance(call.get("id"), str) or call.get("type", "function") != "function" \
+                or not isinstance(function, dict):
+            raise BadRequestError(f'{at} must be {{"id": ..., "type": "function", "function": '
+                                  '{"name": ..., "arguments": "{...}"}}', param=at)
+        refuse_unknown(function, ("name", "arguments"), prefix=at + ".function.")
+        name, arguments = function.get("name"), function.get("arguments")
+        if not isinstance(name, str):
+            raise BadRequestError(f"{at}.function.name must be a string", param=f"{at}.function.name")
+        try:
+            parsed = json.loads(arguments) if isinstance(arguments, str) else None
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise BadRequestError(f"{at}.function.arguments must be a JSON object as a string",
+                                  param=f"{at}.function.arguments")
+        out.append({"id": call["id"], "type": "function",
+                    "function": {"name": name, "arguments": parsed}})
+    return out
 
 
 def _content(value: Any, where: str) -> str:

@@ -2,6 +2,9 @@
 `speculative` object that carries the generation's statistics.
 
 Everything here formats what the engine measured (engine/stats.py); nothing is estimated.
+Tool calls are read from the answer's text by app/runtime/tool_calls.py; log probabilities are
+the target's, per committed token (engine/logprobs.py), in OpenAI's chat shape
+(`logprobs.content[]`) or the legacy completions' (`tokens`, `token_logprobs`, ...).
 `controller` holds the gamma of every round, the plain rounds, the policy's predictions, its
 one-line reason for the latest round's gamma and what it knew then (costs, predicted speedups).
 """
@@ -10,8 +13,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Callable, Sequence
 
+from app.runtime.tool_calls import Call, Content, Piece, read_answer
 from app.serve.parsing import GenerationRequest
+from engine.logprobs import TokenLogprob
 from engine.stats import GenerationStats
 
 # The engine's finish reasons in OpenAI's words: an end-of-generation token or a stop string
@@ -20,6 +26,8 @@ FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}
 OBJECTS = {"chat": ("chat.completion", "chat.completion.chunk"),
            "completion": ("text_completion", "text_completion")}
 ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
+# The lowest log probability written: JSON has no -Infinity (OpenAI writes -9999.0 too).
+FLOOR_LOGPROB = -9999.0
 
 
 def model_id(file_name: str) -> str:
@@ -30,44 +38,119 @@ def model_id(file_name: str) -> str:
 class Formatter:
     """The OpenAI objects of one request: one id and creation time for all its chunks."""
 
-    def __init__(self, request: GenerationRequest, model: str) -> None:
+    def __init__(self, request: GenerationRequest, model: str,
+                 token_bytes: Callable[[int], bytes]) -> None:
         self.request = request
         self.kind = request.kind
         self.model = model
+        # A token's bytes, for log probabilities (the target's vocabulary).
+        self.token_bytes = token_bytes
         self.id = ID_PREFIX[self.kind] + uuid.uuid4().hex
         self.created = int(time.time())
+        self.calls_sent = 0
+
+    @property
+    def reads_calls(self) -> bool:
+        """Whether the answer is read for tool calls (tools offered, not tool_choice none)."""
+        return self.request.tools is not None and self.request.tools.offered
 
     def _head(self, chunk: bool) -> dict:
         return {"id": self.id, "object": OBJECTS[self.kind][int(chunk)], "created": self.created,
                 "model": self.model}
 
-    def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False) -> dict:
+    def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False,
+                logprobs: Sequence[TokenLogprob] = (), calls: Sequence[dict] = ()) -> dict:
+        lp = self.logprobs(logprobs, text or "")
         if self.kind == "completion":
-            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
         if chunk:
             delta: dict = {"role": "assistant"} if first else {}
             if text is not None:
                 delta["content"] = text
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                "finish_reason": finish}
+            if calls:
+                delta["tool_calls"] = list(calls)
+            return {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+        message: dict = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = list(calls)
+        return {"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}
 
-    def response(self, text: str, stats: GenerationStats) -> dict:
+    def response(self, text: str, stats: GenerationStats,
+                 logprobs: Sequence[TokenLogprob] = ()) -> dict:
+        content: str | None = text
+        calls: list[dict] = []
+        if self.reads_calls:
+            content, found = read_answer(text)
+            calls = [c.as_dict() for c in found]
+            self.calls_sent = len(calls)
         return {**self._head(False),
-                "choices": [self._choice(text, finish_reason(stats), chunk=False)],
+                "choices": [self._choice(content, self.finish_reason(stats), chunk=False,
+                                         logprobs=logprobs, calls=calls)],
                 "usage": usage(stats), "speculative": speculative(stats, self.request)}
 
     def opening(self) -> str:
         """A chat stream opens with the assistant's role, as OpenAI's does."""
         return sse({**self._head(True), "choices": [self._choice("", None, True, first=True)]})
 
-    def delta(self, text: str) -> str:
-        return sse({**self._head(True), "choices": [self._choice(text, None, True)]})
+    def delta(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> str:
+        return sse({**self._head(True), "choices": [self._choice(text, None, True,
+                                                                 logprobs=logprobs)]})
 
-    def closing(self, stats: GenerationStats) -> str:
-        """The finish reason, then the statistics chunk (no choices, like OpenAI's usage
-        chunk), then the [DONE] line."""
-        finish = {**self._head(True), "choices": [self._choice(None, finish_reason(stats), True)]}
+    def piece(self, piece: Piece, logprobs: Sequence[TokenLogprob] = ()) -> str:
+        """A piece of the answer as read for tool calls: text as a content delta; a call as
+        OpenAI streams one: its index, id, type and name (arguments ""), then its arguments."""
+        if isinstance(piece, Content):
+            return self.delta(piece.text, logprobs)
+        assert isinstance(piece, Call)
+        self.calls_sent += 1
+        call = piece.call
+        head = {"index": piece.index, "id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": ""}}
+        body = {"index": piece.index, "function": {"arguments": call.arguments}}
+        return (sse({**self._head(True), "choices": [self._choice(None, None, True, calls=[head],
+                                                                  logprobs=logprobs)]})
+                + sse({**self._head(True), "choices": [self._choice(None, None, True,
+                                                                    calls=[body])]}))
+
+    def finish_reason(self, stats: GenerationStats) -> str:
+        """The engine's reason in OpenAI's words; an answer that ended normally with tool calls
+        ends with "tool_calls"."""
+        reason = finish_reason(stats)
+        return "tool_calls" if self.calls_sent and reason == "stop" else reason
+
+    def logprobs(self, logprobs: Sequence[TokenLogprob], text: str) -> dict | None:
+        """The tokens' log probabilities in the endpoint's shape; None when not asked for."""
+        if self.request.spec.logprobs is None:
+            return None
+        if self.kind == "chat":
+            return {"content": [self._entry(lp) for lp in logprobs]}
+        tokens = [self._text(lp.token) for lp in logprobs]
+        offsets, at = [], 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+        return {"tokens": tokens,
+                "token_logprobs": [max(lp.logprob, FLOOR_LOGPROB) for lp in logprobs],
+                "top_logprobs": [{self._text(t): max(v, FLOOR_LOGPROB) for t, v in lp.top}
+                                 for lp in logprobs],
+                "text_offset": offsets}
+
+    def _text(self, token: int) -> str:
+        return self.token_bytes(token).decode("utf-8", errors="replace")
+
+    def _entry(self, lp: TokenLogprob) -> dict:
+        def one(token: int, logprob: float) -> dict:
+            piece = self.token_bytes(token)
+            return {"token": piece.decode("utf-8", errors="replace"),
+                    "logprob": max(logprob, FLOOR_LOGPROB), "bytes": list(piece)}
+        return {**one(lp.token, lp.logprob), "top_logprobs": [one(t, v) for t, v in lp.top]}
+
+    def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = ()) -> str:
+        """The finish reason (with the log probabilities no earlier chunk carried), then the
+        statistics chunk (no choices, like OpenAI's usage chunk), then the [DONE] line."""
+        finish = {**self._head(True), "choices": [self._choice(
+            None, self.finish_reason(stats), True,
+            logprobs=logprobs if self.request.spec.logprobs is not None else ())]}
         final: dict = {**self._head(True), "choices": []}
         if self.request.include_usage:
             final["usage"] = usage(stats)
@@ -100,6 +183,8 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
         "drafted_tokens": stats.drafted_tokens,
         "accepted_tokens": stats.accepted_tokens,
         "acceptance_rate": round(stats.acceptance_rate, 4),
+        # Tokens a grammar forced (the only one it allowed): committed without any model.
+        "forced_tokens": stats.forced_tokens,
         # Per drafting part: the draft model, prompt lookup ("prompt-lookup"), the caller's
         # history of past requests ("suffix").
         "by_source": {k: {"drafted": v, "accepted": stats.accepted_by.get(k, 0)}

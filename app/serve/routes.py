@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import replace
 from typing import AsyncIterator, Awaitable, Callable
 
 from anyio import to_thread
@@ -18,10 +19,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
-from app.serve.errors import (InternalError, NotFoundError, TooLargeError,
+from app.serve.errors import (BadRequestError, InternalError, NotFoundError, TooLargeError,
                               UnavailableError, UnsupportedMediaError, as_api_error)
 from app.runtime.request import Offer
 from app.runtime.run import prompt_tokens
+from app.runtime.tool_calls import prompt_with_tools, tags_are_tokens, tool_grammar
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.runtime.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
@@ -29,7 +31,10 @@ from app.serve.stream import ClosingStreamingResponse, Job, run_to_end, stream_e
 from app.serve.access import bearer_token
 from loading.history import LOCAL, owner_for_key
 from app.runtime.holder import READY, NotReadyError, PairHolder
-from engine.errors import PromptTooLongError
+from engine.errors import GrammarError, PromptTooLongError
+from engine.grammar.llg import compile_grammar
+from engine.grammar.spec import GrammarSpec
+from engine.logprobs import TokenLogprob
 from engine.pair import Pair
 
 log = logging.getLogger("tandem.serve")
@@ -118,6 +123,44 @@ def fitted_tokens(pair: Pair, req: GenerationRequest) -> list[int]:
         raise TooLargeError(str(exc), param="messages" if req.kind == "chat" else "prompt") from None
 
 
+def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
+    """The request made ready for this pair: the tools rendered for the target's chat template
+    (natively, or the Hermes fallback) with the grammar of their call syntax, and any grammar
+    compiled now, so a schema the constraint engine refuses is a 400 with its message before
+    the request is queued (the generation finds it compiled: the pair keeps the last few)."""
+    spec = req.spec
+    offered = req.tools is not None and req.tools.offered
+    if req.tools is not None:
+        backend = pair.target.backend
+        messages, entries = prompt_with_tools(backend, spec.prompt, req.tools)
+        spec = replace(spec, prompt=messages, tools=entries,
+                       grammar=tool_grammar(req.tools, tags_are_tokens(backend)) or spec.grammar)
+    if spec.grammar is not None:
+        try:
+            pair.compile_grammar(spec.grammar)
+        except GrammarError as exc:
+            if offered:
+                raise _refused_tool(pair, req) or _refusal(exc, "tools") from None
+            raise _refusal(exc, "response_format") from None
+    return replace(req, spec=spec)
+
+
+def _refusal(exc: GrammarError, param: str) -> BadRequestError:
+    """The constraint engine's message (one line: engine/grammar/llg.py)."""
+    return BadRequestError(str(exc), param=param, code="invalid_schema")
+
+
+def _refused_tool(pair: Pair, req: GenerationRequest) -> BadRequestError | None:
+    """The refusal of the first tool whose parameters the constraint engine refuses alone (run
+    only once the tools' grammar was refused)."""
+    for i, function in enumerate(req.tools.functions if req.tools else ()):
+        try:
+            compile_grammar(GrammarSpec.schema(function.parameters), pair.target.backend)
+        except GrammarError as exc:
+            return _refusal(exc, f"tools[{i}].function.parameters")
+    return None
+
+
 class Routes:
     """The handlers over one holder's pair and the queue its generations take turns from."""
 
@@ -136,6 +179,8 @@ class Routes:
         pair = self.loaded_pair()
         req = parse(body, self.holder.offer())
         served = check_model(pair, req.model)
+        # Compiling a grammar reads the vocabulary once per model (about a second for Qwen's).
+        req = await to_thread.run_sync(prepared, pair, req)
         tokens = await to_thread.run_sync(fitted_tokens, pair, req)
         try:
             # Each API key drafts from, and adds to, a history of its own.
@@ -144,16 +189,17 @@ class Routes:
         except QueueFullError as exc:
             raise UnavailableError(str(exc), code="queue_full",
                                    headers={"Retry-After": str(exc.retry_after)}) from None
-        fmt = Formatter(req, served)
+        fmt = Formatter(req, served, pair.target.backend.token_bytes)
         if req.stream:
             return ClosingStreamingResponse(stream_events(job, fmt), job.close,
                                             media_type="text/event-stream",
                                             headers={"Cache-Control": "no-cache"})
-        done = await run_to_end(job, request.is_disconnected)
+        logprobs: list[TokenLogprob] = []
+        done = await run_to_end(job, request.is_disconnected, logprobs)
         if done is None:
             # The client is gone; nobody reads this answer.
             return Response(status_code=499)
-        return JSONResponse(fmt.response(done.text, done.stats))
+        return JSONResponse(fmt.response(done.text, done.stats, logprobs))
 
     async def health(self, request: Request) -> Response:
         # Open without a key (access.py OPEN_PATHS).

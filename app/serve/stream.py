@@ -22,7 +22,9 @@ from app.serve.parsing import GenerationRequest
 from app.runtime.queue import GenerationQueue
 from app.runtime.run import generate
 from app.serve.responses import DONE, Formatter, sse
+from app.runtime.tool_calls import CallReader, Content
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
+from engine.logprobs import TokenLogprob
 from engine.pair import Pair
 from loading.history import History
 
@@ -80,13 +82,18 @@ class Job:
             self.ticket = None
 
 
-async def run_to_end(job: Job, gone: Callable[[], Awaitable[bool]]) -> DoneEvent | None:
-    """The whole generation, or None when the client disconnected (checked every round)."""
+async def run_to_end(job: Job, gone: Callable[[], Awaitable[bool]],
+                     logprobs: list[TokenLogprob] | None = None) -> DoneEvent | None:
+    """The whole generation, or None when the client disconnected (checked every round); the
+    tokens' log probabilities, when asked for, are added to `logprobs`."""
     try:
         if not await job.turn(gone):
             return None
         async with aclosing(job.events()) as events:
             async for event in events:
+                if isinstance(event, TokenEvent) and event.logprob is not None \
+                        and logprobs is not None:
+                    logprobs.append(event.logprob)
                 if isinstance(event, DoneEvent):
                     return event
                 if isinstance(event, RoundEvent) and await gone():
@@ -97,18 +104,32 @@ async def run_to_end(job: Job, gone: Callable[[], Awaitable[bool]]) -> DoneEvent
 
 
 async def stream_events(job: Job, fmt: Formatter) -> AsyncIterator[str]:
-    """Server-sent events: the role, the text as it is committed, then the finish reason, the
-    statistics chunk and [DONE]. An error after the headers went out becomes an error event."""
+    """Server-sent events: the role, the text as it is committed (or, with tools, each tool call
+    once it is complete), then the finish reason, the statistics chunk and [DONE]. Each token's
+    log probability rides on the first chunk sent after it was committed. An error after the
+    headers went out becomes an error event."""
+    reader = CallReader() if fmt.reads_calls else None
+    pending: list[TokenLogprob] = []
     try:
         await job.turn()
         if job.request.kind == "chat":
             yield fmt.opening()
         async with aclosing(job.events()) as events:
             async for event in events:
-                if isinstance(event, TokenEvent) and event.text:
-                    yield fmt.delta(event.text)
+                if isinstance(event, TokenEvent):
+                    if event.logprob is not None:
+                        pending.append(event.logprob)
+                    if not event.text:
+                        continue
+                    pieces = reader.push(event.text) if reader else [Content(event.text)]
+                    for piece in pieces:
+                        yield fmt.piece(piece, pending)
+                        pending = []
                 elif isinstance(event, DoneEvent):
-                    yield fmt.closing(event.stats)
+                    for piece in reader.finish() if reader else ():
+                        yield fmt.piece(piece, pending)
+                        pending = []
+                    yield fmt.closing(event.stats, pending)
     except Exception as exc:  # noqa: BLE001 - the status line is sent; tell the client in-band
         error = as_api_error(exc)
         if error.status >= 500:

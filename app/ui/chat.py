@@ -72,6 +72,9 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
             spec: RunSpec, past: History | None
             ) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
     try:
+        if spec.grammar is not None:
+            # Refused (with llguidance's message) before the message leaves the box.
+            holder.pair.compile_grammar(spec.grammar)
         messages = to_messages(history) + [{"role": "user", "content": message}]
         events = watch(generate(holder.pair, replace(spec, prompt=tuple(messages)),
                                 history=past.index if past else None),
@@ -121,6 +124,21 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
            stats_payload(stats, answer) if stats else None, "")
 
 
+def _settings(drafters: list[str], default_drafter: str) -> tuple[list, gr.Checkbox, gr.Button, list]:
+    """The settings accordion: the shared controls, the history's switch and its clear button,
+    and structured output."""
+    with gr.Accordion("settings", open=False, elem_id="chat-settings"):
+        widgets = controls.build(drafters, default_drafter, "chat")
+        with gr.Row():
+            remember = gr.Checkbox(
+                value=HISTORY, label="learn from past requests", elem_id="chat-history",
+                info="hybrid and suffix copy from your earlier prompts and answers, "
+                     "kept on this machine only (off: neither read nor added to)")
+            forget = gr.Button("clear history", size="sm", elem_id="chat-forget")
+        output = controls.build_output("chat")
+    return widgets, remember, forget, output
+
+
 def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_drafter: str) -> dict[str, Any]:
     """Lay out the chat tab inside the current Blocks; returns the components others update."""
     with gr.Row():
@@ -133,14 +151,7 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
             with gr.Row():
                 stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
                 clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
-            with gr.Accordion("settings", open=False, elem_id="chat-settings"):
-                widgets = controls.build(drafters, default_drafter, "chat")
-                with gr.Row():
-                    remember = gr.Checkbox(
-                        value=HISTORY, label="learn from past requests", elem_id="chat-history",
-                        info="hybrid and suffix copy from your earlier prompts and answers, "
-                             "kept on this machine only (off: neither read nor added to)")
-                    forget = gr.Button("clear history", size="sm", elem_id="chat-forget")
+            widgets, remember, forget, output = _settings(drafters, default_drafter)
         with gr.Column(scale=2):
             panel = gr.HTML(metrics.live_panel(None), elem_id="chat-metrics")
             tokens = gr.HTML(metrics.token_view([]), elem_id="chat-tokens")
@@ -149,10 +160,12 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
 
     def on_send(message_text: str, history: list[dict], drafter: str, policy: str, gamma: float,
                 temperature: float, top_k: float, top_p: float, min_p: float, seed: float | None,
-                max_tokens: float, remember_value: bool, request: gr.Request):
+                max_tokens: float, remember_value: bool, output_choice: str, schema: str,
+                request: gr.Request):
         try:
             spec = controls.spec(holder.offer(), drafter, policy, gamma, temperature, top_k,
-                                 top_p, min_p, seed, max_tokens, bool(remember_value))
+                                 top_p, min_p, seed, max_tokens, bool(remember_value),
+                                 output=output_choice, schema=schema)
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
         yield from respond(holder, flags, request.session_hash or "", message_text, history or [],
@@ -168,7 +181,7 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
         store.clear()
         gr.Info("history cleared")
 
-    inputs = [message, chatbot, *widgets, remember]
+    inputs = [message, chatbot, *widgets, remember, *output]
     outputs = [chatbot, tokens, panel, stats, message]
     # Not limited by Gradio: answers take their turns in the holder's queue (app/runtime/queue.py).
     send.click(on_send, inputs, outputs, api_name="chat", concurrency_limit=None,

@@ -155,6 +155,8 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
     try:
         # All the runs take one turn of the queue shared with the API: nothing runs between them.
         with holder.queue.slot():
+            if spec.grammar is not None:
+                pair.compile_grammar(spec.grammar)
             for i in range(repeats):
                 for mode in ("plain", "speculative"):
                     pieces = runs.plain_pieces if mode == "plain" else runs.speculative_pieces
@@ -196,6 +198,7 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
             stop = gr.Button("Stop", variant="stop", elem_id="compare-stop")
     with gr.Accordion("settings", open=False, elem_id="compare-settings"):
         widgets = controls.build(drafters, default_drafter, "compare", compare=True)
+        output = controls.build_output("compare")
     summary = gr.HTML(summary_html(Runs(), True), elem_id="compare-summary")
     with gr.Row():
         left = gr.HTML(_column("plain decoding (target alone)", [], None, False), elem_id="compare-plain")
@@ -205,15 +208,16 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
 
     def on_run(prompt_text: str, n: float, drafter: str, policy: str, gamma: float, temperature: float,
                top_k: float, top_p: float, min_p: float, seed: float | None, max_tokens: float,
-               request: gr.Request):
+               output_choice: str, schema: str, request: gr.Request):
         try:
             spec = controls.spec(holder.offer(), drafter, policy, gamma, temperature, top_k,
-                                 top_p, min_p, seed, max_tokens)
+                                 top_p, min_p, seed, max_tokens, output=output_choice,
+                                 schema=schema)
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
         yield from compare(holder, flags, request.session_hash or "", prompt_text, spec, int(n))
 
-    run.click(on_run, [prompt, repeats, *widgets], [left, right, summary, results], api_name="compare",
+    run.click(on_run, [prompt, repeats, *widgets, *output], [left, right, summary, results], api_name="compare",
               concurrency_limit=None, show_progress="hidden")
     def on_stop(request: gr.Request) -> None:
         flags.stop(request.session_hash or "")

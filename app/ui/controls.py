@@ -11,6 +11,7 @@ import gradio as gr
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY, HISTORY, PLAIN, POLICIES, plain_alias
 from app.runtime.ranges import BY_NAME, RANDOM_SEED
 from app.runtime.request import Offer, RunSpec, resolve
+from app.runtime.structured import OFF, OUTPUT_CHOICES, SCHEMA, output_spec
 from engine.pair import Prompt
 
 # The settings widgets, in the order `build` returns them and `spec` takes their values.
@@ -25,16 +26,20 @@ def policy_names() -> list[str]:
 def spec(offer: Offer, drafter: str | None, policy: str | None, gamma: float | None,
          temperature: float | None, top_k: float | None, top_p: float | None,
          min_p: float | None, seed: float | str | None, max_tokens: float | None,
-         history: bool = HISTORY, prompt: Prompt = "", raw: bool = False) -> RunSpec:
+         history: bool = HISTORY, prompt: Prompt = "", raw: bool = False,
+         output: str | None = OFF, schema: str | None = "") -> RunSpec:
     """The page's RunSpec. The policy and gamma controls steer a speculative drafter only: with
-    drafter plain the page gives neither. An empty seed box is -1, a random seed."""
+    drafter plain the page gives neither. An empty seed box is -1, a random seed. `output` and
+    `schema`: the structured-output choice and the schema box (app/runtime/structured.py),
+    checked first, as the command line reads its schema file before its other settings."""
+    grammar = output_spec(output, schema)
     given = dict(zip(WIDGETS, (drafter, policy, gamma, temperature, top_k, top_p, min_p, seed,
                                max_tokens)))
     if isinstance(drafter, str) and plain_alias(drafter) == PLAIN:
         given["policy"] = given["gamma"] = None
     if isinstance(seed, str) and not seed.strip():
         given["seed"] = RANDOM_SEED
-    return resolve({**given, "history": history}, offer, prompt, raw)
+    return resolve({**given, "history": history}, offer, prompt, raw, grammar=grammar)
 
 
 def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool = False) -> list[gr.components.Component]:
@@ -81,6 +86,23 @@ def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool 
         max_tokens = gr.Slider(1, 2048, value=_default("max_tokens"), step=1, label="max tokens",
                                elem_id=eid("max-tokens"))
     return [drafter, policy, gamma, temperature, top_k, top_p, min_p, seed, max_tokens]
+
+
+def build_output(prefix: str) -> list[gr.components.Component]:
+    """The structured-output widgets, the choice then the box (`spec`'s `output` and `schema`):
+    off, any JSON object, or the JSON schema in the box (typing one there turns it on). A
+    schema that is not JSON, or that the constraint engine refuses, is refused when a
+    generation starts, with its message."""
+    output = gr.Radio(list(OUTPUT_CHOICES), value=OFF, label="structured output",
+                      elem_id=f"{prefix}-output",
+                      info="the answer follows the schema; tokens it allows alone are forced: "
+                           "committed without asking a model")
+    schema = gr.Code(value="", language="json", label="JSON schema", lines=5, interactive=True,
+                     elem_id=f"{prefix}-schema")
+    schema.input(lambda text, choice: gr.update(value=SCHEMA) if (text or "").strip() and
+                 choice == OFF else gr.update(), [schema, output], output, queue=False,
+                 api_visibility="private")
+    return [output, schema]
 
 
 def _default(name: str):

@@ -1,5 +1,6 @@
 """HTML for generation statistics: the live metrics panel, the acceptance-by-position chart and
-the token view coloured by origin, with its legend.
+the token view coloured by origin (the tokens a grammar forced in their own colour), with its
+legend.
 
 Everything is inline-styled HTML built from `GenerationStats` and token events, so it renders
 the same in any theme and costs no plotting library on a CPU that is busy decoding.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from engine.events import FORCED
 from engine.stats import GenerationStats
 
 # Colours chosen to stay readable on light and dark backgrounds.
@@ -17,12 +19,14 @@ ORIGIN_COLORS: dict[str, str] = {
     "correction": "#d9534f",
     "bonus": "#3b7dd8",
     "plain": "#8a8f98",
+    FORCED: "#9b59b6",
 }
 ORIGIN_LABELS: dict[str, str] = {
     "draft": "draft token accepted by the target",
     "correction": "target's correction after a rejection",
     "bonus": "target's bonus token (whole draft accepted)",
     "plain": "target alone (plain decoding)",
+    FORCED: "forced by the grammar (the only token it allows; no model asked)",
 }
 
 
@@ -86,6 +90,10 @@ def live_panel(stats: GenerationStats | None, done: bool = False, note: str = ""
               "target forward pass over the drafted tokens"),
         _card("TTFT ms", f"{stats.ttft_ms:.0f}" if stats.ttft_ms else "…", "time to first token"),
     ]
+    if stats.forced_tokens:
+        share = stats.forced_tokens / max(stats.output_tokens, 1)
+        cards.append(_card("forced", f"{stats.forced_tokens} ({100 * share:.0f}%)",
+                           "tokens the grammar allowed alone, committed without asking a model"))
     state = "done" if done else "running"
     head = (f'<div style="font-size:.8em;opacity:.8;margin-bottom:4px">{html.escape(stats.mode)}'
             f'{" · " + html.escape(stats.drafter) if speculative else ""}'
@@ -100,7 +108,7 @@ def live_panel(stats: GenerationStats | None, done: bool = False, note: str = ""
             f'{why}{chart}</div>')
 
 
-def legend(origins: tuple[str, ...] = ("draft", "correction", "bonus", "plain")) -> str:
+def legend(origins: tuple[str, ...] = tuple(ORIGIN_COLORS)) -> str:
     items = "".join(
         f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:12px">'
         f'<span style="width:12px;height:12px;border-radius:3px;background:{ORIGIN_COLORS[o]}"></span>'

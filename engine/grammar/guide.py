@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence
 
+from engine.errors import GrammarError
 from engine.grammar.mask import TokenMask
 
 
@@ -87,7 +88,8 @@ class Guide:
             self.constraint.rollback(self._depth - depth)
         elif depth > self._depth:
             took = self.constraint.consume(self.tokens[self._depth:depth])
-            assert took == depth - self._depth, "a token the guide admitted was refused"
+            if took != depth - self._depth:
+                raise _refused(self.tokens[self._depth + took])
         self._depth = depth
 
     def _ended(self, depth: int) -> bool:
@@ -136,9 +138,17 @@ class Guide:
         if not self._ended(n_accepted) and not self.is_eog(token):
             self._go(n_accepted)
             took = self.constraint.consume([int(token)])
-            assert took == 1, "the round committed a token the grammar forbids"
+            if took != 1:
+                raise _refused(token)
         elif self._depth > n_accepted:
             self._go(n_accepted)
         self.tokens.clear()
         self._masks.clear()
         self._depth = 0
+
+
+def _refused(token: int) -> GrammarError:
+    # The grammar engine refused a token its own mask allowed: it and the vocabulary disagree
+    # (a tokenizer that cannot spell what the grammar forces). The answer cannot go on exactly.
+    return GrammarError(f"the grammar engine refused token {token}, which its mask allowed: "
+                        "the grammar and this model's vocabulary disagree")

@@ -74,10 +74,17 @@ def _grammar_text(spec: GrammarSpec) -> str:
     if spec.kind == GBNF:
         try:
             return gbnf_to_lark(spec.source)
-        except Exception as exc:  # its parser raises its own error types, one line each
-            raise GrammarError(f"the GBNF grammar is not valid: {exc}") from None
+        except Exception as exc:  # its parser raises its own error types
+            raise GrammarError(f"the GBNF grammar is not valid: {_first_line([str(exc)])}") from None
     assert spec.kind == LARK
     return llguidance.LLMatcher.grammar_from_lark(spec.source)
+
+
+def _first_line(messages: Sequence[str]) -> str:
+    """llguidance's message in one line: a Lark error goes on with the grammar's line and a
+    caret under the column, which its first line already names."""
+    lines = [line.strip() for m in messages for line in m.splitlines() if line.strip()]
+    return lines[0] if lines else "refused"
 
 
 @dataclass(frozen=True)
@@ -98,11 +105,16 @@ def compile_grammar(spec: GrammarSpec, backend: Backend) -> Grammar:
     """`spec` compiled for `backend`'s vocabulary; GrammarError with llguidance's message when
     it refuses the schema or grammar."""
     tok = tokenizer_for(backend)
-    text = _grammar_text(spec)
+    what = "JSON schema" if spec.kind in (JSON_SCHEMA, JSON_OBJECT) else f"{spec.kind} grammar"
+    try:
+        text = _grammar_text(spec)
+    except GrammarError:
+        raise
+    except ValueError as exc:  # llguidance's converters refuse some input before validation
+        raise GrammarError(f"the {what} is not valid: {_first_line([str(exc)])}") from None
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text, tok)
     if is_error:
-        what = "JSON schema" if spec.kind in (JSON_SCHEMA, JSON_OBJECT) else f"{spec.kind} grammar"
-        raise GrammarError(f"the {what} is not valid: {messages[0] if messages else 'refused'}")
+        raise GrammarError(f"the {what} is not valid: {_first_line(messages)}")
     return Grammar(spec, text, tok, backend.n_vocab)
 
 
@@ -116,7 +128,7 @@ class LlgConstraint:
 
     def _check(self) -> None:
         if self._m.is_error():
-            raise GrammarError(f"the grammar cannot continue: {self._m.get_error()}")
+            raise GrammarError(f"the grammar cannot continue: {_first_line([self._m.get_error()])}")
 
     def mask(self) -> TokenMask:
         words = np.frombuffer(self._m.compute_bitmask(), dtype=np.uint32)

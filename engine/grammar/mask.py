@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.dist import Dist
+from engine.errors import GrammarError
 from engine.sampling import SamplingParams
 from engine.transform import Rows, distribution
 
@@ -119,7 +120,8 @@ def masked_distribution(logits: F32, params: SamplingParams, mask: TokenMask | N
     if mask is None:
         return distribution(logits, params)
     if mask.count == 0:
-        raise ValueError("the grammar allows no token here")
+        raise GrammarError("the grammar allows no token here: this model's vocabulary cannot "
+                           "spell what it asks for")
     row = np.asarray(logits, dtype=np.float32)
     if mask.sparse:
         ids = mask.ids()

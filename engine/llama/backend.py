@@ -103,27 +103,13 @@ class LlamaBackend:
         # As llguidance's own llama.cpp reader: control tokens, and user-defined ones written
         # like them (<tool_call>), as their text and flagged.
         if self._token_table is None:
-            pieces, control = [], set()
-            n_tokens = llama_cpp.llama_vocab_n_tokens(self._vocab)
-            for token in range(self.n_vocab):
-                if token >= n_tokens:
-                    pieces.append(b"")
-                    continue
-                piece = self._model.piece(token, special=True)
-                attr = llama_cpp.llama_token_get_attr(self._vocab, token)
-                if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL or (
-                        attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
-                        and piece.startswith(b"<") and piece.endswith(b">")):
-                    control.add(token)
-                pieces.append(piece)
-            self._token_table = TokenTable(tuple(pieces), frozenset(control),
-                                          int(llama_cpp.llama_vocab_eos(self._vocab)))
+            self._token_table = _token_table(self._model, self.n_vocab)
         return self._token_table
 
     def metadata(self) -> dict[str, str]:
         return self._model.metadata()
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         template = self._model.chat_template()
         if not template:
             raise ModelFileError(f"{self.name} has no chat template; use raw mode (--raw)")
@@ -132,7 +118,9 @@ class LlamaBackend:
                                   eos_token=model.text(llama_cpp.llama_vocab_eos(self._vocab)),
                                   bos_token=model.text(llama_cpp.llama_vocab_bos(self._vocab)))
         # Plain dicts, which llama-cpp-python types as its message TypedDicts.
-        return fmt(messages=cast("list[Any]", list(messages))).prompt
+        # llama-cpp-python's formatter hands `tools` to the template as its `tools` variable.
+        return fmt(messages=cast("list[Any]", list(messages)),
+                   tools=None if tools is None else cast("list[Any]", list(tools))).prompt
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
         bad = [int(t) for t in tokens if not 0 <= int(t) < self.n_vocab]
@@ -237,8 +225,30 @@ class Vocabulary(Owned):
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    def token_table(self) -> TokenTable:
+        """Every token's bytes, as the loaded model's backend gives them to a grammar engine."""
+        return _token_table(self._model, self.n_vocab)
+
     def close(self) -> None:
         self._model.close()
+
+
+def _token_table(model: Model, n_vocab: int) -> TokenTable:
+    vocab = model.vocab
+    pieces, control = [], set()
+    n_tokens = llama_cpp.llama_vocab_n_tokens(vocab)
+    for token in range(n_vocab):
+        if token >= n_tokens:
+            pieces.append(b"")
+            continue
+        piece = model.piece(token, special=True)
+        attr = llama_cpp.llama_token_get_attr(vocab, token)
+        if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL or (
+                attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+                and piece.startswith(b"<") and piece.endswith(b">")):
+            control.add(token)
+        pieces.append(piece)
+    return TokenTable(tuple(pieces), frozenset(control), int(llama_cpp.llama_vocab_eos(vocab)))
 
 
 def load(config: ModelConfig) -> LlamaBackend | IsolatedBackend:

@@ -2,7 +2,8 @@
 
 Speculative runs are grouped by configuration and sampling setting. For each group: the
 distribution of speedup over the paired baselines per category and overall (median, p10, p90,
-fraction of prompts slower than baseline), the gamma sweep with its latency-optimal gamma (the
+fraction of prompts slower than baseline; the share of tokens a grammar forced, decode tokens/s
+and the GPU profile's prediction beside them), the gamma sweep with its latency-optimal gamma (the
 highest median speedup) next to its acceptance-optimal gamma (the highest acceptance rate), the
 Amdahl view, the Leviathan prediction (see `theory`), and acceptance by draft position and by
 position in the output.
@@ -16,7 +17,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from engine.tools.benchmark.records import RunRecord
-from engine.tools.benchmark.theory import amdahl_speedup, expected_tokens_per_round, predicted_speedup
+from engine.tools.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
+                                          predicted_speedup)
 
 OVERALL = "overall"
 
@@ -61,6 +63,13 @@ class SpeedupRow:
     fraction_slower: float
     acceptance_rate: float
     tokens_per_target_call: float
+    # Output tokens a grammar forced, over all output tokens (pooled; 0 without a grammar).
+    forced_share: float = 0.0
+    # Median decode tokens/s of the speculative runs and of their paired baselines.
+    tokens_per_s: float = float("nan")
+    baseline_tokens_per_s: float = float("nan")
+    # Median predicted speedup of the same rounds on the GPU profile (theory.py).
+    gpu_profile: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -151,8 +160,20 @@ def _pooled_tokens_per_call(runs: Sequence[RunRecord]) -> float:
     return sum(r.output_tokens for r in runs) / calls if calls else 0.0
 
 
+def _forced_share(runs: Sequence[RunRecord]) -> float:
+    out = sum(r.output_tokens for r in runs)
+    return sum(r.forced_tokens for r in runs) / out if out else 0.0
+
+
+def gpu_profile(r: RunRecord) -> float:
+    """The run's predicted speedup on the GPU profile (theory.py)."""
+    return gpu_profile_speedup(r.output_tokens, r.target_calls,
+                               r.drafted_by.get("draft-model", 0))
+
+
 def speedup_rows(records: Sequence[RunRecord]) -> list[SpeedupRow]:
     rows = []
+    base = _baselines(records)
     for (config, sampling), runs in _groups(records, lambda r: (r.config, sampling_label(r))).items():
         by_cat: dict[str, list[RunRecord]] = defaultdict(list)
         for r in runs:
@@ -164,7 +185,12 @@ def speedup_rows(records: Sequence[RunRecord]) -> list[SpeedupRow]:
                 e2e_speedup=quantiles(r.e2e_speedup for r in sub),
                 fraction_slower=float(np.mean([s < 1.0 for s in speedups])) if speedups else float("nan"),
                 acceptance_rate=_pooled_acceptance(sub),
-                tokens_per_target_call=_pooled_tokens_per_call(sub)))
+                tokens_per_target_call=_pooled_tokens_per_call(sub),
+                forced_share=_forced_share(sub),
+                tokens_per_s=quantiles(r.tokens_per_s for r in sub).median,
+                baseline_tokens_per_s=quantiles(base[r.baseline_order].tokens_per_s for r in sub
+                                                if r.baseline_order in base).median,
+                gpu_profile=quantiles(gpu_profile(r) for r in sub).median))
     return rows
 
 

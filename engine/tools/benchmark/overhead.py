@@ -25,19 +25,34 @@ tokens always occurred before, and prompt lookup has a copy), and the target nev
 pair as it was continued before (`CopyRefusingBackend`), so every copy's first token is
 rejected. The default should learn that these copies lose and stop drafting them; what it costs
 there over plain decoding is its bookkeeping with a copy on offer (issue 35).
+
+The constrained paths (issue 37) run plain decoding, the draft model and the default twice over
+the same banks, free and under a JSON schema of the kind agents send (`OVERHEAD_SCHEMA`): the
+difference is the constraint's own cost per token, masks on p and q, forced chains and the
+matcher's walk over drafts, with the time inside llguidance (the masks' computation, consuming
+and rolling back tokens) measured apart. A grammar needs backends that spell text with their own
+tokens (llguidance forces canonical tokenizations through `tokenize`): the real Qwen2.5
+vocabulary read from a GGUF when one is given (`qwen_spelling`), else a byte-level table padded
+to the vocabulary size with distinct 2-3 byte pieces (`byte_spelling`); the report names which.
 """
 from __future__ import annotations
 
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 
 from engine.backend import TokenTable
 from engine.events import DoneEvent, RoundEvent
 from engine.generation_config import GenerationConfig
+from engine.grammar.guide import CompiledGrammar, Constraint
+from engine.grammar.llg import compile_grammar
+from engine.grammar.mask import TokenMask
+from engine.grammar.spec import GrammarSpec
+from engine.llama.backend import Vocabulary
 from engine.pair import Pair
 from engine.drafters.base import PLAIN, plain_alias
 from engine.drafters.history_index import HistoryIndex
@@ -129,7 +144,7 @@ class InstantBackend:
     def token_table(self) -> TokenTable:
         return TokenTable(tuple(self.token_bytes(t) for t in range(self.n_vocab)), frozenset(), -1)
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         return "".join(m["content"] for m in messages)
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
@@ -264,13 +279,14 @@ def time_history(history: HistoryIndex, n_vocab: int, lookups: int = 400,
 
 def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: str, gamma: int,
             policy_name: str, params: SamplingParams, max_tokens: int, prompt: str,
-            history: HistoryIndex | None = None) -> tuple[float, int, int, int, int]:
-    """One generation: (engine seconds, committed tokens, rounds, drafted, accepted)."""
-    config = GenerationConfig(params=params, gamma=gamma, max_tokens=max_tokens)
+            history: HistoryIndex | None = None, grammar: CompiledGrammar | None = None
+            ) -> tuple[float, int, int, int, int, int]:
+    """One generation: (engine seconds, committed tokens, rounds, drafted, accepted, forced)."""
+    config = GenerationConfig(params=params, gamma=gamma, max_tokens=max_tokens, grammar=grammar)
     policy = pair.make_policy(policy_name, drafter, gamma) if gamma else None
     target.decode_s = draft.decode_s = 0.0
     t0 = time.thread_time()
-    rounds = drafted = accepted = tokens = 0
+    rounds = drafted = accepted = tokens = forced = 0
     # Only a history path names it: research/overhead_tree.py runs this harness on trees from
     # before the history.
     extra = {"history": history} if history is not None else {}
@@ -280,9 +296,9 @@ def measure(pair: Pair, target: InstantBackend, draft: InstantBackend, drafter: 
             drafted += ev.round.drafted
             accepted += ev.round.accepted
         elif isinstance(ev, DoneEvent):
-            tokens = len(ev.tokens)
+            tokens, forced = len(ev.tokens), ev.stats.forced_tokens
     spent = time.thread_time() - t0
-    return spent - target.decode_s - draft.decode_s, tokens, rounds, drafted, accepted
+    return spent - target.decode_s - draft.decode_s, tokens, rounds, drafted, accepted, forced
 
 
 def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int = 5,
@@ -317,7 +333,7 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
         copy_pair = Pair(*copy_models)
     # A prompt that repeats, so prompt lookup finds matches as it would in code.
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a"
-    samples: dict[tuple[str, str], list[tuple[float, int, int, int, int]]] = {}
+    samples: dict[tuple[str, str], list[tuple[float, int, int, int, int, int]]] = {}
     for _ in range(repeats + 1):  # the first pass warms caches and calibrations
         for label, drafter, gamma, policy in chosen:
             for mode in modes:
@@ -342,8 +358,8 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
         per_round = statistics.median(s / max(r, 1) for s, _, r, *_ in runs) * 1e3
         tokens = sum(t for _, t, *_ in runs)
         n_rounds = sum(r for _, _, r, *_ in runs)
-        drafted = sum(d for *_, d, _ in runs)
-        accepted = sum(a for *_, a in runs)
+        drafted = sum(d for _, _, _, d, _, _ in runs)
+        accepted = sum(a for _, _, _, _, a, _ in runs)
         rows.append(OverheadRow(label, mode, per_token, per_round, tokens / max(n_rounds, 1),
                                 accepted / drafted if drafted else float("nan")))
     pair.close()
@@ -368,4 +384,209 @@ def markdown(rows: Sequence[OverheadRow], n_vocab: int, machine: str,
                   f"Zipf text, {history.found:.0%} matched): median {history.median_ms:.3f} ms, "
                   f"p90 {history.p90_ms:.3f} ms a round; adding a 512-token answer "
                   f"{history.add_ms:.1f} ms."]
+    return "\n".join(lines)
+
+
+# The constrained paths' schema: a tool call's arguments and a list of extracted records, with
+# the enums, numbers, arrays and bounded strings agents send (assets/prompts/structured-v1.jsonl).
+# Strings are bounded so that random rows close them: the answer keeps walking the structure;
+# at least 32 attendees, so every answer runs to the token budget and each path times the same
+# length of text.
+OVERHEAD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"const": "create_event"},
+        "arguments": {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "maxLength": 24},
+                "duration_minutes": {"type": "integer"},
+                "reminders": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"method": {"enum": ["email", "popup"]},
+                                   "minutes_before": {"type": "integer"}},
+                    "required": ["method", "minutes_before"], "additionalProperties": False}},
+                "attendees": {"type": "array", "minItems": 32, "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "maxLength": 16},
+                                   "role": {"enum": ["chair", "guest", "optional"]},
+                                   "score": {"type": "number"}, "confirmed": {"type": "boolean"}},
+                    "required": ["name", "role", "score", "confirmed"],
+                    "additionalProperties": False}}},
+            "required": ["title", "duration_minutes", "reminders", "attendees"],
+            "additionalProperties": False}},
+    "required": ["name", "arguments"], "additionalProperties": False}
+GRAMMAR_PATH = "json"
+# (label, drafter, gamma, policy): each runs free and under the schema.
+GRAMMAR_PATHS = (("plain", PLAIN, 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"),
+                 ("default: hybrid, adaptive ≤ 8", "hybrid", 8, "adaptive"))
+GRAMMAR_MODES = ("greedy", "T 0.7, top-p 0.9")
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """A vocabulary the instant backends spell text with: every token's bytes, and `encode`,
+    which writes bytes with those tokens."""
+
+    name: str
+    table: TokenTable
+    encode: Callable[[bytes], list[int]]
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.table.pieces)
+
+
+def qwen_spelling(path: str | Path) -> Spelling:
+    """The vocabulary of a GGUF model file (the embedded Qwen2.5 target's: 151,936 tokens), read
+    without its weights, as the llama.cpp backend hands it to llguidance."""
+    vocab = Vocabulary(path)
+    return Spelling(f"{Path(path).name}'s vocabulary", vocab.token_table(), vocab.tokenize)
+
+
+def byte_spelling(n_vocab: int) -> Spelling:
+    """Token i is byte i for i < 256, 256 is the end-of-generation control token, and the rest
+    are distinct 2-3 byte pieces of printable ASCII (so a mask walks a vocabulary of
+    `n_vocab` real tokens); text is written a byte a token."""
+    printable = [bytes([c]) for c in range(32, 127)]
+    pieces: list[bytes] = [bytes([b]) for b in range(256)] + [b"<|end|>"]
+    for a in printable:
+        for b in printable:
+            pieces.append(a + b)
+    for a in printable:
+        for b in printable:
+            for c in printable:
+                if len(pieces) >= n_vocab:
+                    break
+                pieces.append(a + b + c)
+    if len(pieces) < n_vocab:
+        raise ValueError(f"the byte-level table spells at most {len(pieces):,} tokens")
+    return Spelling(f"a byte-level table of {n_vocab:,} tokens",
+                    TokenTable(tuple(pieces[:n_vocab]), frozenset({256}), 256), list)
+
+
+class SpelledBackend(InstantBackend):
+    """An instant backend whose tokens spell text as `spelling` does, so a grammar compiles
+    for it and its forced stretches tokenize as its vocabulary would."""
+
+    def __init__(self, bank: np.ndarray, name: str, spelling: Spelling) -> None:
+        super().__init__(bank, name)
+        self.spelling = spelling
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.spelling.encode(text.encode("utf-8"))
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.spelling.table.pieces[token]
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.spelling.table.eos
+
+    def token_table(self) -> TokenTable:
+        return self.spelling.table
+
+
+class TimedConstraint:
+    """A `Constraint` that adds the thread time spent inside the one it wraps to `clock[0]`."""
+
+    def __init__(self, inner: Constraint, clock: list[float]) -> None:
+        self.inner = inner
+        self.n_vocab = inner.n_vocab
+        self.clock = clock
+
+    def mask(self) -> TokenMask:
+        t0 = time.thread_time()
+        out = self.inner.mask()
+        self.clock[0] += time.thread_time() - t0
+        return out
+
+    def consume(self, tokens: Sequence[int]) -> int:
+        t0 = time.thread_time()
+        out = self.inner.consume(tokens)
+        self.clock[0] += time.thread_time() - t0
+        return out
+
+    def rollback(self, n: int) -> None:
+        t0 = time.thread_time()
+        self.inner.rollback(n)
+        self.clock[0] += time.thread_time() - t0
+
+
+class TimedGrammar:
+    """A `CompiledGrammar` whose constraints time themselves into `clock[0]` (seconds)."""
+
+    def __init__(self, inner: CompiledGrammar) -> None:
+        self.inner = inner
+        self.clock = [0.0]
+
+    def start(self) -> Constraint:
+        t0 = time.thread_time()
+        constraint = self.inner.start()
+        self.clock[0] += time.thread_time() - t0
+        return TimedConstraint(constraint, self.clock)
+
+
+@dataclass(frozen=True)
+class GrammarOverheadRow:
+    path: str
+    mode: str
+    free_ms_per_token: float  # engine time per token without a grammar (median over repeats)
+    ms_per_token: float  # the same under the schema
+    llguidance_ms_per_token: float  # of which inside llguidance's matcher
+    forced_share: float  # forced tokens / committed tokens under the schema
+    tokens_per_round: float  # under the schema
+    answer_tokens: float  # mean tokens an answer under the schema ran to
+
+
+def run_grammar_overhead(spelling: Spelling, max_tokens: int = 256, repeats: int = 5,
+                         modes: Sequence[str] = GRAMMAR_MODES, noise: float = 0.5,
+                         schema: dict = OVERHEAD_SCHEMA) -> list[GrammarOverheadRow]:
+    """Every constrained path x mode, free and under `schema`, `repeats` generations each,
+    interleaved; the first pass warms caches and is not counted."""
+    n_vocab = spelling.n_vocab
+    bank = llm_like_bank(n_vocab, seed=0)
+    draft_bank = bank + np.random.default_rng(1).standard_normal(bank.shape,
+                                                                 dtype=np.float32) * noise
+    target = SpelledBackend(bank, "instant-target", spelling)
+    draft = SpelledBackend(draft_bank, "instant-draft", spelling)
+    pair = Pair(target, draft)
+    grammar = TimedGrammar(compile_grammar(GrammarSpec.schema(schema), target))
+    prompt = "Call create_event for the design review as JSON:"
+    free: dict[tuple[str, str], list[float]] = {}
+    held: dict[tuple[str, str], list[tuple[float, float, int, int, int]]] = {}
+    for _ in range(repeats + 1):
+        for label, drafter, gamma, policy in GRAMMAR_PATHS:
+            for mode in modes:
+                s, t, *_ = measure(pair, target, draft, drafter, gamma, policy, MODES[mode],
+                                   max_tokens, prompt)
+                free.setdefault((label, mode), []).append(s / max(t, 1))
+                grammar.clock[0] = 0.0
+                s, t, r, _, _, f = measure(pair, target, draft, drafter, gamma, policy,
+                                           MODES[mode], max_tokens, prompt, grammar=grammar)
+                held.setdefault((label, mode), []).append((s, grammar.clock[0], t, r, f))
+    rows = []
+    for (label, mode), runs in held.items():
+        runs = runs[1:]  # (engine s, llguidance s, tokens, rounds, forced)
+        tokens = sum(t for _, _, t, _, _ in runs)
+        rows.append(GrammarOverheadRow(
+            label, mode, statistics.median(free[(label, mode)][1:]) * 1e3,
+            statistics.median(s / max(t, 1) for s, _, t, _, _ in runs) * 1e3,
+            statistics.median(g / max(t, 1) for _, g, t, _, _ in runs) * 1e3,
+            sum(f for _, _, _, _, f in runs) / max(tokens, 1),
+            tokens / max(sum(r for _, _, _, r, _ in runs), 1), tokens / len(runs)))
+    pair.close()
+    return rows
+
+
+def grammar_markdown(rows: Sequence[GrammarOverheadRow], spelling: Spelling, machine: str) -> str:
+    lines = [f"The constraint's own cost: engine time per committed token (ms), free and under a "
+             f"JSON schema, instant backends spelling with {spelling.name} "
+             f"({spelling.n_vocab:,} tokens); {machine}", "",
+             "| path | sampling | free ms / token | JSON schema ms / token | of which llguidance "
+             "| forced | tokens / round | tokens an answer |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.path} | {r.mode} | {r.free_ms_per_token:.3f} | {r.ms_per_token:.3f} | "
+                     f"{r.llguidance_ms_per_token:.3f} | {r.forced_share:.0%} | "
+                     f"{r.tokens_per_round:.2f} | {r.answer_tokens:.0f} |")
     return "\n".join(lines)

@@ -53,6 +53,9 @@ class RunRecord:
     decode_ms: float
     tokens_per_s: float
     finish_reason: str
+    # Output tokens a grammar forced (committed without a model; 0 without a grammar, and in
+    # plain decoding, where the target decodes every token).
+    forced_tokens: int = 0
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     acceptance_by_position: list[float] = field(default_factory=list)
@@ -94,7 +97,7 @@ def record_from_stats(stats: GenerationStats, *, order: int, prompt_id: str, cat
         prompt_tokens=stats.prompt_tokens, output_tokens=stats.output_tokens,
         drafted_tokens=stats.drafted_tokens, accepted_tokens=stats.accepted_tokens,
         rejected_rounds=stats.rejected_rounds, rounds=stats.rounds,
-        target_calls=stats.target_calls, acceptance_rate=stats.acceptance_rate,
+        forced_tokens=stats.forced_tokens, target_calls=stats.target_calls, acceptance_rate=stats.acceptance_rate,
         accepted_per_target_call=stats.accepted_per_target_call,
         tokens_per_target_call=stats.tokens_per_target_call,
         mean_gamma=sum(stats.gammas) / len(stats.gammas) if stats.gammas else 0.0,

@@ -6,6 +6,10 @@ from the previous run); the order inside a group alternates between baseline-fir
 baseline-last so that machine drift and warm CPU caches do not favour one side; a warm-up
 generation per drafter runs before the first measured run and is not recorded.
 
+Constraints: a prompt that carries a grammar (a suite line's `schema`) runs every one of its
+runs under it, the baseline too: the baseline is then plain *constrained* decoding (the target
+decodes every token, forced or not), the measure speculation under a grammar is compared with.
+
 Repeats: with `repeats` > 1 each group runs that many times in a row (alternating the order
 again). A one-second run on a shared machine is noisy (research/noise_floor.py), so the first
 repetition's records carry the speedup of the medians: median decode tokens/s of the
@@ -22,7 +26,7 @@ from engine.tools.benchmark.records import RunRecord, pair_with_median, record_f
 from engine.tools.benchmark.suite import SuitePrompt
 from engine.drafters.base import PLAIN, plain_alias
 from engine.drafters.history_index import HistoryIndex
-from engine.errors import SettingsError
+from engine.errors import GrammarError, SettingsError
 from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
 from engine.pair import Pair
@@ -120,9 +124,10 @@ def _one(pair: Pair, prompt: SuitePrompt, params: SamplingParams, config: SpecCo
         pair.calibration(config.drafter, config.gamma)
     policy = (pair.make_policy(config.policy, config.drafter, config.gamma, config.opening)
               if config else None)
+    grammar = pair.compile_grammar(prompt.grammar) if prompt.grammar is not None else None
     cold_start(pair)
     gen = GenerationConfig(params=params, gamma=config.gamma if config else 0,
-                           max_tokens=max_tokens)
+                           max_tokens=max_tokens, grammar=grammar)
     done = None
     for ev in pair.generate(prompt.prompt, gen, drafter=config.drafter if config else PLAIN,
                             policy=policy, history=history):
@@ -151,11 +156,18 @@ def warm_up(pair: Pair, plan: BenchPlan) -> None:
 
 
 def validate(pair: Pair, plan: BenchPlan) -> None:
-    """Fail before any run when a drafter or policy name is unknown."""
+    """Fail before any run when a drafter or policy name is unknown, or when the target's
+    vocabulary cannot follow a prompt's constraint."""
     for c in plan.configs:
         pair.drafter(c.drafter)
         if c.policy not in POLICIES:
             raise SettingsError(f"unknown gamma policy {c.policy!r}; choose one of {', '.join(POLICIES)}")
+    for prompt in plan.prompts:
+        if prompt.grammar is not None:
+            try:
+                pair.compile_grammar(prompt.grammar)
+            except GrammarError as e:
+                raise SettingsError(f"prompt {prompt.id}: {e}") from None
 
 
 def run_benchmark(pair: Pair, plan: BenchPlan, progress: Progress | None = None) -> list[RunRecord]:

@@ -1,5 +1,7 @@
 """The versioned prompt suite: a JSON-lines file whose first line names the suite and its
-version, and whose other lines are prompts with an id, a category and the prompt text."""
+version, and whose other lines are prompts with an id, a category and the prompt text, and
+optionally `schema`: the JSON schema the answer must follow (assets/prompts/structured-v1.jsonl),
+run as the constraint of every run of that prompt, speculative and plain alike."""
 from __future__ import annotations
 
 import json
@@ -7,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from engine.errors import SettingsError
+from engine.errors import GrammarError, SettingsError
+from engine.grammar.spec import GrammarSpec
 
 DEFAULT_SUITE = Path(__file__).resolve().parents[3] / "assets" / "prompts" / "suite-v1.jsonl"
 
@@ -17,6 +20,8 @@ class SuitePrompt:
     id: str
     category: str
     prompt: str
+    # The constraint every run of this prompt decodes under; None: free text.
+    grammar: GrammarSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,18 @@ def load_suite(path: str | Path = DEFAULT_SUITE) -> Suite:
         if row["id"] in seen:
             raise SettingsError(f"{path}:{n}: duplicate prompt id {row['id']!r}")
         seen.add(row["id"])
-        prompts.append(SuitePrompt(row["id"], row["category"], row["prompt"]))
+        prompts.append(SuitePrompt(row["id"], row["category"], row["prompt"],
+                                   _grammar(row, f"{path}:{n}")))
     if not prompts:
         raise SettingsError(f"the prompt suite {path} has no prompts")
     return Suite(str(header.get("suite", path.stem)), int(header["version"]), tuple(prompts))
+
+
+def _grammar(row: dict, where: str) -> GrammarSpec | None:
+    """A prompt's `schema`, as the constraint of its runs."""
+    if "schema" not in row:
+        return None
+    try:
+        return GrammarSpec.schema(row["schema"])
+    except GrammarError as e:
+        raise SettingsError(f"{where}: {e}") from None

@@ -13,6 +13,15 @@ The paper's form is the special case v = 1 (a batch costs as much as one token).
 is the cost model's round cost in units of a plain token (`round_cost`, engine/control/costs.py),
 the one formula the adaptive controller prices rounds with.
 
+GPU profile: on a GPU a verify of up to 9 tokens costs what one token does (v ~ 1 for widths
+1-8) and the draft model about a tenth of a target token, so a run's rounds predict there
+
+    speedup_gpu   = output tokens / (target calls + 0.1 x tokens the draft model drafted)
+
+over plain decoding's one target call a token. It keeps the measured run's rounds (a controller
+calibrated on the GPU would draft more) and leaves out the engine's own time per token (`tandem
+bench --overhead` measures that).
+
 Amdahl: when a fraction s of the baseline's end-to-end time is prefill (which speculation does
 not shorten) and decoding gets faster by S, the end-to-end speedup is 1 / (s + (1 - s) / S).
 """
@@ -43,3 +52,13 @@ def amdahl_speedup(prefill_share: float, decode_speedup: float) -> float:
     if decode_speedup <= 0:
         raise ValueError(f"decode speedup must be > 0, got {decode_speedup}")
     return 1.0 / (prefill_share + (1.0 - prefill_share) / decode_speedup)
+
+
+# The GPU profile's draft-model cost, in target tokens (the module docstring).
+GPU_DRAFT_COST = 0.1
+
+
+def gpu_profile_speedup(output_tokens: int, target_calls: int, draft_model_tokens: int) -> float:
+    """A run's predicted speedup over plain decoding on the GPU profile (module docstring)."""
+    cost = target_calls + GPU_DRAFT_COST * draft_model_tokens
+    return output_tokens / cost if cost > 0 else float("nan")
