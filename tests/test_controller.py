@@ -707,3 +707,18 @@ def test_skipping_the_prediction_of_a_losing_copy_changes_no_decision(verify, le
     assert differ == 0 and skipped >= least
     differ, _ = _twin_play(_SkippingOnTheProbeAlone, verify, 3000, seed=1)
     assert differ > 0
+
+
+def test_a_copy_known_to_lose_says_so_and_its_report_still_predicts_every_gamma():
+    c = AdaptiveController(max_gamma=8, draft_ms=draft_table(7.4), verify_ms=CPU_VERIFY,
+                           opening=())
+    for i in range(12):
+        c.estimator.learn(COPY.evidence, 2, 0)
+    d = c.next_gamma(COPY)
+    assert d.gamma == 0 and not d.speeds and d.prediction == 1e3 / CPU_VERIFY[0]
+    assert d.reason.startswith("plain: copying from the context at 3-token matches cannot pay "
+                               "(at most 0.70 accepted a token)")
+    report = c.report(d)
+    expected = c.predict(COPY).speeds
+    assert report.predicted_speedup == [round(float(s / expected[0]), 3) for s in expected]
+    assert len(report.predicted_speedup) == 9 and max(report.predicted_speedup[1:]) < 1.0

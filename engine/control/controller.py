@@ -368,8 +368,14 @@ class AdaptiveController(GammaPolicy):
         plan = decision.plan
         for part in sorted(self.copy_parts):
             draft[part] = 0.0
-        speeds = (np.array(decision.speeds) if decision.speeds
-                  else 1e3 / np.ones(self.max_gamma + 1))
+        if decision.speeds:
+            speeds = np.array(decision.speeds)
+        elif plan.drafts:
+            # A copy known to lose was decided without a prediction: the one made now, from
+            # what the answer's rounds taught since, stands for it.
+            speeds = self.predict(plan).speeds
+        else:
+            speeds = 1e3 / np.ones(self.max_gamma + 1)
         return ControllerReport(
             policy=self.name, gamma=decision.gamma, reason=decision.reason,
             source=plan.drafter if plan.drafts else "",

@@ -128,10 +128,11 @@ class AcceptanceEstimator:
         the pooled rate, and that of the positions' hit rates and `prior`, so none exceeds the
         largest of those; forgetting scales a key's tries and hits alike and leaves every hit
         rate as it is (to rounding, which `CEILING_SLACK` covers). Counts no round could have
-        left (negative) have no ceiling but 1 and more."""
+        left (negative or not finite, from a damaged file) have none."""
         counts = self.counts(key)
         tries, hits = counts.tries[:n], counts.hits[:n]
-        if (tries < 0).any() or (hits < 0).any():
+        if not (np.isfinite(tries).all() and np.isfinite(hits).all()) or (
+                (tries < 0).any() or (hits < 0).any()):
             return math.inf
         tried = tries > 0
         rates = (hits[tried] / tries[tried]).tolist()
