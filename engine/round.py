@@ -17,6 +17,7 @@ from functools import partial
 from typing import Callable, Sequence
 
 from engine.acceptance import Verdict, verify
+from engine.errors import DraftLawError
 from engine.clock import Clock, wall_ms
 from engine.drafters.base import PLAIN, Drafter, Proposal, empty_proposal
 from engine.events import FORCED
@@ -118,6 +119,11 @@ def draft(r: Rounds, plan: RoundPlan, gamma: int) -> Proposal:
         proposal = r.drafter.propose(plan, gamma, r.params, r.rng, keep, guide=r.guide)
     else:
         proposal = r.drafter.propose(plan, gamma, r.params, r.rng, keep)
+        if proposal.q is not None:
+            # Cutting a sampled draft at a forbidden token would read the token itself, and its
+            # q rows are not the constrained q: not exact (tests/test_exactness_grammar.py).
+            raise DraftLawError(f"{proposal.source or r.drafter.name} samples its draft but does "
+                                "not mask it by the grammar (Drafter.guided)")
     n = r.guide.walk(proposal.tokens.tolist())
     if n < len(proposal):
         proposal = replace(proposal, tokens=proposal.tokens[:n],

@@ -15,6 +15,7 @@ import pytest
 
 from engine import generator as engine_generator
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.errors import DraftLawError
 from engine.events import FORCED, DoneEvent, RoundEvent, TokenEvent
 from engine.generation_config import GenerationConfig
 from engine.generator import generate
@@ -124,9 +125,12 @@ def test_forced_tokens_run_no_model():
 # --- negative controls --------------------------------------------------------------------------
 
 class UnmaskedDraft(DraftModelDrafter):
-    """A draft model that drafts from its own rows, unmasked: only p is constrained (the round
-    still cuts the draft before a token the grammar forbids, which reads that token)."""
-    guided = False
+    """A draft model that says it masks its rows but drafts from them unmasked: only p is
+    constrained (the round still cuts the draft before a token the grammar forbids, which reads
+    that token)."""
+
+    def propose(self, plan, gamma, params, rng, keep=None, guide=None):
+        return super().propose(plan, gamma, params, rng, keep)
 
 
 # At T = 1 the unmasked draft's rows are wide and the enumeration takes 15-40 s; T = 0.7 + top-p
@@ -138,6 +142,15 @@ def test_masking_only_p_is_caught(sampling):
         TableFake(seed=1, noise=0.8, eog=END, grid=g, clock=c, cost=DRAFT)))
     assert seen["drafted"] > 0
     assert total_variation(spec, want) > 1e-3
+
+
+def test_a_sampling_drafter_that_does_not_mask_is_refused():
+    class Unguided(DraftModelDrafter):
+        guided = False
+
+    with pytest.raises(DraftLawError, match="does not mask it by the grammar"):
+        law_of("T=1", lambda c, g: Unguided(TableFake(seed=1, noise=0.8, eog=END, clock=c,
+                                                      cost=DRAFT)))
 
 
 def test_jumping_a_forced_byte_string_with_one_tokenization_is_caught(monkeypatch):
