@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 import numpy.typing as npt
 
+from engine.confidence import top_probability
 from engine.dist import Dist
 from engine.errors import GrammarError
 from engine.sampling import SamplingParams
@@ -95,24 +96,34 @@ class TokenMask:
             self._ids = (nz[:, None] * 32 + _BIT.astype(np.int64))[bits]
         return self._ids
 
-    def dense(self) -> npt.NDArray[np.bool_]:
-        """[V] bool, True where allowed."""
+    def _bits(self) -> npt.NDArray[np.uint8]:
+        """[V] uint8, 1 where allowed: the one unpacking `dense` and `bias` share."""
         if self._dense is None:
             bits = np.unpackbits(self.words.view(np.uint8), bitorder="little")
             self._dense = bits[:self.n_vocab].view(bool)
-        return self._dense
+        return self._dense.view(np.uint8)
+
+    def dense(self) -> npt.NDArray[np.bool_]:
+        """[V] bool, True where allowed."""
+        return self._bits().view(bool)
 
     def bias(self) -> F32:
         """[V] float32: 0 where allowed, BANNED elsewhere (the wide path's offset)."""
         if self._bias is None:
-            bits = np.unpackbits(self.words.view(np.uint8), bitorder="little")[:self.n_vocab]
-            self._bias = (bits.astype(np.float32) - np.float32(1)) * -BANNED
+            self._bias = (self._bits().astype(np.float32) - np.float32(1)) * -BANNED
         return self._bias
 
     @property
     def sparse(self) -> bool:
         """Whether a masked row is formed on the allowed tokens alone (few of them)."""
         return self.count <= SPARSE_SHARE * self.n_vocab
+
+
+def masked_logits(logits: F32, mask: TokenMask) -> F32:
+    """The row the transform sees under `mask`: the allowed logits alone (in the order of
+    `mask.ids()`) when the mask is sparse, else the whole row offset by the mask's bias."""
+    row = np.asarray(logits, dtype=np.float32)
+    return row[mask.ids()] if mask.sparse else row + mask.bias()
 
 
 def masked_distribution(logits: F32, params: SamplingParams, mask: TokenMask | None) -> Dist:
@@ -122,34 +133,30 @@ def masked_distribution(logits: F32, params: SamplingParams, mask: TokenMask | N
     if mask.count == 0:
         raise GrammarError("the grammar allows no token here: this model's vocabulary cannot "
                            "spell what it asks for")
-    row = np.asarray(logits, dtype=np.float32)
     if mask.sparse:
         ids = mask.ids()
-        sub = distribution(row[ids], params)
+        sub = distribution(masked_logits(logits, mask), params)
         if sub.ids is None:
             return Dist(mask.n_vocab, ids, sub.w, sub.total)
         return Dist(mask.n_vocab, ids[sub.ids], sub.w, sub.total)
     if params.greedy:
-        best = int(np.argmax(row))
+        best = int(np.argmax(logits))
         if mask.allows(best):
             return Dist.one_hot(mask.n_vocab, best)
-    return distribution(row + mask.bias(), params)
+    return distribution(masked_logits(logits, mask), params)
 
 
 def masked_top_probability(logits: F32, mask: TokenMask) -> float:
     """The largest probability of the masked row at temperature 1: how sure a greedy draft is,
-    under the constraint (a statistic for stopping rules, like engine/confidence.py's)."""
-    return masked_distribution(logits, SamplingParams(temperature=1.0), mask).max_prob()
+    under the constraint. A statistic for stopping rules, estimated as engine/confidence.py
+    estimates the unmasked one (a banned token's exponential is 0)."""
+    return float(top_probability(masked_logits(logits, mask)[None, :])[0])
 
 
 def has_allowed_finite(logits: F32, mask: TokenMask) -> bool:
     """Whether any token the mask allows has a finite logit (a draft with a trimmed vocabulary
-    may have none: it cannot draft there)."""
-    row = np.asarray(logits, dtype=np.float32)
-    if mask.sparse:
-        return bool(np.isfinite(row[mask.ids()]).any())
-    # An allowed finite logit keeps its value; a banned one sits near BANNED; -inf stays -inf.
-    return bool(float((row + mask.bias()).max()) > BANNED / 2)
+    may have none: it cannot draft there). A banned logit sits near BANNED, -inf stays -inf."""
+    return bool(float(masked_logits(logits, mask).max()) > BANNED / 2)
 
 
 class MaskedRows(Rows):
