@@ -18,10 +18,18 @@ the adaptive controller's choices and the drafter's chain stop (docs/design/cont
       determined by the trace, so each policy's time against plain decoding is computed without
       noise, by the very code that runs. Prints the per-category median speedup, p10 and share
       below 0.95x for each configuration, and the oracle's ceiling.
+  suite TRACE.json [REPEATS] [--verify-ratios ...] [--gpu]
+      The default (hybrid, adaptive) as `tandem bench --repeats REPEATS` runs it: every prompt
+      REPEATS times in a row, the pair's evidence kept across answers; per category, the
+      median, p10 and share below 0.98x, without measurement noise; then every fixed gamma of
+      the draft model and of hybrid, and the default against the best of them. `--gpu`: the
+      bench's GPU profile (a verify of up to 9 tokens costs one token, a draft decode 0.1 of
+      one) instead of the trace's measured costs.
 
 Usage: .venv/bin/python research/policy_sim.py record /tmp/trace.json 8 64
        .venv/bin/python research/policy_sim.py replay /tmp/trace.json
        .venv/bin/python research/policy_sim.py replay /tmp/trace.json --verify-ratios 1,1.33,1.62,1.43,1.78,2.05,2.2,2.44,2.6
+       .venv/bin/python research/policy_sim.py suite /tmp/trace.json 3
 """
 from __future__ import annotations
 
@@ -39,11 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backend import ModelConfig  # noqa: E402
 from engine.control.controller import AdaptiveController  # noqa: E402
+from engine.control.evidence import Evidence  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generation_config import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
 from engine.control.policy import FixedGamma, GammaPolicy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
+from engine.tools.benchmark.theory import GPU_DRAFT_COST  # noqa: E402
 from engine.widths import padded_width  # noqa: E402
 
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -242,10 +252,13 @@ class TraceFake:
 
 
 def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: Costs,
-               chain_min: float, drafter: str = "draft", max_tokens: int = 64) -> float:
+               chain_min: float, drafter: str = "draft", max_tokens: int = 64,
+               evidence: Callable[[str], Evidence] | None = None) -> float:
     """Simulated speedup of one prompt: plain decoding's time over the policy's, both through
     `Pair.generate` over the trace, less the target's prefill (the same for both, and not what a
-    policy changes); the draft's prefill counts wherever it is paid."""
+    policy changes); the draft's prefill counts wherever it is paid. `evidence`: where the
+    pair's drafters find what earlier answers taught (as a process's pair does); a fresh pair
+    knows nothing without it."""
     ids = {t: i for i, t in enumerate(dict.fromkeys(rec["toks"] + rec["gen"] + rec["dargmax"]))}
     prompt = " ".join(str(ids[t]) for t in rec["toks"])
 
@@ -255,6 +268,8 @@ def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: 
         pair = Pair(TraceFake(rec, ids, clock, costs.verify),
                     TraceFake(rec, ids, clock, costs.draft_batch, draft=True),
                     chain_min=chain_min, clock=clock.now)
+        if evidence is not None:
+            pair.calibrations.evidence = evidence
         config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=8,
                                   max_tokens=max_tokens)
         done = [ev for ev in pair.generate(prompt, config, drafter=policy_drafter, raw=True,
@@ -320,6 +335,72 @@ def replay(trace: Path, verify_ratios: list[float] | None = None) -> None:
         {r["id"]: oracle_one(r, costs) for r in data["recs"]})
 
 
+def suite_speeds(recs: list[dict], costs: Costs, repeats: int) -> dict[str, list[float]]:
+    """Every record's replayed speedups of the default (hybrid, adaptive), `repeats` runs in a
+    row per record, in order, through pairs that share one store of evidence: what
+    `tandem bench --repeats N` does in one process, without its noise."""
+    kept: dict[str, Evidence] = {}
+
+    def evidence(name: str) -> Evidence:
+        return kept.setdefault(name, Evidence())
+
+    return {r["id"]: [replay_one(r, lambda: None, costs, 0.5, "hybrid", evidence=evidence)
+                      for _ in range(repeats)] for r in recs}
+
+
+def gpu_costs(verify_ms: list[float]) -> Costs:
+    """The bench's GPU profile (engine/tools/benchmark/theory.py) at this trace's token time: a
+    verify of up to 9 tokens costs one token, a draft decode of any width `GPU_DRAFT_COST` of
+    one."""
+    one = verify_ms[0]
+    return Costs([one] * len(verify_ms), {"1": GPU_DRAFT_COST * one, "64": GPU_DRAFT_COST * one})
+
+
+def replay_suite(trace: Path, repeats: int, verify_ratios: list[float] | None = None,
+                 gpu: bool = False) -> None:
+    """Per category, the default's median over prompts of its median over repeats
+    (`suite_speeds`), as `tandem bench` reports the speedup of the medians; the never-drafting
+    control is 1 here by construction. Then every fixed gamma of the draft model and of hybrid
+    (chain stop 0.5, a fresh pair per answer: a fixed gamma learns nothing), for the default's
+    distance to the best of them."""
+    data = json.loads(trace.read_text())
+    verify = data["verify_ms"]
+    if verify_ratios:
+        verify = [verify[0] * r for r in verify_ratios]
+    costs = gpu_costs(verify) if gpu else Costs(verify, data["draft_ms"])
+    recs = data["recs"]
+    runs = suite_speeds(recs, costs, repeats)
+    for rid, xs in runs.items():
+        print(f"{rid}: " + " ".join(f"{x:.3f}" for x in xs), file=sys.stderr)
+    speed = {rid: float(np.median(xs)) for rid, xs in runs.items()}
+    cats = list(dict.fromkeys(r["cat"] for r in recs))
+    print(f"{len(recs)} prompts x {repeats} repeats, evidence kept across answers; verify ms "
+          f"{[round(v, 1) for v in costs.verify_ms]}, draft ms {costs.draft_batch(1):.1f} a decode")
+    print("| configuration | " + " | ".join(cats) + " | **all** | p10 | below 0.98x | geomean |")
+    print("|---" * (len(cats) + 5) + "|")
+
+    def row(name: str, sp: dict[str, float]) -> tuple[float, float]:
+        per_cat = [np.median([sp[r["id"]] for r in recs if r["cat"] == c]) for c in cats]
+        s = np.array(list(sp.values()))
+        geo = float(np.exp(np.log(s).mean()))
+        print(f"| {name} | " + " | ".join(f"{m:.3f}" for m in per_cat)
+              + f" | {np.median(s):.3f} | {np.percentile(s, 10):.3f} | {np.mean(s < 0.98):.0%} "
+              f"| {geo:.3f} |")
+        return float(np.median(s)), geo
+
+    default = row("default (hybrid, adaptive ≤ 8)", speed)
+    # The best fixed configuration by the median and by the geometric mean (plain: 1, 1).
+    best = [(1.0, "plain"), (1.0, "plain")]
+    for drafter in ("draft", "hybrid"):
+        for g in range(1, 9):
+            sp = {r["id"]: replay_one(r, lambda: FixedGamma(g), costs, 0.5, drafter) for r in recs}
+            stats = row(f"{drafter}, fixed γ {g}", sp)
+            best = [max(b, (x, f"{drafter} γ {g}")) for b, x in zip(best, stats)]
+    for what, (value, name), mine in zip(("median", "geometric mean"), best, default):
+        print(f"\nbest fixed by the {what}: {name} at {value:.3f}; the default at "
+              f"{mine / value:.3f} of it")
+
+
 def oracle_one(rec: dict, costs: Costs, max_tokens: int = 64, max_gamma: int = 8) -> float:
     """The fastest schedule of rounds any policy could pick with this draft and these costs,
     knowing in advance how many drafted tokens the target will keep (dynamic programming over
@@ -358,7 +439,7 @@ def main(argv: list[str]) -> int:
         i = argv.index("--draft-vocab")
         vocab = argv[i + 1] if i + 1 < len(argv) else ""
         argv = argv[:i] + argv[i + 2:]
-    if len(argv) < 2 or argv[0] not in ("record", "redraft", "replay") or vocab not in ("full", "trim"):
+    if len(argv) < 2 or argv[0] not in ("record", "redraft", "replay", "suite") or vocab not in ("full", "trim"):
         print(__doc__)
         return 2
     if argv[0] == "record":
@@ -371,9 +452,13 @@ def main(argv: list[str]) -> int:
         redraft(Path(argv[1]), Path(argv[2]), vocab)
     else:
         ratios = None
-        if len(argv) > 3 and argv[2] == "--verify-ratios":
-            ratios = [float(x) for x in argv[3].split(",")]
-        replay(Path(argv[1]), ratios)
+        if "--verify-ratios" in argv:
+            ratios = [float(x) for x in argv[argv.index("--verify-ratios") + 1].split(",")]
+        if argv[0] == "suite":
+            replay_suite(Path(argv[1]), int(argv[2]) if len(argv) > 2 and argv[2].isdigit()
+                         else 3, ratios, gpu="--gpu" in argv)
+        else:
+            replay(Path(argv[1]), ratios)
     return 0
 
 

@@ -63,3 +63,22 @@ def test_the_oracle_bounds_every_policy():
     best = policy_sim.oracle_one(t, COSTS)
     for make in (lambda: FixedGamma(2), lambda: FixedGamma(4), lambda: None):
         assert policy_sim.replay_one(t, make, COSTS, 0.0) <= best * 1.05
+
+
+def test_a_suite_replay_carries_the_evidence_from_answer_to_answer():
+    # A copy of the prompt's text the answer repeats: lookup drafts it, and what the first
+    # answer learns of lookup is where the second starts.
+    t = trace(24, set())
+    t["toks"] = [1, 2, 3, 4] + t["gen"]
+    fresh = policy_sim.replay_one(t, lambda: None, COSTS, 0.5, "hybrid")
+    runs = policy_sim.suite_speeds([t, dict(t, id="u")], COSTS, 2)
+    # The first answer knows nothing, as a fresh pair's; later ones start from its evidence.
+    assert runs["t"][0] == pytest.approx(fresh)
+    assert runs["t"][1] != pytest.approx(fresh)
+    assert len(runs["u"]) == 2
+
+
+def test_the_gpu_profile_prices_any_width_as_one_token_and_a_draft_at_a_tenth():
+    gpu = policy_sim.gpu_costs([30.0, 50.0, 70.0])
+    assert [gpu.verify(w) for w in (1, 2, 3)] == [30.0, 30.0, 30.0]
+    assert gpu.draft_batch(1) == gpu.draft_batch(48) == pytest.approx(3.0)
