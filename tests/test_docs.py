@@ -1,0 +1,84 @@
+"""The docs are references: docs/BENCHMARKS.md holds at most 150 lines of current tables, every
+relative link in the Markdown docs resolves, and docs/results/latest/ holds only what a doc links
+(a file, or a folder of it, below docs/results/latest/)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "latest"
+BENCHMARKS_LIMIT = 150
+# [text](target) and ![alt](target); the target ends at the first space or closing parenthesis.
+LINK = re.compile(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)")
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    """README.md, CHANGELOG.md and the Markdown under docs/ but the benchmark output."""
+    docs = [root / "README.md", root / "CHANGELOG.md"]
+    docs += [p for p in sorted((root / "docs").rglob("*.md"))
+             if not p.is_relative_to(root / "docs" / "results")]
+    return [p for p in docs if p.is_file()]
+
+
+def local_links(doc: Path) -> list[tuple[str, Path]]:
+    """The relative links of a Markdown file, each with the path it names (anchors dropped)."""
+    out = []
+    for target in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL, a mailto: or an anchor in the same page
+        path = target.split("#", 1)[0]
+        out.append((target, (doc.parent / path).resolve()))
+    return out
+
+
+def broken_links(docs: list[Path]) -> list[str]:
+    return [f"{doc.name}: {target}" for doc in docs for target, path in local_links(doc)
+            if not path.exists()]
+
+
+def unlinked_results(docs: list[Path], results: Path) -> list[str]:
+    """Files under results that no doc links, neither the file nor a folder of it below results."""
+    linked = {path for doc in docs for _, path in local_links(doc)}
+    root = results.resolve()
+    out = []
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        holders = [f, *[d for d in f.parents if d.is_relative_to(root) and d != root]]
+        if not linked.intersection(holders):
+            out.append(str(f.relative_to(root)))
+    return out
+
+
+def page_lines(page: Path) -> int:
+    return len(page.read_text(encoding="utf-8").splitlines())
+
+
+def test_benchmarks_is_a_short_reference():
+    n = page_lines(ROOT / "docs" / "BENCHMARKS.md")
+    assert n <= BENCHMARKS_LIMIT, f"docs/BENCHMARKS.md has {n} lines"
+
+
+def test_every_link_in_the_docs_resolves():
+    docs = doc_files()
+    assert ROOT / "docs" / "BENCHMARKS.md" in docs
+    assert broken_links(docs) == []
+
+
+def test_results_hold_only_what_the_docs_link():
+    assert unlinked_results(doc_files(), RESULTS) == []
+
+
+def test_the_checks_catch_a_broken_link_a_long_page_and_an_orphan(tmp_path):
+    (tmp_path / "docs" / "results" / "latest" / "run").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "latest" / "run" / "report.md").write_text("x\n")
+    (tmp_path / "docs" / "results" / "latest" / "old.md").write_text("x\n")
+    (tmp_path / "README.md").write_text("[ok](docs/results/latest/run/report.md) "
+                                        "[web](https://example.com) [anchor](#top)\n")
+    page = tmp_path / "docs" / "BENCHMARKS.md"
+    page.write_text("[gone](results/latest/missing.md)\n" + "row\n" * BENCHMARKS_LIMIT)
+    docs = doc_files(tmp_path)
+    assert broken_links(docs) == ["BENCHMARKS.md: results/latest/missing.md"]
+    assert unlinked_results(docs, tmp_path / "docs" / "results" / "latest") == ["old.md"]
+    assert page_lines(page) > BENCHMARKS_LIMIT
+    page.write_text("[run](results/latest/run/)\n")
+    assert broken_links(doc_files(tmp_path)) == []
