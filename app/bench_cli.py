@@ -10,15 +10,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.reports import bench_files, bench_markdown
+from app.reports import bench_markdown
+from bench.benchmark import files as bench_files
 from app.reports.machine import command_line, machine_line, run_context
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs, print_plan)
-from engine.tools.benchmark import overhead
-from engine.tools.benchmark.aggregate import summarize
-from engine.tools.benchmark.runner import HISTORY_MARK, BenchPlan, SpecConfig, run_benchmark
-from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
+from bench.benchmark import overhead
+from bench.benchmark.aggregate import summarize
+from bench.benchmark.runner import HISTORY_MARK, BenchPlan, SpecConfig, run_benchmark
+from bench.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
@@ -259,7 +260,7 @@ def _write_bench(out: Path, records: list, context: dict) -> None:
 def cmd_exactness(args: argparse.Namespace) -> int:
     # SciPy's statistics take over 1 s to import: only the command that tests pays for them.
     from app.reports import exactness_report
-    from engine.tools.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
+    from bench.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
 
     pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"], args.drafter)
     draft_words = _draft_words(pair, dcfg)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from app.runtime.defaults import PLAIN
-from engine.tools.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
+from bench.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
 from engine.errors import SettingsError
 
 # Tokens per tuning run: long enough for the adaptive controller to settle, short enough for a
@@ -78,7 +78,7 @@ def _plain(n: int):
 
 
 def table_lines(results, cats: list[str]) -> list[str]:
-    from engine.tools.tuning.decide import OVERALL, choose, table
+    from bench.tuning.decide import OVERALL, choose, table
     lines = [f"{'candidate':<22}{'prompts':>8}{'accept':>8}{'draft cost':>11}"
              f"{'speedup':>9}{'p10':>7}  note"]
     for r in table(results):
@@ -100,7 +100,7 @@ def table_lines(results, cats: list[str]) -> list[str]:
 
 def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
     from engine.llama.backend import default_threads
-    from engine.tools.tuning.decide import OVERALL, choose, row
+    from bench.tuning.decide import OVERALL, choose, row
     from models.tuned import PairingRecord
     from app.reports.machine import _cpu_model
     total = sum(len(r.runs) for r in results)
@@ -138,13 +138,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from app.runtime.defaults import DEFAULT_DRAFTER, DRAFTERS
     from app.runtime.request import Offer, resolve
     from app.settings import draft_stops, model_configs, print_plan, request_settings
-    from engine.tools.tuning.candidates import default_candidates
-    from engine.tools.tuning.decide import categories
+    from bench.tuning.candidates import default_candidates
+    from bench.tuning.decide import categories
     from loading.options import LoadOptions
     from loading.load import execute
     from loading.plan import plan_load
-    from loading.tuning_host import PairHost
-    from engine.tools.tuning.measure import measure
+    from bench.tuning.host import PairHost
+    from bench.tuning.measure import measure
     from app.runtime.tuned import key_for
     from models.tuned import save
 

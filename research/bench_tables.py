@@ -5,7 +5,7 @@ and the default's median against the better of plain and the best fixed gamma.
   .venv/bin/python research/bench_tables.py RUNS [RUNS ...] [--default CONFIG]
 
 RUNS: a runs.json, or a `tandem bench` report folder (its raw runs are in the user's cache,
-app/reports/bench_files.py).
+bench/benchmark/files.py).
 
 The default is the first adaptive configuration unless --default names one; the reference is
 the better of plain decoding and the best fixed gamma.
@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from app.reports.bench_files import runs_file
+from bench.benchmark.files import runs_file
 
 
 def _read(path: str) -> bytes:

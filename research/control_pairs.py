@@ -11,7 +11,7 @@ of the mean of each split.
   .venv/bin/python research/control_pairs.py RUNS [RUNS ...]
 
 RUNS: a runs.json, or a `tandem bench` report folder (its raw runs are in the user's cache,
-app/reports/bench_files.py).
+bench/benchmark/files.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.reports.bench_files import runs_file  # noqa: E402
+from bench.benchmark.files import runs_file  # noqa: E402
 
 DEFAULT = "hybrid g=8 adaptive"
 CONTROL = "hybrid g=1 plain"

@@ -4,7 +4,7 @@ request, in the order the requests ran (so the history's warm-up shows), then me
 the share slower over all requests and after the first five; and, beside each, the cost
 model's prediction for a GPU-like profile from the same rounds.
 
-GPU profile: engine/tools/benchmark/theory.py's `gpu_profile_speedup` (a verify of up to 9
+GPU profile: bench/benchmark/theory.py's `gpu_profile_speedup` (a verify of up to 9
 tokens costs what one token does, the draft model a tenth of a target token), from this run's
 rounds.
 
@@ -20,8 +20,8 @@ import sys
 
 import numpy as np
 
-from app.reports.bench_files import runs_file
-from engine.tools.benchmark.theory import gpu_profile_speedup
+from bench.benchmark.files import runs_file
+from bench.benchmark.theory import gpu_profile_speedup
 
 
 def _read(path: str) -> dict:

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backend import ModelConfig  # noqa: E402
-from engine.tools.benchmark.suite import load_suite  # noqa: E402
+from bench.benchmark.suite import load_suite  # noqa: E402
 from loading.derived.quantized import derive_quantized  # noqa: E402
 from engine.llama.backend import LlamaBackend  # noqa: E402
 from engine.pair import Pair  # noqa: E402

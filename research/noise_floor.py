@@ -15,8 +15,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backend import ModelConfig  # noqa: E402
-from engine.tools.benchmark.runner import _one, cold_start  # noqa: E402
-from engine.tools.benchmark.suite import load_suite  # noqa: E402
+from bench.benchmark.runner import _one, cold_start  # noqa: E402
+from bench.benchmark.suite import load_suite  # noqa: E402
 from loading.options import LoadOptions  # noqa: E402
 from loading.load import load_pair  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402

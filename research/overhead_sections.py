@@ -1,5 +1,5 @@
 """Where the default's own time goes on rounds with a copy on offer that loses: the
-"losing copies" text of the overhead harness (engine/tools/benchmark/overhead.py), plain
+"losing copies" text of the overhead harness (bench/benchmark/overhead.py), plain
 decoding and the default interleaved in one process, each round's engine time (thread CPU time,
 the backends' own excluded) and the default's parts timed one by one.
 

@@ -1,4 +1,4 @@
-"""The engine-overhead benchmark (engine/tools/benchmark/overhead.py, `tandem bench --overhead`) run
+"""The engine-overhead benchmark (bench/benchmark/overhead.py, `tandem bench --overhead`) run
 against another tree's engine, for a before/after table:
 
   PYTHONPATH=OLD_TREE .venv/bin/python research/overhead_tree.py [MAX_TOKENS] [REPEATS] [PATHS]

@@ -53,7 +53,7 @@ from engine.generation_config import GenerationConfig  # noqa: E402
 from engine.pair import Pair  # noqa: E402
 from engine.control.policy import FixedGamma, GammaPolicy  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
-from engine.tools.benchmark.theory import GPU_DRAFT_COST  # noqa: E402
+from bench.benchmark.theory import GPU_DRAFT_COST  # noqa: E402
 from engine.widths import padded_width  # noqa: E402
 
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -108,7 +108,7 @@ def _draft_columns(recs: list[dict], vocab: str) -> dict:
 
 
 def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -> None:
-    from engine.tools.benchmark.suite import load_suite
+    from bench.benchmark.suite import load_suite
     from engine.llama.backend import LlamaBackend
     from engine.pair import Pair
     from engine.confidence import top_probability
@@ -349,7 +349,7 @@ def suite_speeds(recs: list[dict], costs: Costs, repeats: int) -> dict[str, list
 
 
 def gpu_costs(verify_ms: list[float]) -> Costs:
-    """The bench's GPU profile (engine/tools/benchmark/theory.py) at this trace's token time: a
+    """The bench's GPU profile (bench/benchmark/theory.py) at this trace's token time: a
     verify of up to 9 tokens costs one token, a draft decode of any width `GPU_DRAFT_COST` of
     one."""
     one = verify_ms[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite  # noqa: E402
+from bench.benchmark.suite import DEFAULT_SUITE, load_suite  # noqa: E402
 from models import embedded  # noqa: E402
 from tests.lora_adapter import TEST_EXIT_LAYERS, TEST_LAYERS, acceptance, write_lora  # noqa: E402
 

@@ -11,7 +11,7 @@ RTT is the number of network round trips per target call.
 
 Usage: sudo .venv/bin/python scripts/rpc_bench.py [--tokens 64] [--reps 3] [--rtts 0,2,10]
        [--out DIR]; `--table` rewrites summary.json (and prints the table) from the raw runs.
-The raw runs (runs.json) go to the user's cache (app/reports/bench_files.py runs_dir(DIR)),
+The raw runs (runs.json) go to the user's cache (bench/benchmark/files.py runs_dir(DIR)),
 summary.json to DIR.
 Every namespace and process it starts is removed on exit, also on failure or Ctrl-C.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.reports.bench_files import runs_dir  # noqa: E402
+from bench.benchmark.files import runs_dir  # noqa: E402
 from engine.backend import ModelConfig  # noqa: E402
 from engine.events import DoneEvent  # noqa: E402
 from engine.generation_config import GenerationConfig  # noqa: E402

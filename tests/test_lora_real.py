@@ -12,7 +12,7 @@ from app.cli import main
 from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
 from engine.events import DoneEvent
-from engine.tools.exactness.greedy import check_near_tie
+from bench.exactness.greedy import check_near_tie
 from engine.generation_config import GenerationConfig
 from engine.control.registry import make_policy
 from loading.options import LoadOptions

@@ -18,7 +18,7 @@ from engine.generation_config import GenerationConfig
 from engine.llama.backend import load
 from loading.load import load_pair
 from engine.rpc import WorkerError
-from engine.tools.exactness.greedy import check_near_tie
+from bench.exactness.greedy import check_near_tie
 from engine.sampling import SamplingParams
 from engine.transform import probabilities
 from engine.session import Session

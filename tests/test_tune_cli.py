@@ -8,11 +8,11 @@ import pytest
 from app.cli import main
 from app.tune_cli import build_record, interleave, table_lines, tune_prompts
 from engine.backend import ModelConfig
-from engine.tools.benchmark.suite import SuitePrompt
+from bench.benchmark.suite import SuitePrompt
 from engine.errors import SettingsError
 from engine.sampling import SamplingParams
-from engine.tools.tuning.candidates import Candidate
-from engine.tools.tuning.measure import CandidateResult, PairRun
+from bench.tuning.candidates import Candidate
+from bench.tuning.measure import CandidateResult, PairRun
 from app.runtime.tuned import key_for
 from models.tuned import find, save
 

@@ -14,7 +14,7 @@ from app.runtime.defaults import LOAD, NEEDS_DRAFT_MODEL, PLAIN, SPECULATION_OPT
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from engine.staleness import StaleDraftEvent
-from engine.tools.tuning.candidates import Candidate
+from bench.tuning.candidates import Candidate
 from loading.derived.early_exit import default_layers
 from loading.derived.files import file_sha256
 from loading.options import LoadOptions
@@ -132,7 +132,7 @@ def _measured(c) -> str:
 
 
 def running_name(drafter: str, plan: LoadPlan) -> str:
-    """The candidate name (engine/tools/tuning/candidates.py) of `drafter` on the load `plan`
+    """The candidate name (bench/tuning/candidates.py) of `drafter` on the load `plan`
     (its derivations, decided from the headers it read)."""
     if drafter in NEEDS_DRAFT_MODEL and plan.draft is not None:
         quant = plan.draft_quant or "off"

@@ -14,8 +14,8 @@ from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Sequence
 
-from engine.tools.benchmark.aggregate import Summary
-from engine.tools.benchmark.records import RunRecord
+from bench.benchmark.aggregate import Summary
+from bench.benchmark.records import RunRecord
 from models.tandem_store import tandem_home
 
 

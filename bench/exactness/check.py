@@ -22,10 +22,10 @@ import numpy as np
 
 from engine.drafters.base import Drafter
 from engine.errors import SettingsError
-from engine.tools.exactness.biased import CalibratedBias
-from engine.tools.exactness.compare import Comparison, compare, detectable_tv
-from engine.tools.exactness.draws import Draws, draw, statistics
-from engine.tools.exactness.greedy import GreedyAgreement, greedy_agreement
+from bench.exactness.biased import CalibratedBias
+from bench.exactness.compare import Comparison, compare, detectable_tv
+from bench.exactness.draws import Draws, draw, statistics
+from bench.exactness.greedy import GreedyAgreement, greedy_agreement
 from engine.control.policy import GammaPolicy
 from engine.sampling import SamplingParams
 from engine.session import Session

@@ -13,9 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.tools.benchmark.aggregate import Quantiles, quantiles
-from engine.tools.tuning.candidates import Candidate
-from engine.tools.tuning.measure import CandidateResult, PairRun
+from bench.benchmark.aggregate import Quantiles, quantiles
+from bench.tuning.candidates import Candidate
+from bench.tuning.measure import CandidateResult, PairRun
 
 OVERALL = "overall"
 # A smaller win is not told apart from the noise of interleaved runs on a shared CPU (plain

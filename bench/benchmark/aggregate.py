@@ -16,8 +16,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from engine.tools.benchmark.records import RunRecord
-from engine.tools.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
+from bench.benchmark.records import RunRecord
+from bench.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
                                           predicted_speedup)
 
 OVERALL = "overall"

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from engine.llama import backend as llama
 from engine.backend import ModelConfig
-from engine.tools.benchmark.runner import HISTORY_CAP, cold_start
-from engine.tools.benchmark.suite import SuitePrompt
+from bench.benchmark.runner import HISTORY_CAP, cold_start
+from bench.benchmark.suite import SuitePrompt
 from engine.drafters.base import PLAIN
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.history_index import HistoryIndex
@@ -17,8 +17,8 @@ from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from engine.tools.tuning.candidates import Candidate
-from engine.tools.tuning.measure import TuneHost
+from bench.tuning.candidates import Candidate
+from bench.tuning.measure import TuneHost
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import derive_quantized
 from loading.derived.vocab_trim import derive_trimmed

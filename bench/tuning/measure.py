@@ -27,11 +27,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.tools.benchmark.suite import SuitePrompt
+from bench.benchmark.suite import SuitePrompt
 from engine.errors import TandemError
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from engine.tools.tuning.candidates import Candidate
+from bench.tuning.candidates import Candidate
 
 MIN_PAIRS_TO_STOP = 3
 

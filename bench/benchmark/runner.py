@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from engine.tools.benchmark.records import RunRecord, pair_with_median, record_from_stats
-from engine.tools.benchmark.suite import SuitePrompt
+from bench.benchmark.records import RunRecord, pair_with_median, record_from_stats
+from bench.benchmark.suite import SuitePrompt
 from engine.drafters.base import PLAIN, plain_alias
 from engine.drafters.history_index import HistoryIndex
 from engine.errors import GrammarError, SettingsError
