@@ -12,13 +12,14 @@ from bench.benchmark import files as bench_files
 from engine.events import DoneEvent
 from engine.grammar.spec import GrammarSpec
 from bench.benchmark.aggregate import summarize
-from bench.benchmark.overhead import SpelledBackend, byte_spelling, llm_like_bank
+from bench.fakes.spelled import SpelledBackend, byte_spelling
+from bench.overhead.banks import llm_like_bank
 from bench.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
 from bench.benchmark.suite import SuitePrompt, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 GREEDY = SamplingParams()
 

@@ -12,7 +12,7 @@ from engine.control.costs import Calibration
 from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
-from tests.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
+from bench.fakes.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
 
 SLOW_CAL = Calibration(draft_ms=list(SLOW_DRAFT.draft), verify_ms=list(SLOW_DRAFT.verify),
                        model_name="draft-model")

@@ -22,8 +22,8 @@ from bench.exactness.greedy import first_divergence
 from engine.control.registry import make_policy
 from engine.rng import Rng
 from engine.session import Session
-from tests.exact_law import TableFake
-from tests.fakes import FakeBackend
+from bench.fakes.table import TableFake
+from bench.fakes.backend import FakeBackend
 
 PROMPT = [3, 4, 5]
 

@@ -168,7 +168,7 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     from app.runtime.holder import READY, PairHolder
     from loading.options import LoadOptions
     from tests import tinygguf
-    from tests.fakes import FakeBackend
+    from bench.fakes.backend import FakeBackend
     monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
     monkeypatch.delenv("TANDEM_PAIRS", raising=False)
     t = tinygguf.write(tmp_path / "t.gguf", n_embd=64)

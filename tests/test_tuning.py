@@ -17,7 +17,7 @@ from bench.tuning.decide import OVERALL, categories, choose, table
 from bench.tuning.host import PairHost
 from bench.tuning.measure import (MIN_PAIRS_TO_STOP, TuneHost, clearly_loses, leader_median,
                                    measure)
-from tests.exact_law import TableFake, VirtualClock
+from bench.fakes.table import TableFake, VirtualClock
 
 PROMPTS = [SuitePrompt(f"{c}-{i}", c, f"prompt {c} {i}") for i in range(4)
            for c in ("code", "chat")]

@@ -24,7 +24,7 @@ from loading.derived.vocab_trim import (SOURCE_KEY, corpus_files, derive_trimmed
 from loading.options import LoadOptions
 from loading.load import load_pair
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 N_EMBD = 32
 

@@ -19,7 +19,7 @@ from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
 from engine.widths import padded_width
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 # The 1.5B target's verify curve measured here (ms for 1..9 tokens): 3 costs more than 4.
 MEASURED = [80.0, 121.0, 147.0, 127.0, 162.0, 190.0, 213.0, 219.0, 239.0]

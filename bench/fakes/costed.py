@@ -5,7 +5,7 @@ can be computed exactly, without noise, through the real `Pair.generate`.
 The target's greedy answer is scripted by position (a `Script`): a token, and the target's top
 probability there. The draft, at each position, agrees with the target when that position's coin
 falls under the acceptance rate (else it proposes another token), with a top probability that
-tracks the rate. A decode of w tokens costs `cost[w - 1]` virtual ms (tests/exact_law.py).
+tracks the rate. A decode of w tokens costs `cost[w - 1]` virtual ms (bench/fakes/table.py).
 
 A fake's text is its token ids written out ("17 203 5"), so a prompt can be any sequence of ids
 (a "file" the answer copies, for prompt lookup).
@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.pair import Pair
-from tests.exact_law import VirtualClock
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
+from bench.fakes.table import VirtualClock
 
 V = 256
 N_POS = 4096
@@ -61,6 +61,19 @@ class Script:
     @property
     def prompt_text(self) -> str:
         return " ".join(str(t) for t in self.prompt)
+
+
+# The runs the profiles are compared on (tests/test_cost_profiles.py asserts the default's bound
+# on them; bench/research/cost_profile_table.py tabulates them): answers of TOKENS tokens, greedy,
+# gamma up to MAX_GAMMA, against every fixed gamma in FIXED, over three scripts (SEEDS); each case
+# a profile, a drafter and the length of the file a copying answer edits (0: none).
+TOKENS = 240
+MAX_GAMMA = 8
+FIXED = range(0, 7)
+SEEDS = (0, 1, 2)
+FILE = 240
+CASES = [(GPU, "hybrid", 0), (CPU, "hybrid", 0), (SLOW_DRAFT, "hybrid", 0),
+         (SLOW_DRAFT, "hybrid", FILE), (CPU, "lookup", FILE)]
 
 
 # Acceptance patterns: the rate at answer position k.
