@@ -1,7 +1,7 @@
 """LoRA adapters on the embedded target through llama.cpp: exactness holds, the checks run
 before loading, and (long, behind `--all`) a weak adapter leaves acceptance nearly unchanged, a
 strong one lowers it and trips the staleness warning, and early exit from the adapted target
-recovers part of it. The adapter is written here (tests/lora_adapter.py)."""
+recovers part of it. The adapter is written here (bench/fakes/lora_adapter.py)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ from loading.options import LoadOptions
 from loading.load import load_pair
 from app.runtime.tuned import key_for
 from models.tuned import Choice, PairingRecord, save
-from tests.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
+from bench.fakes.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
                                 acceptance, write_lora)
 from tests.realmodels import embedded_pair
 

@@ -97,7 +97,7 @@ def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
 
 
 def test_a_sampled_draft_is_verified_at_the_width_its_gamma_fixed_before_drafting():
-    """A batch's rows change with its width (research/row_drift.py), and a sampled draft's
+    """A batch's rows change with its width (bench/research/row_drift.py), and a sampled draft's
     length depends on the tokens drawn (the chain stop reads them): the width must not."""
     def rounds(params, widths=None):
         drafter = DraftModelDrafter(FakeBackend(scale=1.0, noise=0.5), chain_min=0.5)

@@ -12,7 +12,7 @@ from typing import Sequence
 from engine.errors import GrammarError, SettingsError
 from engine.grammar.spec import GrammarSpec
 
-DEFAULT_SUITE = Path(__file__).resolve().parents[3] / "assets" / "prompts" / "suite-v1.jsonl"
+DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "suite-v1.jsonl"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from engine.session import Session
 
 
 # The largest logit difference measured between a batch decode and one-token decodes of the same
-# positions (the embedded 1.5B Q4_K_M target, research/row_drift.py, docs/EXACTNESS.md).
+# positions (the embedded 1.5B Q4_K_M target, bench/research/row_drift.py, docs/EXACTNESS.md).
 BATCH_LOGIT_DRIFT = 0.705
 # Two tokens can swap places between those two paths only if their logits are closer than this.
 NEAR_TIE_GAP = 2 * BATCH_LOGIT_DRIFT

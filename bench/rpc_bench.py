@@ -1,5 +1,5 @@
 """The embedded target spread over two RPC workers in network namespaces, the draft local:
-plain and speculative greedy decoding at 0, 2 and 10 ms round trip (tests/rpc_lab.py; run as
+plain and speculative greedy decoding at 0, 2 and 10 ms round trip (bench/rpc_lab.py; run as
 root with a Python whose llama-cpp-python has RPC, e.g. the venv scripts/run sets up).
 
 One load through the delay proxies serves every delay (the proxies' delay changes between runs,
@@ -9,7 +9,7 @@ x L, where L, the network cost of one target call, is read off plain decoding at
 (its ms/token minus direct plain's) and then predicts speculative decoding; L's slope over the
 RTT is the number of network round trips per target call.
 
-Usage: sudo .venv/bin/python scripts/rpc_bench.py [--tokens 64] [--reps 3] [--rtts 0,2,10]
+Usage: sudo .venv/bin/python -m bench.rpc_bench [--tokens 64] [--reps 3] [--rtts 0,2,10]
        [--out DIR]; `--table` rewrites summary.json (and prints the table) from the raw runs.
 The raw runs (runs.json) go to the user's cache (bench/benchmark/files.py runs_dir(DIR)),
 summary.json to DIR.
@@ -25,19 +25,17 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.benchmark.files import runs_dir  # noqa: E402
-from engine.backend import ModelConfig  # noqa: E402
-from engine.events import DoneEvent  # noqa: E402
-from engine.generation_config import GenerationConfig  # noqa: E402
-from engine.pair import Pair  # noqa: E402
-from engine.control.registry import make_policy  # noqa: E402
-from engine.sampling import SamplingParams  # noqa: E402
-from loading.options import LoadOptions  # noqa: E402
-from loading.load import load_pair  # noqa: E402
-from models import embedded  # noqa: E402
-from tests.rpc_lab import Lab, namespaces_allowed  # noqa: E402
+from bench.benchmark.files import runs_dir
+from engine.backend import ModelConfig
+from engine.events import DoneEvent
+from engine.generation_config import GenerationConfig
+from engine.pair import Pair
+from engine.control.registry import make_policy
+from engine.sampling import SamplingParams
+from loading.options import LoadOptions
+from loading.load import load_pair
+from models import embedded
+from bench.rpc_lab import Lab, namespaces_allowed
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 GAMMA = 4

@@ -11,7 +11,7 @@
                     prompts per category (64 target tokens each), by category and by the target's
                     top probability at the position
 
-Usage: .venv/bin/python research/measure_costs.py verify|widths|decode|agree [PATH...]
+Usage: .venv/bin/python -m bench.research.measure_costs verify|widths|decode|agree [PATH...]
 """
 from __future__ import annotations
 
@@ -24,15 +24,13 @@ from typing import Callable
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from engine.backend import ModelConfig  # noqa: E402
-from bench.benchmark.suite import load_suite  # noqa: E402
-from loading.derived.quantized import derive_quantized  # noqa: E402
-from engine.llama.backend import LlamaBackend  # noqa: E402
-from engine.pair import Pair  # noqa: E402
-from engine.confidence import top_probability  # noqa: E402
-from models.embedded import ensure  # noqa: E402
+from engine.backend import ModelConfig
+from bench.benchmark.suite import load_suite
+from loading.derived.quantized import derive_quantized
+from engine.llama.backend import LlamaBackend
+from engine.pair import Pair
+from engine.confidence import top_probability
+from models.embedded import ensure
 
 TEXT = "Write a Python function that parses a CSV file and returns a list of dicts. " * 8
 BUCKETS = [(0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 0.97), (0.97, 1.01)]

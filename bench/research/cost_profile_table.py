@@ -3,7 +3,7 @@
 shifting), as a table: over a run of three answers, the default's tokens/s against the best
 fixed gamma in hindsight and against plain decoding, and its share of drafting rounds.
 
-  PYTHONPATH=TREE .venv/bin/python research/cost_profile_table.py [shared]
+  .venv/bin/python -m bench.research.cost_profile_table [shared]
 
 Every figure is exact (a virtual clock). With `shared`, the three answers of a run go through
 one pair, so the controller's evidence carries from answer to answer (issue 35); without, each
@@ -16,8 +16,8 @@ import sys
 from engine.control.policy import FixedGamma
 from engine.events import DoneEvent
 from engine.sampling import SamplingParams
-from tests.costed import PATTERNS, script, scripted_pair
-from tests.test_cost_profiles import CASES, FILE, FIXED, MAX_GAMMA, SEEDS, TOKENS
+from bench.fakes.costed import (CASES, FILE, FIXED, MAX_GAMMA, PATTERNS, SEEDS, TOKENS, script,
+                                scripted_pair)
 
 try:
     from engine.generation_config import GenerationConfig

@@ -1,8 +1,8 @@
 """Acceptance of the embedded pair when the target carries a LoRA adapter (issue 19): the test
-adapter (tests/lora_adapter.py) at a weak and a strong scale, with the draft model and with the
+adapter (bench/fakes/lora_adapter.py) at a weak and a strong scale, with the draft model and with the
 early-exit draft of the adapted target. Prints a Markdown table.
 
-    /work/main/.venv/bin/python scripts/lora_acceptance.py [--scales 0,0.05,1] [--tokens 48]
+    .venv/bin/python -m bench.research.lora_acceptance [--scales 0,0.05,1] [--tokens 48]
 """
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.benchmark.suite import DEFAULT_SUITE, load_suite  # noqa: E402
-from models import embedded  # noqa: E402
-from tests.lora_adapter import TEST_EXIT_LAYERS, TEST_LAYERS, acceptance, write_lora  # noqa: E402
+from bench.benchmark.suite import DEFAULT_SUITE, load_suite
+from models import embedded
+from bench.fakes.lora_adapter import TEST_EXIT_LAYERS, TEST_LAYERS, acceptance, write_lora
 
 
 def main() -> int:

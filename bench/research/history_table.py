@@ -8,7 +8,7 @@ GPU profile: bench/benchmark/theory.py's `gpu_profile_speedup` (a verify of up t
 tokens costs what one token does, the draft model a tenth of a target token), from this run's
 rounds.
 
-  .venv/bin/python research/history_table.py RUNS [WARM_UP]
+  .venv/bin/python -m bench.research.history_table RUNS [WARM_UP]
 
 RUNS: a runs.json, or the `tandem bench` report folder whose raw runs are in the user's cache.
 """

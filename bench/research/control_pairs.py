@@ -8,7 +8,7 @@ but for the default's bookkeeping, so their ratio is the A/A noise of one run pl
 where it drafted, the ratio is what its drafting won or lost. Mean, median and the standard error
 of the mean of each split.
 
-  .venv/bin/python research/control_pairs.py RUNS [RUNS ...]
+  .venv/bin/python -m bench.research.control_pairs RUNS [RUNS ...]
 
 RUNS: a runs.json, or a `tandem bench` report folder (its raw runs are in the user's cache,
 bench/benchmark/files.py).
@@ -21,9 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.benchmark.files import runs_file  # noqa: E402
+from bench.benchmark.files import runs_file
 
 DEFAULT = "hybrid g=8 adaptive"
 CONTROL = "hybrid g=1 plain"

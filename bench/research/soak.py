@@ -9,7 +9,7 @@ size and tokens, and p50/p99 latency of the sequential requests in that stretch.
 less than 5% after the first 100 requests, descriptors stay flat (+2 at most), no 5xx apart from
 the bursts' 503s, no traceback in the log, and the history within --history-tokens.
 
-  .venv/bin/python research/soak.py [--requests 1000] [--out DIR]
+  .venv/bin/python -m bench.research.soak [--requests 1000] [--out DIR]
 
 Writes DIR/soak.json, DIR/table.md and DIR/soak.png; exits 1 when a criterion fails.
 """

@@ -2,7 +2,7 @@
 configuration the median speedup over the interleaved plain run, p10 and the share below 0.95x,
 and the default's median against the better of plain and the best fixed gamma.
 
-  .venv/bin/python research/bench_tables.py RUNS [RUNS ...] [--default CONFIG]
+  .venv/bin/python -m bench.research.bench_tables RUNS [RUNS ...] [--default CONFIG]
 
 RUNS: a runs.json, or a `tandem bench` report folder (its raw runs are in the user's cache,
 bench/benchmark/files.py).

@@ -10,7 +10,7 @@ width W = n..9, and compares each row with the same row decoded (a) at the unpad
 at a fixed width, whether the rows before position k change when the tokens after it do (the
 generator fixes a sampled draft's verify width before drafting, which is exact only if not).
 
-  .venv/bin/python research/row_drift.py [N_CONTEXTS]
+  .venv/bin/python -m bench.research.row_drift [N_CONTEXTS]
 """
 from __future__ import annotations
 

@@ -26,10 +26,10 @@ the adaptive controller's choices and the drafter's chain stop (docs/design/cont
       bench's GPU profile (a verify of up to 9 tokens costs one token, a draft decode 0.1 of
       one) instead of the trace's measured costs.
 
-Usage: .venv/bin/python research/policy_sim.py record /tmp/trace.json 8 64
-       .venv/bin/python research/policy_sim.py replay /tmp/trace.json
-       .venv/bin/python research/policy_sim.py replay /tmp/trace.json --verify-ratios 1,1.33,1.62,1.43,1.78,2.05,2.2,2.44,2.6
-       .venv/bin/python research/policy_sim.py suite /tmp/trace.json 3
+Usage: .venv/bin/python -m bench.research.policy_sim record /tmp/trace.json 8 64
+       .venv/bin/python -m bench.research.policy_sim replay /tmp/trace.json
+       .venv/bin/python -m bench.research.policy_sim replay /tmp/trace.json --verify-ratios 1,1.33,1.62,1.43,1.78,2.05,2.2,2.44,2.6
+       .venv/bin/python -m bench.research.policy_sim suite /tmp/trace.json 3
 """
 from __future__ import annotations
 
@@ -43,18 +43,17 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from engine.backend import ModelConfig  # noqa: E402
-from engine.control.controller import AdaptiveController  # noqa: E402
-from engine.control.evidence import Evidence  # noqa: E402
-from engine.events import DoneEvent  # noqa: E402
-from engine.generation_config import GenerationConfig  # noqa: E402
-from engine.pair import Pair  # noqa: E402
-from engine.control.policy import FixedGamma, GammaPolicy  # noqa: E402
-from engine.sampling import SamplingParams  # noqa: E402
-from bench.benchmark.theory import GPU_DRAFT_COST  # noqa: E402
-from engine.widths import padded_width  # noqa: E402
+from bench.fakes.table import VirtualClock
+from engine.backend import ModelConfig
+from engine.control.controller import AdaptiveController
+from engine.control.evidence import Evidence
+from engine.events import DoneEvent
+from engine.generation_config import GenerationConfig
+from engine.pair import Pair
+from engine.control.policy import FixedGamma, GammaPolicy
+from engine.sampling import SamplingParams
+from bench.benchmark.theory import GPU_DRAFT_COST
+from engine.widths import padded_width
 
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
@@ -178,16 +177,6 @@ class Costs:
         return self.draft[-1] * w / self.widths[-1]
 
 
-class Clock:
-    """Virtual milliseconds that pass only when a `TraceFake` decodes."""
-
-    def __init__(self) -> None:
-        self.ms = 0.0
-
-    def now(self) -> float:
-        return self.ms
-
-
 class TraceFake:
     """The target (`draft` False) or the draft of one trace record, as a Backend: at each
     position of the recorded answer its greedy token is the one recorded (the target's answer,
@@ -195,7 +184,7 @@ class TraceFake:
     probability; a decode of w tokens costs `cost(w)` virtual ms. Token ids are renumbered into
     a small vocabulary; a prompt is written as its ids ("17 203 5")."""
 
-    def __init__(self, rec: dict, ids: dict[int, int], clock: Clock,
+    def __init__(self, rec: dict, ids: dict[int, int], clock: VirtualClock,
                  cost: Callable[[int], float], draft: bool = False, n_ctx: int = 4096) -> None:
         self.rec, self.ids, self.clock, self.cost, self.draft = rec, ids, clock, cost, draft
         self.n_vocab = len(ids) + 1
@@ -264,7 +253,7 @@ def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: 
 
     def run(policy_drafter: str, policy: GammaPolicy | None) -> tuple[float, float,
                                                                       tuple[int, ...]]:
-        clock = Clock()
+        clock = VirtualClock()
         pair = Pair(TraceFake(rec, ids, clock, costs.verify),
                     TraceFake(rec, ids, clock, costs.draft_batch, draft=True),
                     chain_min=chain_min, clock=clock.now)
