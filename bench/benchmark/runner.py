@@ -12,8 +12,8 @@ decodes every token, forced or not), the measure speculation under a grammar is 
 
 Repeats: with `repeats` > 1 each group runs that many times in a row (alternating the order
 again). A one-second run on a shared machine is noisy (a `plain` configuration's A/A runs show
-how much), so the first repetition's records carry the speedup of the medians: median decode tokens/s of the
-configuration over median tokens/s of the baseline. The later repetitions are kept in the raw
+how much), so the first repetition's records carry the speedup of the medians: median decode
+tokens/s of the configuration over median tokens/s of the baseline. The later repetitions are kept in the raw
 data with role "baseline-repeat" / "speculative-repeat" and do not count twice in the
 aggregates.
 """
