@@ -65,16 +65,14 @@ def tune_prompts(args: argparse.Namespace) -> list[SuitePrompt]:
 
 def _choice(row):
     from models.tuned import Choice
-    c = row.candidate
-    return Choice(drafter=c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
-                  early_exit_layers=c.early_exit_layers, policy=c.policy, gamma=c.gamma,
-                  acceptance=row.acceptance, speedup_median=row.speedup.median,
+    return Choice(row.candidate, acceptance=row.acceptance, speedup_median=row.speedup.median,
                   speedup_p10=row.speedup.p10, n_prompts=row.n)
 
 
 def _plain(n: int):
+    from models.candidate import Candidate
     from models.tuned import Choice
-    return Choice(PLAIN, policy="plain", gamma=0, n_prompts=n)
+    return Choice(Candidate(PLAIN, policy="plain", gamma=0), n_prompts=n)
 
 
 def table_lines(results, cats: list[str]) -> list[str]:
@@ -216,12 +214,12 @@ def cmd_pairs(args: argparse.Namespace) -> int:
         draft = Path(r.draft).name if r.draft else "(no draft)"
         print(f"{r.key.id}  {r.date}  {Path(r.target).name}{adapter} / {draft}")
         c = r.chosen
-        result = ("no candidate beat it" if c.drafter == PLAIN else
+        result = ("no candidate beat it" if c.candidate.drafter == PLAIN else
                   f"{c.speedup_median:.2f}x (p10 {c.speedup_p10:.2f}), acceptance {c.acceptance:.2f}")
         print(f"    chosen {c.label}: {result}; {r.machine.get('device', '?')} "
               f"{r.machine.get('threads', '?')} threads, Tandem {r.tandem_version}")
         for cat, c in r.by_category.items():
-            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != PLAIN
+            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.candidate.drafter != PLAIN
                                                else ""))
     return 0
 

@@ -18,6 +18,7 @@ from engine.control.registry import make_policy
 from loading.options import LoadOptions
 from loading.load import load_pair
 from app.runtime.tuned import key_for
+from models.candidate import Candidate
 from models.tuned import Choice, PairingRecord, save
 from bench.fakes.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
                                 acceptance, write_lora)
@@ -125,7 +126,8 @@ def test_the_staleness_warning_fires_for_the_strong_adapter_only(files, store, c
     # lowest category).
     key = key_for(target, draft)
     save(PairingRecord(key=key, target=str(target), draft=str(draft), adapter="", adapter_scale=1.0,
-                       chosen=Choice("draft", acceptance=base, speedup_median=1.2, n_prompts=3),
+                       chosen=Choice(Candidate("draft"), acceptance=base, speedup_median=1.2,
+                                      n_prompts=3),
                        measured={"draft": {"acceptance": base, "acceptance_min": base, "n": 3}}))
     common = ["--target", str(target), "--draft", str(draft), "--prompt", prompt,
               "--max-tokens", "96", "--drafter", "draft", "--draft-quant", "off",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +16,7 @@ from engine.backend import ModelConfig
 from loading.plan import LoadPlan
 from models import tuned
 from app.runtime.tuned import key_for
+from models.candidate import Candidate
 from models.tuned import Choice, PairingRecord, all_records, find, save, stale_for
 
 
@@ -30,8 +32,8 @@ def store(tmp_path, monkeypatch):
 
 
 def _record(key, target, draft, drafter="draft", acceptance=0.7, **kw) -> PairingRecord:
-    chosen = Choice(drafter, draft_quant="q4_0", acceptance=acceptance, speedup_median=1.4,
-                    speedup_p10=1.1, n_prompts=6)
+    chosen = Choice(Candidate(drafter, draft_quant="q4_0"), acceptance=acceptance,
+                    speedup_median=1.4, speedup_p10=1.1, n_prompts=6)
     return PairingRecord(key=key, target=str(target), draft=str(draft), adapter="",
                          adapter_scale=1.0, chosen=chosen,
                          measured={"draft-q4_0": {"acceptance": acceptance,
@@ -175,7 +177,7 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     t2 = tinygguf.write(tmp_path / "t2.gguf", n_embd=64, n_layer=3)
     d = tinygguf.write(tmp_path / "d.gguf", n_embd=64)
     rec = _record(key_for(t, d), t, d, drafter="lookup")
-    rec.chosen.draft_quant, rec.chosen.policy, rec.chosen.gamma = "off", "fixed", 3
+    rec.chosen.candidate = Candidate("lookup", policy="fixed", gamma=3)
     save(rec)
     holder = PairHolder()
     holder._loader = lambda config: FakeBackend()
@@ -198,4 +200,15 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
 
 
 def test_a_record_written_when_plain_decoding_was_called_none_still_reads():
-    assert Choice("none").drafter == "plain" and Choice("none").label == "plain decoding"
+    old = Choice.from_dict({"drafter": "none", "policy": "plain", "gamma": 0, "n_prompts": 4})
+    assert old.candidate.drafter == "plain" and old.label == "plain decoding" and old.n_prompts == 4
+
+
+def test_a_choice_keeps_its_candidate_and_reads_the_flat_records_written_before():
+    choice = Choice(Candidate("draft", draft_quant="q4_0", policy="fixed", gamma=3),
+                    acceptance=0.7, speedup_median=1.4, n_prompts=6)
+    assert Choice.from_dict(asdict(choice)) == choice
+    flat = {"drafter": "draft", "draft_quant": "q4_0", "draft_vocab": "full",
+            "early_exit_layers": None, "policy": "fixed", "gamma": 3, "acceptance": 0.7,
+            "speedup_median": 1.4, "speedup_p10": 1.0, "n_prompts": 6}
+    assert Choice.from_dict(flat) == choice and choice.label == "draft q4_0 fixed g=3"

@@ -12,7 +12,8 @@ from engine.backend import ModelConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from bench.tuning.candidates import Candidate, default_candidates
+from bench.tuning.candidates import default_candidates
+from models.candidate import Candidate
 from bench.tuning.decide import OVERALL, categories, choose, table
 from bench.tuning.host import PairHost
 from bench.tuning.measure import (MIN_PAIRS_TO_STOP, TuneHost, clearly_loses, leader_median,

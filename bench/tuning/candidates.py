@@ -1,48 +1,17 @@
-"""The configurations `tandem tune` measures: the draft as given, its requantizations to Q8_0,
-Q4_K and Q4_0 (llama.cpp's quantizer), its trimmed output head, hybrid (prompt lookup, else the
-draft), early exit at two depths of the target, prompt lookup alone, and suffix (the longer match in
-the prompt or a history of the run's earlier prompts and answers, as the user's history would be); "plain"
+"""The configurations `tandem tune` measures (each a `Candidate`, models/candidate.py, the value a
+pairing record keeps): the draft as given, its requantizations to Q8_0, Q4_K and Q4_0
+(llama.cpp's quantizer), its trimmed output head, hybrid (prompt lookup, else the draft), early
+exit at two depths of the target, prompt lookup alone, and suffix (the longer match in the prompt
+or a history of the run's earlier prompts and answers, as the user's history would be); "plain"
 (plain decoding) is the reference every one of them is measured against."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from models.candidate import Candidate
 
 # Early-exit depths, as fractions of the target's layers: three quarters is the default drafter
 # (engine/drafters/early_exit.py); a shallower one is cheaper and agrees less often.
 EARLY_EXIT_FRACTIONS = (0.6, 0.75)
 QUANTS = ("q8_0", "q4_k", "q4_0")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One configuration: which drafter, on which draft file variant, under which policy."""
-    drafter: str
-    draft_quant: str = "off"
-    draft_vocab: str = "full"
-    early_exit_layers: int | None = None
-    policy: str = "adaptive"
-    gamma: int = 8
-
-    @property
-    def name(self) -> str:
-        """A unique, readable label; also the drafter's name while it is measured."""
-        parts = [self.drafter]
-        if self.draft_quant != "off":
-            parts.append(self.draft_quant)
-        if self.draft_vocab != "full":
-            parts.append(f"vocab-{self.draft_vocab}")
-        if self.early_exit_layers is not None:
-            parts.append(str(self.early_exit_layers))
-        return "-".join(parts)
-
-    @property
-    def reads_history(self) -> bool:
-        """Measured drafting from a history of the run's earlier prompts and answers."""
-        return self.drafter == "suffix"
-
-    @property
-    def needs_draft(self) -> bool:
-        return self.drafter in ("draft", "hybrid")
 
 
 def default_candidates(has_draft: bool, n_layer: int, policy: str = "adaptive",

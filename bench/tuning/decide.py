@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from bench.benchmark.aggregate import Quantiles, quantiles
-from bench.tuning.candidates import Candidate
+from models.candidate import Candidate
 from bench.tuning.measure import CandidateResult, PairRun
 
 OVERALL = "overall"

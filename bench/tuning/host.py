@@ -17,7 +17,7 @@ from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from bench.tuning.candidates import Candidate
+from models.candidate import Candidate
 from bench.tuning.measure import TuneHost
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import derive_quantized

@@ -31,7 +31,7 @@ from bench.benchmark.suite import SuitePrompt
 from engine.errors import TandemError
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from bench.tuning.candidates import Candidate
+from models.candidate import Candidate
 
 MIN_PAIRS_TO_STOP = 3
 
