@@ -127,9 +127,7 @@ class ScriptedFake(FakeBackend):
         self.cost = list(cost)
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
-        w, c = len(tokens), self.cost
-        # Past the table a batch costs its widest entry's per-token share (a prefill).
-        self.clock.ms += c[w - 1] if w <= len(c) else c[-1] * w / len(c)
+        self.clock.charge(self.cost, len(tokens))
         return super().decode(tokens, pos, rows)
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

@@ -20,6 +20,11 @@ class VirtualClock:
     def now(self) -> float:
         return self.ms
 
+    def charge(self, cost: Sequence[float], width: int) -> None:
+        """A decode of `width` tokens at `cost` (virtual ms of a decode of 1, 2, ... tokens); past
+        the table a batch costs its widest entry's per-token share (a prefill)."""
+        self.ms += cost[width - 1] if width <= len(cost) else cost[-1] * width / len(cost)
+
 
 class TableFake(FakeBackend):
     """A tiny-vocabulary fake whose logits are a table lookup on the last two tokens (fast to
@@ -53,7 +58,5 @@ class TableFake(FakeBackend):
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
         if self.clock is not None:
-            w = len(tokens)
-            c = self.cost
-            self.clock.ms += c[w - 1] if w <= len(c) else c[-1] * w / len(c)
+            self.clock.charge(self.cost, len(tokens))
         return super().decode(tokens, pos, rows)
