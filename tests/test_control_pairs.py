@@ -3,7 +3,6 @@ configuration, so the default and the control are compared within one repetition
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from bench.research import control_pairs
 

@@ -2,7 +2,6 @@
 answer as a trace recorded, timed by the trace's costs on a virtual clock."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
