@@ -198,7 +198,7 @@ def path_inserts(path: Path) -> list[int]:
         if (isinstance(target, ast.Attribute) and target.attr == "path"
                 and isinstance(target.value, ast.Name) and target.value.id == "sys"):
             found.append(node.lineno)
-    return found
+    return sorted(found)
 
 
 def test_no_file_puts_a_folder_on_sys_path():
