@@ -49,12 +49,16 @@ class Choice:
     speedup_p10: float = 1.0
     n_prompts: int = 0
 
+    def as_dict(self) -> dict:
+        """As the record keeps it: the candidate's fields beside the figures, one flat object
+        (the format every version of the record reads)."""
+        d = asdict(self)
+        return {**d.pop("candidate"), **d}
+
     @classmethod
     def from_dict(cls, d: dict) -> "Choice":
-        """A record's choice: the candidate nested, or its fields beside the figures as records
-        before it were written."""
         d = dict(d)
-        c = dict(d.pop("candidate", None) or {k: d.pop(k) for k in _CANDIDATE_FIELDS if k in d})
+        c = {k: d.pop(k) for k in _CANDIDATE_FIELDS if k in d}
         # Records written before plain decoding's drafter was named "plain" say "none".
         if c.get("drafter") == "none":
             c["drafter"] = PLAIN
@@ -96,7 +100,8 @@ class PairingRecord:
     version: int = RECORD_VERSION
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "chosen": self.chosen.as_dict(),
+                "by_category": {k: c.as_dict() for k, c in self.by_category.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PairingRecord":
