@@ -10,15 +10,19 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.reports import bench_files, bench_markdown
+from app.reports import bench_markdown
+from bench.benchmark import files as bench_files
 from app.reports.machine import command_line, machine_line, run_context
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs, print_plan)
-from engine.tools.benchmark import overhead
-from engine.tools.benchmark.aggregate import summarize
-from engine.tools.benchmark.runner import HISTORY_MARK, BenchPlan, SpecConfig, run_benchmark
-from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
+from app.reports import overhead_markdown
+from bench.fakes.spelled import Spelling, byte_spelling, qwen_spelling
+from bench.overhead import engine_time, grammar as grammar_overhead
+from bench.overhead.banks import QWEN_VOCAB
+from bench.benchmark.aggregate import summarize
+from bench.benchmark.runner import HISTORY_MARK, BenchPlan, SpecConfig, run_benchmark
+from bench.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
@@ -130,36 +134,36 @@ def cmd_overhead(args: argparse.Namespace) -> int:
     max_tokens = args.max_tokens or OVERHEAD_TOKENS
     repeats = args.repeats or OVERHEAD_REPEATS
     paths = _csv(args.overhead_paths) if args.overhead_paths else []
-    free_paths = [p for p in paths if p != overhead.GRAMMAR_PATH]
+    free_paths = [p for p in paths if p != grammar_overhead.GRAMMAR_PATH]
     if not paths or free_paths:
-        print(f"engine overhead: {len(free_paths) or len(overhead.PATHS)} paths x "
-              f"{len(overhead.MODES)} samplings x {repeats} runs of {max_tokens} tokens at "
+        print(f"engine overhead: {len(free_paths) or len(engine_time.PATHS)} paths x "
+              f"{len(engine_time.MODES)} samplings x {repeats} runs of {max_tokens} tokens at "
               f"{args.vocab:,} tokens ...", file=sys.stderr)
-        rows, history = overhead.run_overhead(n_vocab=args.vocab, max_tokens=max_tokens,
-                                              repeats=repeats, paths=free_paths)
-        print(overhead.markdown(rows, args.vocab, machine_line(), history))
-    if not paths or overhead.GRAMMAR_PATH in paths:
+        rows, history = engine_time.run_overhead(n_vocab=args.vocab, max_tokens=max_tokens,
+                                                 repeats=repeats, paths=free_paths)
+        print(overhead_markdown.markdown(rows, args.vocab, machine_line(), history))
+    if not paths or grammar_overhead.GRAMMAR_PATH in paths:
         spelling = _spelling(args.vocab)
-        print(f"constraint overhead: {len(overhead.GRAMMAR_PATHS)} paths x "
-              f"{len(overhead.GRAMMAR_MODES)} samplings x {repeats} runs of {max_tokens} tokens, "
-              f"free and under a JSON schema, spelling with {spelling.name} ...", file=sys.stderr)
-        grammar_rows = overhead.run_grammar_overhead(spelling, max_tokens=max_tokens,
-                                                     repeats=repeats)
+        print(f"constraint overhead: {len(grammar_overhead.GRAMMAR_PATHS)} paths x "
+              f"{len(grammar_overhead.GRAMMAR_MODES)} samplings x {repeats} runs of "
+              f"{max_tokens} tokens, free and under a JSON schema, spelling with {spelling.name} ...", file=sys.stderr)
+        grammar_rows = grammar_overhead.run_grammar_overhead(spelling, max_tokens=max_tokens,
+                                                             repeats=repeats)
         if not paths or free_paths:
             print()
-        print(overhead.grammar_markdown(grammar_rows, spelling, machine_line()))
+        print(overhead_markdown.grammar_markdown(grammar_rows, spelling, machine_line()))
     return 0
 
 
-def _spelling(n_vocab: int) -> overhead.Spelling:
+def _spelling(n_vocab: int) -> Spelling:
     """The embedded target's real vocabulary when it is on disk and the size asked for, else
     a byte-level table of `n_vocab` tokens."""
     path = embedded.TARGET.path
-    if path.is_file() and n_vocab == overhead.QWEN_VOCAB:
-        spelling = overhead.qwen_spelling(path)
+    if path.is_file() and n_vocab == QWEN_VOCAB:
+        spelling = qwen_spelling(path)
         if spelling.n_vocab == n_vocab:
             return spelling
-    return overhead.byte_spelling(n_vocab)
+    return byte_spelling(n_vocab)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -259,7 +263,7 @@ def _write_bench(out: Path, records: list, context: dict) -> None:
 def cmd_exactness(args: argparse.Namespace) -> int:
     # SciPy's statistics take over 1 s to import: only the command that tests pays for them.
     from app.reports import exactness_report
-    from engine.tools.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
+    from bench.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
 
     pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"], args.drafter)
     draft_words = _draft_words(pair, dcfg)
@@ -367,7 +371,7 @@ def _register_bench(sub: argparse._SubParsersAction) -> None:
                    help="measure the engine's own time per token instead: the real generation "
                    "loop over backends that answer at once (no model is loaded); "
                    f"{OVERHEAD_TOKENS} tokens a run unless --max-tokens")
-    b.add_argument("--vocab", type=int, default=overhead.QWEN_VOCAB,
+    b.add_argument("--vocab", type=int, default=QWEN_VOCAB,
                    help="vocabulary size for --overhead (default Qwen2.5's 151,936)")
     b.add_argument("--overhead-paths", help="with --overhead: comma-separated paths to run "
                    "(plain, draft, lookup, hybrid, or a label; json: the constraint's own cost, "

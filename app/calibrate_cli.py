@@ -1,7 +1,7 @@
 """`tandem calibrate`: load the pair, measure its decode costs on this machine (the calibration
 the adaptive controller starts from) and print them with the predicted ceiling of speculation per
 gamma, for the draft model and for prompt lookup; where the draft model cannot pay, say what
-might. The figures are the engine's (engine/tools/ceiling.py); this module only formats them."""
+might. The figures are the engine's (bench/ceiling.py); this module only formats them."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ from pathlib import Path
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
                           model_configs, print_plan)
-from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
+from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from loading.load import load_pair
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from app.runtime.defaults import PLAIN
-from engine.tools.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
+from bench.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
 from engine.errors import SettingsError
 
 # Tokens per tuning run: long enough for the adaptive controller to settle, short enough for a
@@ -65,20 +65,18 @@ def tune_prompts(args: argparse.Namespace) -> list[SuitePrompt]:
 
 def _choice(row):
     from models.tuned import Choice
-    c = row.candidate
-    return Choice(drafter=c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
-                  early_exit_layers=c.early_exit_layers, policy=c.policy, gamma=c.gamma,
-                  acceptance=row.acceptance, speedup_median=row.speedup.median,
+    return Choice(row.candidate, acceptance=row.acceptance, speedup_median=row.speedup.median,
                   speedup_p10=row.speedup.p10, n_prompts=row.n)
 
 
 def _plain(n: int):
+    from models.candidate import Candidate
     from models.tuned import Choice
-    return Choice(PLAIN, policy="plain", gamma=0, n_prompts=n)
+    return Choice(Candidate(PLAIN, policy="plain", gamma=0), n_prompts=n)
 
 
 def table_lines(results, cats: list[str]) -> list[str]:
-    from engine.tools.tuning.decide import OVERALL, choose, table
+    from bench.tuning.decide import OVERALL, choose, table
     lines = [f"{'candidate':<22}{'prompts':>8}{'accept':>8}{'draft cost':>11}"
              f"{'speedup':>9}{'p10':>7}  note"]
     for r in table(results):
@@ -100,7 +98,7 @@ def table_lines(results, cats: list[str]) -> list[str]:
 
 def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
     from engine.llama.backend import default_threads
-    from engine.tools.tuning.decide import OVERALL, choose, row
+    from bench.tuning.decide import OVERALL, choose, row
     from models.tuned import PairingRecord
     from app.reports.machine import _cpu_model
     total = sum(len(r.runs) for r in results)
@@ -138,13 +136,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from app.runtime.defaults import DEFAULT_DRAFTER, DRAFTERS
     from app.runtime.request import Offer, resolve
     from app.settings import draft_stops, model_configs, print_plan, request_settings
-    from engine.tools.tuning.candidates import default_candidates
-    from engine.tools.tuning.decide import categories
+    from bench.tuning.candidates import default_candidates
+    from bench.tuning.decide import categories
     from loading.options import LoadOptions
     from loading.load import execute
     from loading.plan import plan_load
-    from loading.tuning_host import PairHost
-    from engine.tools.tuning.measure import measure
+    from bench.tuning.host import PairHost
+    from bench.tuning.measure import measure
     from app.runtime.tuned import key_for
     from models.tuned import save
 
@@ -216,12 +214,12 @@ def cmd_pairs(args: argparse.Namespace) -> int:
         draft = Path(r.draft).name if r.draft else "(no draft)"
         print(f"{r.key.id}  {r.date}  {Path(r.target).name}{adapter} / {draft}")
         c = r.chosen
-        result = ("no candidate beat it" if c.drafter == PLAIN else
+        result = ("no candidate beat it" if c.candidate.drafter == PLAIN else
                   f"{c.speedup_median:.2f}x (p10 {c.speedup_p10:.2f}), acceptance {c.acceptance:.2f}")
         print(f"    chosen {c.label}: {result}; {r.machine.get('device', '?')} "
               f"{r.machine.get('threads', '?')} threads, Tandem {r.tandem_version}")
         for cat, c in r.by_category.items():
-            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.drafter != PLAIN
+            print(f"      {cat}: {c.label}" + (f" {c.speedup_median:.2f}x" if c.candidate.drafter != PLAIN
                                                else ""))
     return 0
 

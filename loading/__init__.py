@@ -3,7 +3,7 @@ pair's compatibility and the memory budget, derives the draft files a load asks 
 backends and builds the engine's Pair from them. The app (CLI, UI, API, bench) loads through
 `loading.load.load_pair` with a `loading.options.LoadOptions`.
 
-Layers (tests/test_layers.py holds them): app -> loading -> {models, engine}; models -> engine.errors
-only; engine -> nothing of ours. Derived GGUFs (requantized, early-exit and vocabulary-trimmed
+Layers (tests/test_layers.py holds them): app -> bench -> loading -> {models, engine};
+models -> engine.errors only; engine -> nothing of ours. Derived GGUFs (requantized, early-exit and vocabulary-trimmed
 drafts) are made in `loading.derived`, by one path rule and one hasher (loading/derived/files.py).
 """

@@ -13,15 +13,17 @@ import datetime as dt
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from models.atomic import set_aside
+from models.candidate import Candidate
 from models.tandem_store import store_dir, writable_dir, write_atomically
 
 RECORD_VERSION = 1
 # Plain decoding's drafter name (engine/drafters/base.py; models imports no engine module).
 PLAIN = "plain"
+_CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidate))
 
 
 @dataclass(frozen=True)
@@ -39,37 +41,43 @@ class PairKey:
 
 @dataclass
 class Choice:
-    """One tuned configuration: the drafter, the draft file variant and the policy, with what
-    it measured against plain decoding on the tuning prompts."""
-    drafter: str
-    draft_quant: str = "off"
-    draft_vocab: str = "full"
-    early_exit_layers: int | None = None
-    policy: str = "adaptive"
-    gamma: int = 8
+    """One tuned configuration (`candidate`: the drafter, the draft file variant and the policy),
+    with what it measured against plain decoding on the tuning prompts."""
+    candidate: Candidate
     acceptance: float = 0.0
     speedup_median: float = 1.0
     speedup_p10: float = 1.0
     n_prompts: int = 0
 
-    def __post_init__(self) -> None:
+    def as_dict(self) -> dict:
+        """As the record keeps it: the candidate's fields beside the figures, one flat object
+        (the format every version of the record reads)."""
+        d = asdict(self)
+        return {**d.pop("candidate"), **d}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Choice":
+        d = dict(d)
+        c = {k: d.pop(k) for k in _CANDIDATE_FIELDS if k in d}
         # Records written before plain decoding's drafter was named "plain" say "none".
-        if self.drafter == "none":
-            self.drafter = PLAIN
+        if c.get("drafter") == "none":
+            c["drafter"] = PLAIN
+        return cls(Candidate(**c), **d)
 
     @property
     def label(self) -> str:
-        if self.drafter == PLAIN:
+        c = self.candidate
+        if c.drafter == PLAIN:
             return "plain decoding"
-        parts = [self.drafter]
-        if self.drafter in ("draft", "hybrid"):
-            if self.draft_quant not in ("off", "auto"):
-                parts.append(self.draft_quant)
-            if self.draft_vocab != "full":
-                parts.append(f"vocab-{self.draft_vocab}")
-        if self.early_exit_layers is not None:
-            parts.append(f"{self.early_exit_layers} layers")
-        return " ".join(parts) + f" {self.policy} g={self.gamma}"
+        parts = [c.drafter]
+        if c.drafter in ("draft", "hybrid"):
+            if c.draft_quant not in ("off", "auto"):
+                parts.append(c.draft_quant)
+            if c.draft_vocab != "full":
+                parts.append(f"vocab-{c.draft_vocab}")
+        if c.early_exit_layers is not None:
+            parts.append(f"{c.early_exit_layers} layers")
+        return " ".join(parts) + f" {c.policy} g={c.gamma}"
 
 
 @dataclass
@@ -82,7 +90,7 @@ class PairingRecord:
     # The configuration used by default (the best over every prompt), and per category.
     chosen: Choice
     by_category: dict[str, Choice] = field(default_factory=dict)
-    # Every candidate measured, by name (engine/tools/tuning/candidates.py): acceptance pooled and
+    # Every candidate measured, by name (`Candidate.name`): acceptance pooled and
     # lowest over categories, speedup median and p10, prompts, and why it stopped early.
     measured: dict[str, dict] = field(default_factory=dict)
     machine: dict = field(default_factory=dict)
@@ -92,14 +100,15 @@ class PairingRecord:
     version: int = RECORD_VERSION
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "chosen": self.chosen.as_dict(),
+                "by_category": {k: c.as_dict() for k, c in self.by_category.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PairingRecord":
         return cls(key=PairKey(**d["key"]), target=d["target"], draft=d["draft"],
                    adapter=d.get("adapter", ""), adapter_scale=float(d.get("adapter_scale", 1.0)),
-                   chosen=Choice(**d["chosen"]),
-                   by_category={k: Choice(**v) for k, v in d.get("by_category", {}).items()},
+                   chosen=Choice.from_dict(d["chosen"]),
+                   by_category={k: Choice.from_dict(v) for k, v in d.get("by_category", {}).items()},
                    measured=d.get("measured", {}),
                    machine=d.get("machine", {}), sampling=d.get("sampling", {}),
                    date=d.get("date", ""), tandem_version=d.get("tandem_version", ""),

@@ -9,8 +9,8 @@ tensor by tensor (a 7B is 15 GB: never all in memory), then Q4_K_M-quantized by 
 own quantizer (engine/llama/quantize.py). `--tiny` writes a pair of the same family
 small enough for a CPU test. Values come from one seeded pool of normals, cycled per tensor.
 
-    python scripts/gpu_check.py write OUT_DIR [--tiny] [--threads N]
-    python scripts/gpu_check.py report OUT_JSON STEPS_TSV KEY=FILE...
+    python -m scripts.gpu_check write OUT_DIR [--tiny] [--threads N]
+    python -m scripts.gpu_check report OUT_JSON STEPS_TSV KEY=FILE...
 """
 from __future__ import annotations
 
@@ -24,11 +24,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine.llama.quantize import quantize  # noqa: E402  (after the repository is on the path)
-from engine.llama.quiet import quiet_llama  # noqa: E402
+from engine.llama.quantize import quantize
+from engine.llama.quiet import quiet_llama
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
             "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -4,7 +4,7 @@ Launches the app on a free local port with the embedded pair (or --target/--draf
 Debian's Chromium through Playwright with a short chat, one side-by-side run and a catalog check
 in the wizard, and writes chat.png, compare.png and models.png.
 
-    .venv/bin/python scripts/screenshots.py [--small] [--max-tokens 48] [--policy fixed] [--out docs/screenshots]
+    .venv/bin/python -m scripts.screenshots [--small] [--max-tokens 48] [--policy fixed] [--out docs/screenshots]
 
 --small uses the 0.5B draft file as both target and draft (fast, for a busy machine).
 """
@@ -15,15 +15,14 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from app.serve.access import Access
+from app.serve.server import launch
+from app.ui import build_app, page_mounter
+from app.runtime.holder import PairHolder
+from engine.backend import ModelConfig
+from engine.generation_config import GenerationConfig
 
-from app.serve.access import Access  # noqa: E402
-from app.serve.server import launch  # noqa: E402
-from app.ui import build_app, page_mounter  # noqa: E402
-from app.runtime.holder import PairHolder  # noqa: E402
-from engine.backend import ModelConfig  # noqa: E402
-from engine.generation_config import GenerationConfig  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

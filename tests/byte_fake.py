@@ -1,6 +1,6 @@
 """Byte-level fake backends for grammar tests: token i is byte i (0..255) and token 256 the
 end-of-generation control token, so `tokenize` spells any text with the vocabulary's own tokens,
-as llguidance needs to force canonical tokenizations (tests/fakes.py's FakeBackend does not).
+as llguidance needs to force canonical tokenizations (bench/fakes/backend.py's FakeBackend does not).
 
 `ChatByteFake` adds the tool-call tags <tool_call> and </tool_call> as control tokens written
 as their text (as llama.cpp writes Qwen's), and a chat template that reads `tools` the way
@@ -12,7 +12,7 @@ import re
 from typing import Sequence
 
 from engine.backend import TokenTable
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 EOG = 256
 TAGS = ("<tool_call>", "</tool_call>")

@@ -7,7 +7,7 @@ sums each leaf's probability onto its output. No sampling, so no noise: a law co
 is exact up to float rounding, and an inexact rule shows as a total variation far above it.
 
 The generation must be deterministic given its choices: fresh sessions, drafters and policies
-per run, and a virtual clock (`VirtualClock`) instead of wall time.
+per run, and a virtual clock (bench/fakes/table.py's `VirtualClock`) instead of wall time.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from engine.dist import Dist
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.transform import probabilities
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 
 class EnumeratingRng(Rng):
@@ -105,52 +105,3 @@ def target_law(backend: FakeBackend, prompt: Sequence[int], params: SamplingPara
 
 def total_variation(a: dict, b: dict) -> float:
     return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
-
-
-class VirtualClock:
-    """Milliseconds that pass only when a costed fake decodes: a deterministic stand-in for
-    wall time, and a cost profile (TableFake's `cost`) when the costs are chosen to match one."""
-
-    def __init__(self) -> None:
-        self.ms = 0.0
-
-    def now(self) -> float:
-        return self.ms
-
-
-class TableFake(FakeBackend):
-    """A tiny-vocabulary fake whose logits are a table lookup on the last two tokens (fast to
-    run thousands of times), optionally rounded to a grid so rows hold exact ties, with token
-    `eog` ending the generation and each decode of w tokens costing `cost[w - 1]` virtual ms.
-    `keep_ids` leaves only those tokens finite (a draft with a trimmed output vocabulary)."""
-
-    def __init__(self, n_vocab: int = 8, seed: int = 0, scale: float = 2.5, noise: float = 0.0,
-                 grid: float = 0.0, eog: int | None = None, clock: VirtualClock | None = None,
-                 cost: Sequence[float] = (1.0,), keep_ids: Sequence[int] | None = None) -> None:
-        super().__init__(n_vocab=n_vocab, seed=seed, scale=scale, eog=eog, order=2)
-        rng = np.random.default_rng(seed)
-        table = rng.standard_normal((n_vocab, n_vocab, n_vocab)) * scale
-        if noise:
-            table = table + np.random.default_rng(seed + 1000).standard_normal(table.shape) * noise
-        if grid:
-            table = np.round(table / grid) * grid
-        if eog is not None:
-            table[..., eog] -= 1.5
-        if keep_ids is not None:
-            mask = np.full(n_vocab, -np.inf)
-            mask[list(keep_ids)] = 0.0
-            table = table + mask
-        self.table = table.astype(np.float32)
-        self.clock = clock
-        self.cost = list(cost)
-
-    def _row(self, context: Sequence[int]) -> np.ndarray:
-        a = context[-2] if len(context) > 1 else 0
-        return self.table[a, context[-1]]
-
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
-        if self.clock is not None:
-            w = len(tokens)
-            c = self.cost
-            self.clock.ms += c[w - 1] if w <= len(c) else c[-1] * w / len(c)
-        return super().decode(tokens, pos, rows)

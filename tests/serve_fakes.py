@@ -9,7 +9,7 @@ from app.serve.server import create_app
 from app.runtime.holder import PairHolder
 from engine.pair import Pair
 from tests.byte_fake import ChatByteFake
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 API_KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

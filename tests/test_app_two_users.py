@@ -17,7 +17,7 @@ from app.runtime.holder import PairHolder
 from app.runtime.queue import GenerationQueue
 from engine.pair import Pair
 from tests import appserver
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, set_slider
 
 pytestmark = [pytest.mark.browser]

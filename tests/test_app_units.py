@@ -19,7 +19,7 @@ from engine.pair import Pair
 from engine.stats import GenerationStats
 from loading.options import LoadOptions
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 FAKE_OPTS = LoadOptions(check_budget=False, draft_quant="off")
 # drafter, policy, gamma, temperature, top-k, top-p, min-p, seed, max tokens

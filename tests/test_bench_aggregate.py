@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from engine.tools.benchmark.aggregate import (amdahl_rows, gamma_sweep, leviathan_rows, position_curves,
+from bench.benchmark.aggregate import (amdahl_rows, gamma_sweep, leviathan_rows, position_curves,
                                         quantiles, sampling_label, speedup_rows, summarize)
-from engine.tools.benchmark.records import RunRecord, pair_with
-from engine.tools.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
+from bench.benchmark.records import RunRecord, pair_with
+from bench.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
                                           predicted_speedup)
 
 DEFAULTS = dict(order=0, prompt_id="p", category="math", role="baseline", config="baseline",

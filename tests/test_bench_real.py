@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.cli import main
-from app.reports.bench_files import runs_dir
+from bench.benchmark.files import runs_dir
 from tests.realmodels import smollm2_135m
 
 pytestmark = pytest.mark.real

@@ -7,17 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from app.reports import bench_files, bench_markdown, bench_plots
+from app.reports import bench_markdown, bench_plots
+from bench.benchmark import files as bench_files
 from engine.events import DoneEvent
 from engine.grammar.spec import GrammarSpec
-from engine.tools.benchmark.aggregate import summarize
-from engine.tools.benchmark.overhead import SpelledBackend, byte_spelling, llm_like_bank
-from engine.tools.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
-from engine.tools.benchmark.suite import SuitePrompt, load_suite
+from bench.benchmark.aggregate import summarize
+from bench.fakes.spelled import SpelledBackend, byte_spelling
+from bench.overhead.banks import llm_like_bank
+from bench.benchmark.runner import BenchPlan, SpecConfig, cold_start, run_benchmark
+from bench.benchmark.suite import SuitePrompt, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 GREEDY = SamplingParams()
 
@@ -195,7 +197,7 @@ def test_configs_parse_an_optional_opening():
 
 def test_a_history_configuration_drafts_from_the_earlier_prompts_and_never_its_own_repeat():
     from app.bench_cli import parse_configs
-    from engine.tools.benchmark.suite import SuitePrompt
+    from bench.benchmark.suite import SuitePrompt
     pair = fake_pair()
     text = "def area(w, h):\n    return w * h\n"
     chosen = [SuitePrompt("first", "a", text), SuitePrompt("again", "a", text)]

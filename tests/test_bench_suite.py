@@ -8,8 +8,9 @@ import pytest
 from engine.errors import SettingsError
 from engine.grammar.llg import compile_grammar
 from engine.grammar.spec import JSON_SCHEMA
-from engine.tools.benchmark.overhead import SpelledBackend, byte_spelling, llm_like_bank
-from engine.tools.benchmark.suite import DEFAULT_SUITE, load_suite
+from bench.fakes.spelled import SpelledBackend, byte_spelling
+from bench.overhead.banks import llm_like_bank
+from bench.benchmark.suite import DEFAULT_SUITE, load_suite
 
 REQUIRED = {"code-generation", "code-editing", "chat", "math", "summarization", "translation"}
 

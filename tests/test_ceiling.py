@@ -1,4 +1,4 @@
-"""The predicted ceiling (engine/tools/ceiling.py) and `tandem calibrate`'s advice from it, and the
+"""The predicted ceiling (bench/ceiling.py) and `tandem calibrate`'s advice from it, and the
 controller block a generation's stats carry (`--json`)."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import pytest
 
 from app.calibrate_cli import suggestions
-from engine.tools.ceiling import ceiling
+from bench.ceiling import ceiling
 from engine.control.costs import Calibration
 from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
-from tests.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
+from bench.fakes.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
 
 SLOW_CAL = Calibration(draft_ms=list(SLOW_DRAFT.draft), verify_ms=list(SLOW_DRAFT.verify),
                        model_name="draft-model")

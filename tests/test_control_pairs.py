@@ -1,15 +1,11 @@
-"""research/control_pairs.py: a bench's runs regrouped into repetitions, each one run of every
+"""bench/research/control_pairs.py: a bench's runs regrouped into repetitions, each one run of every
 configuration, so the default and the control are compared within one repetition."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "control_pairs", Path(__file__).resolve().parents[1] / "research" / "control_pairs.py")
-control_pairs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(control_pairs)
+from bench.research import control_pairs
+
 
 D, C = control_pairs.DEFAULT, control_pairs.CONTROL
 

@@ -20,7 +20,7 @@ from engine.control.policy import Decision, FixedGamma, GammaPolicy, HeuristicGa
 from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 # Target verify cost by width 1..9 (ms), shaped like the measured 1.5B curve on this CPU.
 VERIFY = [100.0, 130.0, 130.0, 135.0, 150.0, 190.0, 210.0, 230.0, 260.0]
@@ -607,7 +607,7 @@ def test_a_copy_from_the_context_is_priced_by_its_verify_alone():
 
 def test_hybrid_speculates_with_lookup_where_the_draft_model_is_too_dear():
     from engine.pair import Pair
-    from tests.exact_law import TableFake, VirtualClock
+    from bench.fakes.table import TableFake, VirtualClock
     clock = VirtualClock()
     dear = [30.0 + 3.0 * w for w in range(10)]
     pair = Pair(TableFake(seed=3, clock=clock, cost=[30.0 + 3.0 * w for w in range(10)]),

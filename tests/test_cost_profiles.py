@@ -9,7 +9,7 @@ particular rejections happened to favour (gamma 5 over 6 by 3% at acceptance 0.9
 better bet), which no policy choosing before the tokens are seen can match.
 
 Everything runs through the real `Pair.generate` (calibration, hybrid drafting, padding, the
-draft's catch-up) over scripted fakes on a virtual clock (tests/costed.py), greedy, so each
+draft's catch-up) over scripted fakes on a virtual clock (bench/fakes/costed.py), greedy, so each
 figure is exact. Tokens/s is over the whole generation (prefill included: the target's is the
 same for every policy, the draft's is charged where it is paid).
 """
@@ -21,18 +21,10 @@ from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.sampling import SamplingParams
-from tests.costed import CPU, GPU, PATTERNS, SLOW_DRAFT, Profile, Script, script, scripted_pair
+from bench.fakes.costed import (CASES, FIXED, MAX_GAMMA, PATTERNS, SEEDS, SLOW_DRAFT, TOKENS,
+                                Profile, Script, script, scripted_pair)
 
-TOKENS = 240
-MAX_GAMMA = 8
-FIXED = range(0, 7)
 BOUND = 0.97
-SEEDS = (0, 1, 2)
-# The file a copying answer edits, in tokens.
-FILE = 240
-
-CASES = [(GPU, "hybrid", 0), (CPU, "hybrid", 0), (SLOW_DRAFT, "hybrid", 0),
-         (SLOW_DRAFT, "hybrid", FILE), (CPU, "lookup", FILE)]
 
 
 def tokens_per_s(profile: Profile, s: Script, drafter: str, policy: GammaPolicy | None) -> float:

@@ -31,7 +31,7 @@ from loading.options import LoadOptions
 from loading.load import add_early_exit, load_pair
 from models.gguf_info import read_info
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 GREEDY = SamplingParams(temperature=0.0)
 RNG = Rng(0)

@@ -11,7 +11,7 @@ from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
 from loading.evidence import EvidenceFile, identity, keep_evidence
 from models.tuned import PairKey, pairs_dir
-from tests.costed import GPU, PATTERNS, script, scripted_pair
+from bench.fakes.costed import GPU, PATTERNS, script, scripted_pair
 
 KEY = PairKey("a" * 64, "", "b" * 64)
 GREEDY = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=24)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.tools.exactness.compare import OTHER, compare, detectable_tv, pooled_counts
-from engine.tools.exactness.draws import END, pair_at, statistics
+from bench.exactness.compare import OTHER, compare, detectable_tv, pooled_counts
+from bench.exactness.draws import END, pair_at, statistics
 
 
 def test_pooling_keeps_frequent_categories_and_pools_the_rare_ones():

@@ -24,7 +24,7 @@ from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.transform import probabilities
-from tests.exact_law import TableFake, VirtualClock
+from bench.fakes.table import TableFake, VirtualClock
 from tests.old_shortcuts import OldTrim
 
 V, EOG, POSITIONS = 8, 7, 6

@@ -31,7 +31,8 @@ from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.transform import distribution, probabilities
 from engine.session import Session
-from tests.exact_law import TableFake, VirtualClock, exact_law, target_law, total_variation
+from bench.fakes.table import TableFake, VirtualClock
+from tests.exact_law import exact_law, target_law, total_variation
 from tests.old_shortcuts import OldPMin, OldTrim
 
 V, EOG, N = 8, 7, 3

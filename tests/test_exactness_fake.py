@@ -15,15 +15,15 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
-from engine.tools.exactness.biased import CalibratedBias, biased_verify
-from engine.tools.exactness.check import ExactnessPlan, run_exactness, total_ticks
-from engine.tools.exactness.draws import draw
-from engine.tools.exactness.greedy import first_divergence
+from bench.exactness.biased import CalibratedBias, biased_verify
+from bench.exactness.check import ExactnessPlan, run_exactness, total_ticks
+from bench.exactness.draws import draw
+from bench.exactness.greedy import first_divergence
 from engine.control.registry import make_policy
 from engine.rng import Rng
 from engine.session import Session
-from tests.exact_law import TableFake
-from tests.fakes import FakeBackend
+from bench.fakes.table import TableFake
+from bench.fakes.backend import FakeBackend
 
 PROMPT = [3, 4, 5]
 

@@ -23,7 +23,8 @@ from engine.grammar import mask as grammar_mask
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
-from tests.exact_law import TableFake, VirtualClock, exact_law, total_variation
+from bench.fakes.table import TableFake, VirtualClock
+from tests.exact_law import exact_law, total_variation
 from tests.grammar_fakes import (END, AutomatonConstraint, AutomatonGrammar, ByteJumpGuide,
                                  constrained_law)
 from tests.test_exactness_enumeration import DRAFT, VERIFY, make_drafter, make_policy

@@ -31,7 +31,7 @@ from loading.options import LoadOptions
 from loading.load import load_pair
 from models import embedded
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 GREEDY = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=24)
 

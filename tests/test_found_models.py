@@ -21,7 +21,7 @@ from engine.errors import ModelFileError
 from models import disk_pairs, found, other_stores
 from tests import fakestores, tinygguf
 from tests.fakestores import BIG, MID, SMALL, WARN
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 
 @pytest.fixture

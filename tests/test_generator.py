@@ -10,7 +10,7 @@ from engine.generation_config import GenerationConfig
 from engine.errors import SettingsError
 from engine.sampling import SamplingParams
 from engine.session import Session
-from tests.fakes import FakeBackend, ScriptedDrafter
+from bench.fakes.backend import FakeBackend, ScriptedDrafter
 
 PROMPT = [3, 14, 15, 9, 26]
 GREEDY = SamplingParams(temperature=0.0)

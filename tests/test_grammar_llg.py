@@ -25,7 +25,8 @@ from engine.pair import Pair
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
-from tests.exact_law import TableFake, VirtualClock, exact_law, total_variation
+from bench.fakes.table import TableFake, VirtualClock
+from tests.exact_law import exact_law, total_variation
 from tests.grammar_fakes import constrained_law
 
 PIECES = [b"{", b"}", b'"a"', b":", b"1", b'"', b"a", b""]
@@ -189,10 +190,10 @@ def test_a_draft_that_draws_the_end_inside_a_round_settles(gamma, logprobs):
 
 
 def test_a_vocabulary_that_cannot_follow_the_grammar_is_a_one_line_error():
-    """tests/fakes.py's fake spells only letters and tokenizes inconsistently with its pieces:
+    """bench/fakes/backend.py's fake spells only letters and tokenizes inconsistently with its pieces:
     llguidance's mask then allows a token its matcher refuses. The answer stops with a
     GrammarError (a 400-class error the front ends show as one line), never an assertion."""
-    from tests.fakes import FakeBackend
+    from bench.fakes.backend import FakeBackend
     target = FakeBackend(n_vocab=64, eog=0)
     pair = Pair(target, FakeBackend(n_vocab=64, eog=0, noise=0.5))
     config = GenerationConfig(params=SamplingParams(temperature=1.0, seed=1), gamma=3,

@@ -1,4 +1,4 @@
-"""The one rule for comparing greedy outputs of a real model (engine/tools/exactness/greedy.py): outputs
+"""The one rule for comparing greedy outputs of a real model (bench/exactness/greedy.py): outputs
 part only where the target's two candidates are closer than batch numerics can move them. Its
 negative control: a drafter whose tokens are accepted without verification must fail it."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from engine.acceptance import Verdict
 from engine.drafters.base import Drafter, Proposal
 from engine.events import DoneEvent
-from engine.tools.exactness.greedy import (NEAR_TIE_GAP, GreedyMismatch, check_near_tie,
+from bench.exactness.greedy import (NEAR_TIE_GAP, GreedyMismatch, check_near_tie,
                                      near_tie_divergence)
 from engine.generator import generate
 from engine.generation_config import GenerationConfig

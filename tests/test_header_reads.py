@@ -16,7 +16,7 @@ from app.cli import build_parser, main as cli_main
 from engine.llama import backend as llama
 from models import gguf_info
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The repository keeps its size: benchmark output is tracked under docs/results/latest only,
 as reports, small tables and their plots, 2 MiB in all; raw runs live in the user's cache
-(app/reports/bench_files.py), and no tracked file is large."""
+(bench/benchmark/files.py), and no tracked file is large."""
 from __future__ import annotations
 
 import subprocess
@@ -32,7 +32,7 @@ def test_benchmark_output_is_small_and_under_latest():
     assert outside == []
     raw = [str(p.relative_to(ROOT)) for p in results
            if p.name.removesuffix(".gz") in RAW_NAMES or p.suffix == ".gz"]
-    assert raw == [], "raw runs belong in the user's cache (app/reports/bench_files.py)"
+    assert raw == [], "raw runs belong in the user's cache (bench/benchmark/files.py)"
     total = sum(p.stat().st_size for p in results)
     assert total <= RESULTS_LIMIT, f"docs/results holds {total / 2**20:.2f} MiB"
 

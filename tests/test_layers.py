@@ -1,19 +1,21 @@
-"""The layers point one way: app -> loading -> {models, engine}, and models -> engine.errors.
+"""The layers point one way: app -> bench -> loading -> {models, engine}, and models -> engine.errors.
 
-- `engine` (the decoding core) imports nothing of models, loading or app;
-- `models` (catalog, store, hub, GGUF headers, budget) imports nothing of loading or app, and of
-  the engine only `engine.errors`, the errors every layer raises;
-- `loading` (checks, derived drafts, loading a pair) imports nothing of app.
-Inside the engine, the decoding core imports nothing of the tooling built on it
-(`engine.tools`: benchmarks, the exactness report, tuning), and control (`engine.control`:
-policies, the controller, its costs and estimator) nothing of the loop it steers (the pair, the
-generator, a round, the drafters). Inside the app, the page (`app.ui`) and the API (`app.serve`) share what they need through
+- `engine` (the decoding core) imports nothing of models, loading, bench or app;
+- `models` (catalog, store, hub, GGUF headers, budget) imports nothing of loading, bench or app,
+  and of the engine only `engine.errors`, the errors every layer raises;
+- `loading` (checks, derived drafts, loading a pair) imports nothing of bench or app;
+- `bench` (measurement: benchmarks, overhead, the exactness report, tuning, the shared fakes,
+  the research drivers) imports nothing of app; app runs it and formats what it returns.
+Inside the engine, control (`engine.control`: policies, the controller, its costs and estimator)
+imports nothing of the loop it steers (the pair, the generator, a round, the drafters). Inside
+the app, the page (`app.ui`) and the API (`app.serve`) share what they need through
 `app.runtime` (the defaults users see, the pair holder, the queue) and import nothing of each
 other; the runtime imports neither.
 Each layer is imported whole, every module of it, in a fresh interpreter, and what it pulled in
 is checked. Sources are scanned too: only modules under engine/llama/ import llama_cpp, only
-engine/grammar/llg.py imports llguidance, and the
-engine, models and loading import at the top of their files, where a cycle fails at once.
+engine/grammar/llg.py imports llguidance, nothing outside tests/ imports `tests`, no file puts
+a folder on `sys.path` (a module runs as `python -m`), and the engine, models and loading import
+at the top of their files, where a cycle fails at once.
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # Layer -> the packages it must not pull in, and the only engine modules it may pull in (None:
 # any).
 RULES = {
-    "engine": (("models", "loading", "app"), None),
-    "models": (("loading", "app"), {"engine", "engine.errors"}),
-    "loading": (("app",), None),
+    "engine": (("models", "loading", "bench", "app", "tests"), None),
+    "models": (("loading", "bench", "app", "tests"), {"engine", "engine.errors"}),
+    "loading": (("bench", "app", "tests"), None),
+    "bench": (("app", "tests"), None),
 }
 
 _IMPORT_ALL = textwrap.dedent("""
@@ -98,6 +101,10 @@ def test_the_check_sees_a_layer_that_imports_one_above_it(tmp_path):
     assert violations("high", ("low",), None, tmp_path) == []
 
 
+# Every folder of Python outside tests/: the product, its measurement and its scripts.
+PRODUCT = ("engine", "models", "loading", "bench", "app", "scripts")
+
+
 def sources(*folders: str) -> list[Path]:
     return sorted(p for f in folders for p in (ROOT / f).rglob("*.py"))
 
@@ -127,15 +134,13 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
 
 def test_only_modules_under_engine_llama_import_llama_cpp():
     # The product and its tools; tests may measure llama.cpp itself.
-    users = {str(p.relative_to(ROOT)) for p in sources("engine", "models", "loading", "app",
-                                                        "scripts", "research")
+    users = {str(p.relative_to(ROOT)) for p in sources(*PRODUCT)
              for module, _, _ in imports(p) if module.split(".")[0] == "llama_cpp"}
     assert users and all(u.startswith("engine/llama/") for u in users), users
 
 
 def test_only_the_grammar_engine_imports_llguidance():
-    users = {str(p.relative_to(ROOT)) for p in sources("engine", "models", "loading", "app",
-                                                        "scripts", "research")
+    users = {str(p.relative_to(ROOT)) for p in sources(*PRODUCT)
              for module, _, _ in imports(p) if module.split(".")[0] == "llguidance"}
     assert users == {"engine/grammar/llg.py"}, users
 
@@ -150,15 +155,15 @@ def test_engine_models_and_loading_import_at_the_top_of_their_files():
 # Engine group (a folder) -> the engine modules its files must not import.
 ENGINE_RULES = {
     "engine/control": ("engine.pair", "engine.generator", "engine.round", "engine.answer",
-                       "engine.drafters", "engine.tools"),
+                       "engine.drafters"),
 }
 
 
-def test_the_core_imports_no_tooling_and_control_not_the_loop_it_steers():
-    tools = ROOT / "engine" / "tools"
+def test_the_core_imports_no_measurement_and_control_not_the_loop_it_steers():
+    # Every import, a function's included: the layer check above sees only what a module
+    # pulls in when it is imported.
     bad = [f"{p.relative_to(ROOT)}:{line} {module}" for p in sources("engine")
-           if tools not in p.parents
-           for module, line, _ in imports(p) if module.startswith("engine.tools")]
+           for module, line, _ in imports(p) if module.split(".")[0] == "bench"]
     for folder, forbidden in ENGINE_RULES.items():
         bad += [f"{p.relative_to(ROOT)}:{line} {module}" for p in sources(folder)
                 for module, line, _ in imports(p)
@@ -171,3 +176,40 @@ def test_the_scan_sees_an_import_inside_a_function(tmp_path):
     f.write_text("try:\n    import json\nexcept ImportError:\n    json = None\n\n"
                  "def g():\n    import llama_cpp\n")
     assert imports(f) == [("json", 2, True), ("llama_cpp", 7, False)]
+
+
+def test_nothing_outside_tests_imports_tests():
+    users = [f"{p.relative_to(ROOT)}:{line} {module}" for p in sources(*PRODUCT)
+             for module, line, _ in imports(p) if module.split(".")[0] == "tests"]
+    assert users == []
+
+
+def path_inserts(path: Path) -> list[int]:
+    """The lines of `path` that change `sys.path` (insert, append, extend, assignment)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        target = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = node.func.value  # sys.path.insert(...)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            target = next((t for t in targets if isinstance(t, ast.Attribute)), None)
+        if (isinstance(target, ast.Attribute) and target.attr == "path"
+                and isinstance(target.value, ast.Name) and target.value.id == "sys"):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_no_file_puts_a_folder_on_sys_path():
+    bad = [f"{p.relative_to(ROOT)}:{line}" for p in sources(*PRODUCT, "tests")
+           for line in path_inserts(p)]
+    assert bad == []
+
+
+def test_the_scans_see_a_tests_import_and_a_sys_path_insert(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import sys\nfrom tests.fakes import X\nsys.path.insert(0, 'x')\n"
+                 "sys.path += ['y']\nprint(sys.path)\n")
+    assert [m for m, _, _ in imports(f)] == ["sys", "tests.fakes"]
+    assert path_inserts(f) == [3, 4]

@@ -16,7 +16,7 @@ from engine.errors import IncompatiblePairError, ModelFileError, SettingsError
 from models.budget import estimate_pair, require_fits
 from engine.backend import ModelConfig
 from tests import tinygguf
-from tests.lora_adapter import write_lora
+from bench.fakes.lora_adapter import write_lora
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """LoRA adapters on the embedded target through llama.cpp: exactness holds, the checks run
 before loading, and (long, behind `--all`) a weak adapter leaves acceptance nearly unchanged, a
 strong one lowers it and trips the staleness warning, and early exit from the adapted target
-recovers part of it. The adapter is written here (tests/lora_adapter.py)."""
+recovers part of it. The adapter is written here (bench/fakes/lora_adapter.py)."""
 from __future__ import annotations
 
 import json
@@ -12,14 +12,15 @@ from app.cli import main
 from engine.backend import ModelConfig
 from engine.errors import IncompatiblePairError
 from engine.events import DoneEvent
-from engine.tools.exactness.greedy import check_near_tie
+from bench.exactness.greedy import check_near_tie
 from engine.generation_config import GenerationConfig
 from engine.control.registry import make_policy
 from loading.options import LoadOptions
 from loading.load import load_pair
 from app.runtime.tuned import key_for
+from models.candidate import Candidate
 from models.tuned import Choice, PairingRecord, save
-from tests.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
+from bench.fakes.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
                                 acceptance, write_lora)
 from tests.realmodels import embedded_pair
 
@@ -125,7 +126,8 @@ def test_the_staleness_warning_fires_for_the_strong_adapter_only(files, store, c
     # lowest category).
     key = key_for(target, draft)
     save(PairingRecord(key=key, target=str(target), draft=str(draft), adapter="", adapter_scale=1.0,
-                       chosen=Choice("draft", acceptance=base, speedup_median=1.2, n_prompts=3),
+                       chosen=Choice(Candidate("draft"), acceptance=base, speedup_median=1.2,
+                                      n_prompts=3),
                        measured={"draft": {"acceptance": base, "acceptance_min": base, "n": 3}}))
     common = ["--target", str(target), "--draft", str(draft), "--prompt", prompt,
               "--max-tokens", "96", "--drafter", "draft", "--draft-quant", "off",

@@ -24,7 +24,7 @@ from models.machine import GPU_MARGIN, Machine, parse_size, physical_cores, what
 from models.offload import gpu_layers, plan_pair
 from engine.errors import SettingsError
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 GIB = 1 << 30
 HOST = Machine(64 * GIB, 60 * GIB)

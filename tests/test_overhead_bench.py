@@ -7,17 +7,18 @@ import math
 
 import pytest
 
-import engine.tools.benchmark.overhead
+import bench.overhead.banks
 from app.cli import main
+from app.reports.overhead_markdown import grammar_markdown
 from engine.control.policy import FixedGamma
 from engine.events import RoundEvent
 from engine.generation_config import GenerationConfig
 from engine.pair import Pair
-from engine.tools.benchmark.overhead import (COPY_LETTERS, FRESH_LABEL, GRAMMAR_MODES,
-                                             GRAMMAR_PATHS, MODES, PATHS, CopyRefusingBackend,
-                                             InstantBackend, byte_spelling, grammar_markdown,
-                                             llm_like_bank, pairs_text, run_grammar_overhead,
-                                             run_overhead)
+from bench.fakes.instant import CopyRefusingBackend, InstantBackend
+from bench.fakes.spelled import byte_spelling
+from bench.overhead.banks import llm_like_bank, pairs_text
+from bench.overhead.engine_time import COPY_LETTERS, FRESH_LABEL, MODES, PATHS, run_overhead
+from bench.overhead.grammar import GRAMMAR_MODES, GRAMMAR_PATHS, run_grammar_overhead
 
 
 def test_every_path_and_mode_is_measured_without_the_backends_time():
@@ -69,7 +70,7 @@ def test_the_losing_copies_text_offers_a_copy_nearly_every_round_and_every_copy_
     prompt lookup has a copy after nearly every round; the target never continues a pair as
     before, so no copy's first token is taken, in any sampling mode. The same rows without
     the refusal take some copies: the control."""
-    assert doctest.testmod(engine.tools.benchmark.overhead).failed == 0
+    assert doctest.testmod(bench.overhead.banks).failed == 0
     assert sorted(set(pairs_text("abc")[i:i + 2] for i in range(9))) == [
         a + b for a in "abc" for b in "abc"]
     letters = [1 + ord(ch) for ch in COPY_LETTERS]

@@ -15,6 +15,7 @@ from engine.backend import ModelConfig
 from loading.plan import LoadPlan
 from models import tuned
 from app.runtime.tuned import key_for
+from models.candidate import Candidate
 from models.tuned import Choice, PairingRecord, all_records, find, save, stale_for
 
 
@@ -30,8 +31,8 @@ def store(tmp_path, monkeypatch):
 
 
 def _record(key, target, draft, drafter="draft", acceptance=0.7, **kw) -> PairingRecord:
-    chosen = Choice(drafter, draft_quant="q4_0", acceptance=acceptance, speedup_median=1.4,
-                    speedup_p10=1.1, n_prompts=6)
+    chosen = Choice(Candidate(drafter, draft_quant="q4_0"), acceptance=acceptance,
+                    speedup_median=1.4, speedup_p10=1.1, n_prompts=6)
     return PairingRecord(key=key, target=str(target), draft=str(draft), adapter="",
                          adapter_scale=1.0, chosen=chosen,
                          measured={"draft-q4_0": {"acceptance": acceptance,
@@ -168,14 +169,14 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
     from app.runtime.holder import READY, PairHolder
     from loading.options import LoadOptions
     from tests import tinygguf
-    from tests.fakes import FakeBackend
+    from bench.fakes.backend import FakeBackend
     monkeypatch.setenv("TANDEM_MODELS", str(tmp_path / "store"))
     monkeypatch.delenv("TANDEM_PAIRS", raising=False)
     t = tinygguf.write(tmp_path / "t.gguf", n_embd=64)
     t2 = tinygguf.write(tmp_path / "t2.gguf", n_embd=64, n_layer=3)
     d = tinygguf.write(tmp_path / "d.gguf", n_embd=64)
     rec = _record(key_for(t, d), t, d, drafter="lookup")
-    rec.chosen.draft_quant, rec.chosen.policy, rec.chosen.gamma = "off", "fixed", 3
+    rec.chosen.candidate = Candidate("lookup", policy="fixed", gamma=3)
     save(rec)
     holder = PairHolder()
     holder._loader = lambda config: FakeBackend()
@@ -198,4 +199,16 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
 
 
 def test_a_record_written_when_plain_decoding_was_called_none_still_reads():
-    assert Choice("none").drafter == "plain" and Choice("none").label == "plain decoding"
+    old = Choice.from_dict({"drafter": "none", "policy": "plain", "gamma": 0, "n_prompts": 4})
+    assert old.candidate.drafter == "plain" and old.label == "plain decoding" and old.n_prompts == 4
+
+
+def test_a_choice_holds_its_candidate_and_keeps_the_records_format():
+    choice = Choice(Candidate("draft", draft_quant="q4_0", policy="fixed", gamma=3),
+                    acceptance=0.7, speedup_median=1.4, n_prompts=6)
+    # On disk the candidate's fields sit beside the figures, as every record was written.
+    flat = {"drafter": "draft", "draft_quant": "q4_0", "draft_vocab": "full",
+            "early_exit_layers": None, "policy": "fixed", "gamma": 3, "acceptance": 0.7,
+            "speedup_median": 1.4, "speedup_p10": 1.0, "n_prompts": 6}
+    assert choice.as_dict() == flat and Choice.from_dict(flat) == choice
+    assert choice.label == "draft q4_0 fixed g=3"

@@ -1,19 +1,14 @@
-"""research/policy_sim.py's replay on synthetic traces: the real `Pair.generate` over fakes that
+"""bench/research/policy_sim.py's replay on synthetic traces: the real `Pair.generate` over fakes that
 answer as a trace recorded, timed by the trace's costs on a virtual clock."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from engine.control.controller import AdaptiveController
 from engine.control.policy import FixedGamma
+from bench.research import policy_sim
 
-_spec = importlib.util.spec_from_file_location(
-    "policy_sim", Path(__file__).resolve().parents[1] / "research" / "policy_sim.py")
-policy_sim = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(policy_sim)
 
 # Verify 100 ms for one token, +20 ms per extra row; a draft decode 10 ms at any width.
 COSTS = policy_sim.Costs([100.0 + 20.0 * i for i in range(9)], {"1": 10.0, "64": 10.0})

@@ -18,7 +18,7 @@ from app.ui.state import StopFlags
 from engine import pair as pair_module
 from engine.backend import ModelConfig
 from engine.pair import Pair
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 from tests.serve_fakes import AUTH, serve_access
 
 MARK = "tokenize me once"

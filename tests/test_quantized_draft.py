@@ -19,7 +19,7 @@ from models.gguf_info import read_info
 from loading.options import LoadOptions
 from loading.load import load_pair
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 # Q4_0 packs rows in blocks of 32 weights: tiny models for the real quantizer need n_embd % 32 == 0.
 TINY = dict(n_layer=2, n_embd=64, n_head=4, n_head_kv=2)

@@ -28,7 +28,7 @@ from engine.pair import Pair
 from engine.control.registry import POLICIES
 from engine.sampling import SamplingParams
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 ENGINE_CASES = 1500
 CLI_CASES = 600

@@ -14,7 +14,7 @@ from engine.round import Rounds, run_round
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 PROMPT = [3, 14, 15, 9, 26]
 

@@ -1,4 +1,4 @@
-"""The target over real RPC workers (rpc-server in network namespaces, tests/rpc_lab.py), the
+"""The target over real RPC workers (rpc-server in network namespaces, bench/rpc_lab.py), the
 draft local: greedy output as local greedy, the exactness check, and a worker killed
 mid-generation. Skipped where namespaces cannot be made (not root, no iproute2) or where
 scripts/lib.sh has not built rpc-server; every namespace and process is removed afterwards."""
@@ -18,13 +18,13 @@ from engine.generation_config import GenerationConfig
 from engine.llama.backend import load
 from loading.load import load_pair
 from engine.rpc import WorkerError
-from engine.tools.exactness.greedy import check_near_tie
+from bench.exactness.greedy import check_near_tie
 from engine.sampling import SamplingParams
 from engine.transform import probabilities
 from engine.session import Session
 from models.rpc_server import WorkerBuildError, find_rpc_server
 from tests.realmodels import embedded_pair
-from tests.rpc_lab import Lab, namespaces_allowed
+from bench.rpc_lab import Lab, namespaces_allowed
 
 pytestmark = [pytest.mark.real, pytest.mark.long]
 

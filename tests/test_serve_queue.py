@@ -12,7 +12,7 @@ from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 
 def test_one_runs_the_next_waits_and_more_are_refused():

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from engine.backend import ModelConfig
-from engine.tools.exactness.greedy import require_near_tie, text_divergence
+from bench.exactness.greedy import require_near_tie, text_divergence
 from engine.llama.backend import LlamaBackend
 from engine.session import Session
 from tests.appserver import free_port

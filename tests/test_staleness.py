@@ -13,7 +13,7 @@ from engine.staleness import (MIN_GAP, WINDOW_TOKENS, AcceptanceWatch, StaleDraf
 from engine.stats import RoundStats
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.sampling import SamplingParams
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 
 def _round(i: int, drafted: int, accepted: int) -> RoundStats:

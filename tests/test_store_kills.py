@@ -31,6 +31,7 @@ from loading.evidence import EvidenceFile
 from loading.history import HistoryStore
 from models import embedded, tuned
 from models.tandem_store import write_atomically
+from models.candidate import Candidate
 from models.tuned import Choice, PairingRecord, PairKey
 
 FORK = multiprocessing.get_context("fork")
@@ -138,7 +139,7 @@ def _record_write(_: Any, i: int) -> None:
     # Long notes, so that writing, not building the text, takes most of the time.
     measured = {f"candidate-{j}": {"n": i, "note": f"{i:08d}" * 50_000} for j in range(8)}
     tuned.save(PairingRecord(key=KEY, target="t.gguf", draft="d.gguf", adapter="",
-                             adapter_scale=1.0, chosen=Choice("draft", n_prompts=i),
+                             adapter_scale=1.0, chosen=Choice(Candidate("draft"), n_prompts=i),
                              measured=measured))
 
 

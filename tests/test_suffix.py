@@ -21,7 +21,8 @@ from engine.generation_config import GenerationConfig
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
-from tests.exact_law import TableFake, VirtualClock, exact_law, target_law, total_variation
+from bench.fakes.table import TableFake, VirtualClock
+from tests.exact_law import exact_law, target_law, total_variation
 
 V, EOG, N = 8, 7, 3
 

@@ -12,7 +12,7 @@ from app.runtime.tool_calls import (AUTO, NONE, REQUIRED, Call, CallReader, Cont
                                     read_answer, tags_are_tokens, tool_grammar)
 from engine.grammar.llg import compile_grammar
 from tests.byte_fake import EOG, ChatByteFake
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 WEATHER = Function("get_weather", {"type": "object", "additionalProperties": False,
                                    "required": ["city"],

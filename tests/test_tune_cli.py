@@ -8,11 +8,11 @@ import pytest
 from app.cli import main
 from app.tune_cli import build_record, interleave, table_lines, tune_prompts
 from engine.backend import ModelConfig
-from engine.tools.benchmark.suite import SuitePrompt
+from bench.benchmark.suite import SuitePrompt
 from engine.errors import SettingsError
 from engine.sampling import SamplingParams
-from engine.tools.tuning.candidates import Candidate
-from engine.tools.tuning.measure import CandidateResult, PairRun
+from models.candidate import Candidate
+from bench.tuning.measure import CandidateResult, PairRun
 from app.runtime.tuned import key_for
 from models.tuned import find, save
 
@@ -80,8 +80,8 @@ def test_the_record_holds_choices_measurements_and_machine(tmp_path, monkeypatch
     key = key_for(t, d)
     rec = build_record(_results(), ["code", "chat"], key, tcfg, dcfg, _args(),
                        SamplingParams(temperature=0.7, top_p=0.9))
-    assert rec.chosen.drafter == "draft" and rec.chosen.draft_quant == "q4_0"
-    assert rec.by_category["chat"].drafter == "plain"
+    assert rec.chosen.candidate == Candidate("draft", draft_quant="q4_0")
+    assert rec.by_category["chat"].candidate.drafter == "plain"
     assert rec.measured["draft-q4_0"]["acceptance_min"] == pytest.approx(0.75)
     assert rec.machine["device"] == "CPU" and rec.machine["threads"] == 2
     assert rec.sampling["temperature"] == 0.7 and rec.tandem_version

@@ -6,18 +6,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.tools.benchmark.suite import SuitePrompt
+from bench.benchmark.suite import SuitePrompt
 from engine.errors import ModelFileError
 from engine.backend import ModelConfig
 from engine.pair import Pair
 from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
-from engine.tools.tuning.candidates import Candidate, default_candidates
-from engine.tools.tuning.decide import OVERALL, categories, choose, table
-from loading.tuning_host import PairHost
-from engine.tools.tuning.measure import (MIN_PAIRS_TO_STOP, TuneHost, clearly_loses, leader_median,
+from bench.tuning.candidates import default_candidates
+from models.candidate import Candidate
+from bench.tuning.decide import OVERALL, categories, choose, table
+from bench.tuning.host import PairHost
+from bench.tuning.measure import (MIN_PAIRS_TO_STOP, TuneHost, clearly_loses, leader_median,
                                    measure)
-from tests.exact_law import TableFake, VirtualClock
+from bench.fakes.table import TableFake, VirtualClock
 
 PROMPTS = [SuitePrompt(f"{c}-{i}", c, f"prompt {c} {i}") for i in range(4)
            for c in ("code", "chat")]
@@ -110,7 +111,7 @@ def test_early_stop_rule():
 
 
 def test_leader_needs_enough_pairs_and_to_beat_plain():
-    from engine.tools.tuning.measure import CandidateResult, PairRun
+    from bench.tuning.measure import CandidateResult, PairRun
     def res(speedups):
         r = CandidateResult(Candidate("lookup"))
         r.runs = [PairRun("p", "c", 10.0, 10.0 * s, 0, 0, 0.0, 100.0) for s in speedups]

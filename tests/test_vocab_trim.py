@@ -14,7 +14,7 @@ from engine.backend import ModelConfig
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.trimmed_backend import TrimmedBackend
 from engine.errors import ModelFileError, SettingsError
-from engine.tools.exactness.check import ExactnessPlan, run_exactness
+from bench.exactness.check import ExactnessPlan, run_exactness
 from engine.session import Session
 from loading.derived.embeddings import EmbeddingTable
 from models.gguf_file import GGUFFile
@@ -24,7 +24,7 @@ from loading.derived.vocab_trim import (SOURCE_KEY, corpus_files, derive_trimmed
 from loading.options import LoadOptions
 from loading.load import load_pair
 from tests import tinygguf
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 N_EMBD = 32
 

@@ -19,7 +19,7 @@ from engine.sampling import SamplingParams
 from engine.session import Session
 from engine.stats import RoundStats
 from engine.widths import padded_width
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 
 # The 1.5B target's verify curve measured here (ms for 1..9 tokens): 3 costs more than 4.
 MEASURED = [80.0, 121.0, 147.0, 127.0, 162.0, 190.0, 213.0, 219.0, 239.0]
@@ -97,7 +97,7 @@ def test_the_controller_prices_and_learns_a_batch_at_its_padded_width():
 
 
 def test_a_sampled_draft_is_verified_at_the_width_its_gamma_fixed_before_drafting():
-    """A batch's rows change with its width (research/row_drift.py), and a sampled draft's
+    """A batch's rows change with its width (bench/research/row_drift.py), and a sampled draft's
     length depends on the tokens drawn (the chain stop reads them): the width must not."""
     def rounds(params, widths=None):
         drafter = DraftModelDrafter(FakeBackend(scale=1.0, noise=0.5), chain_min=0.5)

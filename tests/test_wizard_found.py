@@ -13,7 +13,7 @@ from app.runtime.holder import READY, PairHolder
 from engine.llama import quantize as llama_quantize
 from engine.backend import ModelConfig
 from tests import fakestores
-from tests.fakes import FakeBackend
+from bench.fakes.backend import FakeBackend
 from tests.fakestores import BIG, SMALL
 
 

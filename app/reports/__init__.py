@@ -1,2 +1,2 @@
-"""Report writers for `tandem bench` and `tandem exactness`: raw JSON, CSV, Markdown and PNG
-plots. They only format what `engine.tools.benchmark` and `engine.tools.exactness` return."""
+"""Report writers for `tandem bench` and `tandem exactness`: Markdown and PNG plots. They only
+format what `bench` returns (the raw runs, JSON and CSV, are bench/benchmark/files.py's)."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from engine.tools.benchmark.aggregate import Summary
-from engine.tools.benchmark.theory import __doc__ as THEORY
+from bench.benchmark.aggregate import Summary
+from bench.benchmark.theory import __doc__ as THEORY
 
 
 def _f(x: float | None, digits: int = 2) -> str:
@@ -34,7 +34,7 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
               "share of prompts with speedup < 1. Forced = share of output tokens a prompt's grammar "
               "forced (committed without a model). Tok/s = median decode tokens/s, speculative and "
               "plain. GPU profile = median predicted speedup of the same rounds where a verify of up "
-              "to 9 tokens costs one token and the draft model 0.1 of one (engine/tools/benchmark/"
+              "to 9 tokens costs one token and the draft model 0.1 of one (bench/benchmark/"
               "theory.py).", ""]
 
     lines += ["## Speedup per category", ""]

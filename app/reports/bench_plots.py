@@ -10,8 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from engine.tools.benchmark.aggregate import Summary, sampling_label  # noqa: E402
-from engine.tools.benchmark.records import RunRecord  # noqa: E402
+from bench.benchmark.aggregate import Summary, sampling_label  # noqa: E402
+from bench.benchmark.records import RunRecord  # noqa: E402
 
 
 def speedup_by_category(records: Sequence[RunRecord], path: Path) -> Path:

@@ -5,8 +5,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from engine.tools.exactness.check import ExactnessReport, SettingResult
-from engine.tools.exactness.greedy import NEAR_TIE_GAP
+from bench.exactness.check import ExactnessReport, SettingResult
+from bench.exactness.greedy import NEAR_TIE_GAP
 
 
 def verdict(r: SettingResult) -> str:

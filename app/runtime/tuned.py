@@ -14,7 +14,7 @@ from app.runtime.defaults import LOAD, NEEDS_DRAFT_MODEL, PLAIN, SPECULATION_OPT
 from engine.backend import ModelConfig
 from engine.errors import ModelFileError
 from engine.staleness import StaleDraftEvent
-from engine.tools.tuning.candidates import Candidate
+from models.candidate import Candidate
 from loading.derived.early_exit import default_layers
 from loading.derived.files import file_sha256
 from loading.options import LoadOptions
@@ -40,7 +40,7 @@ class PairingUse:
     @property
     def drafter(self) -> str | None:
         """The drafter the record chose, when applied."""
-        return self.record.chosen.drafter if self.applied and self.record else None
+        return self.record.chosen.candidate.drafter if self.applied and self.record else None
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -48,7 +48,7 @@ class PairingUse:
         drafter, and its policy and gamma unless it chose plain decoding."""
         if not self.applied or self.record is None:
             return {}
-        c = self.record.chosen
+        c = self.record.chosen.candidate
         if c.drafter == PLAIN:
             return {"drafter": PLAIN}
         return {"drafter": c.drafter, "policy": c.policy, "gamma": c.gamma}
@@ -57,7 +57,7 @@ class PairingUse:
         """`options` with the record's draft variant and early-exit depth, when applied."""
         if not self.applied or self.record is None:
             return options
-        c = self.record.chosen
+        c = self.record.chosen.candidate
         return replace(options, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
                        early_exit=options.early_exit or c.drafter == "early-exit",
                        early_exit_layers=c.early_exit_layers)
@@ -126,13 +126,13 @@ def for_command(args: argparse.Namespace, use: PairingUse) -> PairingUse:
 
 
 def _measured(c) -> str:
-    if c.drafter == PLAIN:
+    if c.candidate.drafter == PLAIN:
         return "no candidate beat it"
     return f"{c.speedup_median:.2f}x measured"
 
 
 def running_name(drafter: str, plan: LoadPlan) -> str:
-    """The candidate name (engine/tools/tuning/candidates.py) of `drafter` on the load `plan`
+    """The candidate name (bench/tuning/candidates.py) of `drafter` on the load `plan`
     (its derivations, decided from the headers it read)."""
     if drafter in NEEDS_DRAFT_MODEL and plan.draft is not None:
         quant = plan.draft_quant or "off"
@@ -181,9 +181,6 @@ def for_load(target: ModelConfig, draft: ModelConfig | None,
 
 def chosen_acceptance(use: PairingUse, drafter: str) -> float | None:
     """The acceptance to watch a generation of `drafter` against, when it is the tuned choice."""
-    if not use.applied or use.record is None or drafter != use.record.chosen.drafter:
+    if not use.applied or use.record is None or drafter != use.record.chosen.candidate.drafter:
         return None
-    c = use.record.chosen
-    name = Candidate(c.drafter, draft_quant=c.draft_quant, draft_vocab=c.draft_vocab,
-                     early_exit_layers=c.early_exit_layers).name
-    return expected_acceptance(use, name)
+    return expected_acceptance(use, use.record.chosen.candidate.name)

@@ -21,7 +21,7 @@ import gradio as gr
 from app.calibrate_cli import suggestions
 from app.runtime.holder import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
-from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
+from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
 from loading import devices, load as loading
 from models import (budget, catalog, compat, disk_pairs, found, hub, machine, offload,

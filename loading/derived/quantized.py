@@ -4,7 +4,7 @@ On a CPU a draft's cost per token is what decides whether speculation pays, and 
 kernels (with runtime repacking) are its fastest. Measured here on the embedded
 Qwen2.5-Coder-0.5B (a Q5_0/Q8_0 mix, 6.2 bits per weight): 42.8-45.6 -> 28.2-32.6 ms per drafted
 token, while its teacher-forced greedy agreement with the 1.5B target moved from 0.846 to 0.825
-over 18 suite prompts (research/measure_costs.py decode / agree). Exactness does not depend on
+over 18 suite prompts (bench/research/measure_costs.py decode / agree). Exactness does not depend on
 the draft, only speed does.
 
 The derived file lives in the store under `derived/`, named with the source's SHA-256, so a
