@@ -1,5 +1,5 @@
 """The controller's evidence outlives an answer: in the process (the pair's calibration carries
-it), and on disk beside the pairing record (loading/evidence.py), for one pair, machine and
+it), and on disk in a folder of its own (loading/evidence.py), for one pair, machine and
 build only."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from engine.control.evidence import Evidence
 from engine.events import DoneEvent, RoundEvent
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
-from loading.evidence import EvidenceFile, identity, keep_evidence
-from models.tuned import PairKey, pairs_dir
+from loading.evidence import EvidenceFile, evidence_path, identity, keep_evidence
+from models.tuned import PairKey
 from tests.costed import GPU, PATTERNS, script, scripted_pair
 
 KEY = PairKey("a" * 64, "", "b" * 64)
@@ -42,7 +42,7 @@ def test_evidence_is_kept_on_disk_for_its_pair_machine_and_build_only():
     kept = keep_evidence(pair, KEY)
     rounds = answer(pair, s.prompt_text)
     assert any(r.drafted for r in rounds)
-    path = pairs_dir() / f"{KEY.id}.evidence.json"
+    path = evidence_path(KEY)
     stored = json.loads(path.read_text())
     assert stored["identity"] == identity(KEY, pair) and "hybrid" in stored["drafters"]
     learned = kept.drafters["hybrid"].estimator.as_dict()

@@ -199,3 +199,16 @@ def test_the_app_loads_the_tuned_drafter_and_says_so(tmp_path, monkeypatch):
 
 def test_a_record_written_when_plain_decoding_was_called_none_still_reads():
     assert Choice("none").drafter == "plain" and Choice("none").label == "plain decoding"
+
+
+def test_only_files_named_as_records_are_read_as_records(store, capsys):
+    key = key_for(store["target"], store["draft"])
+    save(_record(key, store["target"], store["draft"]))
+    # Another store's file, a set-aside one and a temporary one in the same folder.
+    for name in (f"{key.id}.evidence.json", f"{key.id}.json.corrupt-1", f".{key.id}.json.1.a.part"):
+        (tuned.pairs_dir() / name).write_text('{"not": "a record"}')
+    assert [r.key for r in all_records()] == [key]
+    assert capsys.readouterr().err == ""
+    assert sorted(p.name for p in tuned.pairs_dir().iterdir()) == sorted(
+        [f"{key.id}.json", f"{key.id}.evidence.json", f"{key.id}.json.corrupt-1",
+         f".{key.id}.json.1.a.part"])
