@@ -68,8 +68,8 @@ def identity(key: PairKey, pair: Pair) -> dict:
 
 
 class EvidenceFile:
-    """One pair's evidence file: `evidence(drafter)` restores a drafter's (or starts it afresh)
-    and `save` writes every drafter's back, atomically."""
+    """One pair's evidence file: `for_drafter(drafter)` restores a drafter's (or starts it
+    afresh), kept by `save`, which writes every drafter's back, atomically."""
 
     def __init__(self, path: Path, ident: dict) -> None:
         self.path = path
@@ -90,14 +90,15 @@ class EvidenceFile:
         if stored.get("identity") == ident:
             self._stored = dict(stored.get("drafters") or {})
 
-    def evidence(self, drafter: str) -> Evidence:
+    def for_drafter(self, drafter: str) -> Evidence:
+        """The evidence of `drafter`, the same each time: restored from the file when it holds
+        some of this identity, else fresh; either way kept by `save`."""
         found = self.drafters.get(drafter)
         if found is None:
             try:
-                found = Evidence.restore(self._stored.get(drafter))
+                found = Evidence.restore(self._stored.get(drafter), keeper=self.save)
             except (KeyError, TypeError, ValueError):
-                found = Evidence()
-            found.keeper = self.save
+                found = Evidence(keeper=self.save)
             self.drafters[drafter] = found
         return found
 
@@ -116,5 +117,5 @@ def keep_evidence(pair: Pair, key: PairKey) -> EvidenceFile:
     """Let `pair`'s drafters start from the evidence kept for it on disk, and keep what they
     learn there after every answer."""
     kept = EvidenceFile(evidence_path(key), identity(key, pair))
-    pair.calibrations.evidence = kept.evidence
+    pair.knowledge.restore_evidence_from(kept.for_drafter)
     return kept
