@@ -2,9 +2,9 @@
 app and the API.
 
 The pair is built from backends already loaded (loading/load.py checks the files and loads
-them; tests pass fakes). It holds its drafters (engine/drafter_registry.py) and their
-calibrations (engine/calibration_cache.py). Without an explicit policy a generation uses the
-adaptive controller, calibrated once per drafter on first use.
+them; tests pass fakes). It holds its drafters (engine/drafter_registry.py) and what it knows
+of each, its calibration and its evidence (engine/knowledge.py). Without an explicit policy a
+generation uses the adaptive controller, calibrated once per drafter on first use.
 
 llama.cpp contexts are not thread-safe and a pair runs one generation at a time: it takes no
 lock of its own. The app and the API take turns through their one queue
@@ -18,7 +18,6 @@ from functools import partial
 from typing import Callable, Iterator, Sequence
 
 from engine.backend import Backend
-from engine.calibration_cache import CALIBRATION_TEXT, CalibrationCache
 from engine.clock import Clock, wall_ms
 from engine.control.costs import Calibration
 from engine.control.policy import GammaPolicy
@@ -32,6 +31,7 @@ from engine.generator import generate
 from engine.generation_config import GenerationConfig
 from engine.grammar.llg import Grammar, compile_grammar
 from engine.grammar.spec import GrammarSpec
+from engine.knowledge import CALIBRATION_TEXT, Knowledge
 from engine.limits import check_prompt_fits
 from engine.session import Session
 from engine.widths import padded_width
@@ -63,13 +63,14 @@ class Pair:
         self.chain_min = chain_min
         # Times calibration and generation (a virtual clock in tests, engine/clock.py).
         self.clock = clock
-        self.calibrations = CalibrationCache()
+        # Each drafter's calibration and evidence, handed to the policies it makes.
+        self.knowledge = Knowledge()
         self._grammars: dict[GrammarSpec, Grammar] = {}
         # The API compiles a request's grammar before queueing it, while another generation
         # may be compiling its own: the kept grammars are changed under this lock.
         self._grammars_lock = threading.Lock()
         self.registry = DrafterRegistry(target.is_eog, draft, p_min, chain_min, lookup_ngram,
-                                        forget=self.calibrations.forget)
+                                        forget=self.knowledge.forget)
 
     @property
     def drafters(self) -> list[str]:
@@ -137,9 +138,9 @@ class Pair:
         return grammar
 
     def calibration(self, drafter: str, max_gamma: int) -> Calibration:
-        """Measured costs for `drafter` up to `max_gamma`, cached (engine/calibration_cache.py);
+        """Measured costs for `drafter` up to `max_gamma`, cached (engine/knowledge.py);
         caches are left unchanged."""
-        return self.calibrations.get(
+        return self.knowledge.get(
             drafter, self.registry.speculating(drafter), self.target, max_gamma, self.n_ctx,
             lambda: self.tokens_for(CALIBRATION_TEXT, raw=True), self.clock)
 
@@ -153,10 +154,11 @@ class Pair:
         return policy
 
     def _calibrate(self, policy: GammaPolicy, drafter: str) -> None:
-        """Hand `policy` the calibration it asks for, if any."""
+        """Hand `policy` the calibration it asks for, if any, with the drafter's evidence."""
         need = policy.calibration_need()
         if need is not None:
-            policy.use_calibration(self.calibration(drafter, need))
+            policy.use_calibration(self.calibration(drafter, need),
+                                   self.knowledge.evidence_of(drafter))
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str | None = None,
                  raw: bool = False, policy: GammaPolicy | None = None,

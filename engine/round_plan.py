@@ -24,14 +24,14 @@ COPY_SOURCES = (CONTEXT, HISTORY)
 # The plan of a round with nothing to draft (plain decoding, a copy without a match).
 NOTHING = ""
 
-# Match lengths are evidence in buckets: a 2-token match and a 16-token one are different bets
+# Match lengths are counted in buckets: a 2-token match and a 16-token one are different bets
 # (suffix decoding sizes speculation by the match), and buckets doubling in width keep the
 # counts per bucket large where matches are rare.
 _BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, 1 << 30))
 
 
 def match_bucket(length: int) -> str:
-    """The bucket of a match of `length` tokens, as it is written in reasons and evidence.
+    """The bucket of a match of `length` tokens, as it is written in reasons and acceptance keys.
 
     >>> [match_bucket(n) for n in (1, 2, 5, 8, 40)]
     ['1', '2', '4-7', '8-15', '16+']
@@ -81,11 +81,11 @@ class RoundPlan:
         return self.source == MODEL
 
     @property
-    def evidence(self) -> str:
-        """The key acceptance is counted under: the model, or a copy source at its match
-        length's bucket.
+    def acceptance_key(self) -> str:
+        """The key acceptance is counted under (engine/control/estimator.py): the model, or a
+        copy source at its match length's bucket.
 
-        >>> RoundPlan(CONTEXT, match=2).evidence, RoundPlan(MODEL).evidence
+        >>> RoundPlan(CONTEXT, match=2).acceptance_key, RoundPlan(MODEL).acceptance_key
         ('context@2', 'model')
         """
         if self.is_copy:

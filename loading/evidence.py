@@ -1,6 +1,9 @@
 """The pair's evidence on disk: what the adaptive controller learned of each drafter (acceptance
-per source and match length, the exploration ledger: engine/control/evidence.py), kept beside
-the pairing record as `pairs/<key>.evidence.json`, so that a new process starts from it.
+per source and match length, the exploration ledger: engine/control/evidence.py), kept in a
+folder of its own, `evidence/<key id>.json` in the model store (`evidence_dir`;
+`TANDEM_EVIDENCE` overrides it), so that a new process starts from it. No other store reads
+that folder, and this one reads only the file of its pair: the pairing records in `pairs/` are
+models/tuned.py's.
 
 It is kept for one identity: the pair (the hashes of the target, adapter and draft files:
 models/tuned.py's `PairKey`), the models as loaded (a requantized or trimmed draft is another
@@ -21,7 +24,20 @@ from pathlib import Path
 from engine.control.evidence import Evidence
 from engine.pair import Pair
 from models.atomic import set_aside, write_text
-from models.tuned import PairKey, pairs_dir
+from models.tandem_store import store_dir, writable_dir
+from models.tuned import PairKey
+
+
+def evidence_dir() -> Path:
+    """`evidence/` in the model store; `TANDEM_EVIDENCE` overrides it (the test suite points it
+    at an empty folder, as it does the pairing records')."""
+    env = os.environ.get("TANDEM_EVIDENCE")
+    return writable_dir(Path(env) if env else store_dir() / "evidence")
+
+
+def evidence_path(key: PairKey) -> Path:
+    """Where the evidence of the pair `key` is kept: `evidence/<key id>.json`."""
+    return evidence_dir() / f"{key.id}.json"
 
 
 def _version(package: str) -> str:
@@ -52,8 +68,8 @@ def identity(key: PairKey, pair: Pair) -> dict:
 
 
 class EvidenceFile:
-    """One pair's evidence file: `evidence(drafter)` restores a drafter's (or starts it afresh)
-    and `save` writes every drafter's back, atomically."""
+    """One pair's evidence file: `for_drafter(drafter)` restores a drafter's (or starts it
+    afresh), kept by `save`, which writes every drafter's back, atomically."""
 
     def __init__(self, path: Path, ident: dict) -> None:
         self.path = path
@@ -74,14 +90,15 @@ class EvidenceFile:
         if stored.get("identity") == ident:
             self._stored = dict(stored.get("drafters") or {})
 
-    def evidence(self, drafter: str) -> Evidence:
+    def for_drafter(self, drafter: str) -> Evidence:
+        """The evidence of `drafter`, the same each time: restored from the file when it holds
+        some of this identity, else fresh; either way kept by `save`."""
         found = self.drafters.get(drafter)
         if found is None:
             try:
-                found = Evidence.restore(self._stored.get(drafter))
+                found = Evidence.restore(self._stored.get(drafter), keeper=self.save)
             except (KeyError, TypeError, ValueError):
-                found = Evidence()
-            found.keeper = self.save
+                found = Evidence(keeper=self.save)
             self.drafters[drafter] = found
         return found
 
@@ -99,6 +116,6 @@ class EvidenceFile:
 def keep_evidence(pair: Pair, key: PairKey) -> EvidenceFile:
     """Let `pair`'s drafters start from the evidence kept for it on disk, and keep what they
     learn there after every answer."""
-    kept = EvidenceFile(pairs_dir() / f"{key.id}.evidence.json", identity(key, pair))
-    pair.calibrations.evidence = kept.evidence
+    kept = EvidenceFile(evidence_path(key), identity(key, pair))
+    pair.knowledge.restore_evidence_from(kept.for_drafter)
     return kept

@@ -1,5 +1,8 @@
 """Pairing records: what `tandem tune` chose for one target (+ adapter) and draft, kept in the
-model store under `pairs/`, one JSON file per key.
+model store under `pairs/`, one JSON file per key: `<key id>.json` (`record_path`). Only names of
+that form are read as records (an id has no dot), so no other file in the folder is ever taken
+for one: older versions kept the controller's evidence here as `<id>.evidence.json`, which now
+has a folder of its own (loading/evidence.py).
 
 The key is the SHA-256 of the target file, of its LoRA adapter (if any) and of the draft file
 (empty when tuned without a draft), so a record applies only to those exact files; a record for
@@ -21,6 +24,8 @@ from models.candidate import Candidate
 from models.tandem_store import store_dir, writable_dir, write_atomically
 
 RECORD_VERSION = 1
+# A record's file name is its key's id and this.
+SUFFIX = ".json"
 # Plain decoding's drafter name (engine/drafters/base.py; models imports no engine module).
 PLAIN = "plain"
 _CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidate))
@@ -122,10 +127,28 @@ def pairs_dir() -> Path:
     return writable_dir(Path(env) if env else store_dir() / "pairs")
 
 
+def record_path(key: PairKey) -> Path:
+    """Where the record of `key` is kept: `pairs/<key id>.json`."""
+    return pairs_dir() / f"{key.id}{SUFFIX}"
+
+
+def is_record_name(name: str) -> bool:
+    """Whether a file in `pairs/` is named as a record is (`record_path`): an id without a dot,
+    then `.json`. Temporary files (a leading dot), set-aside ones (`.corrupt-<time>` after the
+    suffix) and any other store's `<id>.<what>.json` are not."""
+    stem = name[:-len(SUFFIX)]
+    return name.endswith(SUFFIX) and bool(stem) and "." not in stem
+
+
+def record_paths() -> list[Path]:
+    """Every file in `pairs/` named as a record, sorted by name."""
+    return sorted(p for p in pairs_dir().glob(f"*{SUFFIX}") if is_record_name(p.name))
+
+
 def save(record: PairingRecord) -> Path:
     record.date = record.date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     text = json.dumps(record.as_dict(), indent=2)
-    return write_atomically(pairs_dir() / f"{record.key.id}.json",
+    return write_atomically(record_path(record.key),
                             lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
@@ -143,12 +166,12 @@ def _read(path: Path) -> PairingRecord | None:
 
 def all_records() -> list[PairingRecord]:
     """Every readable record, newest first; an unreadable file is set aside, not fatal."""
-    found = (_read(path) for path in sorted(pairs_dir().glob("*.json")))
+    found = (_read(path) for path in record_paths())
     return sorted((r for r in found if r is not None), key=lambda r: r.date, reverse=True)
 
 
 def find(key: PairKey) -> PairingRecord | None:
-    record = _read(pairs_dir() / f"{key.id}.json")
+    record = _read(record_path(key))
     return record if record is not None and record.key == key else None
 
 

@@ -10,6 +10,8 @@ import pytest
 # Pairing records `tandem tune` wrote on this machine must not change what the tests' generations
 # run (models/tuned.py); subprocesses inherit this.
 os.environ["TANDEM_PAIRS"] = tempfile.mkdtemp(prefix="tandem-test-pairs-")
+# Nor may the evidence the controller kept on this machine (loading/evidence.py).
+os.environ["TANDEM_EVIDENCE"] = tempfile.mkdtemp(prefix="tandem-test-evidence-")
 # Nor may the user's history of past requests (loading/history.py), and the tests' own
 # generations must not land in it.
 os.environ["TANDEM_HISTORY"] = tempfile.mkdtemp(prefix="tandem-test-history-")

@@ -106,7 +106,7 @@ def test_warm_up_is_not_recorded():
     # 1 baseline + 2 drafters warmed up, then 3 measured runs, each from an empty cache (each
     # drafter's calibration comes before its first run's cold start, on the cache as it is).
     assert sum(1 for c in pair.target.backend.calls if c[0] == 0) == 6
-    assert set(pair.calibrations) == {"draft", "lookup"}
+    assert set(pair.knowledge) == {"draft", "lookup"}
 
 
 def test_unknown_drafter_or_policy_fails_before_any_run():

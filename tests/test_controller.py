@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from engine.control.controller import AdaptiveController, Calibration, calibrate
+from engine.control.evidence import Evidence
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.round_plan import CONTEXT, MODEL, RoundPlan
 from engine.errors import SettingsError
@@ -125,11 +126,12 @@ def test_exploration_stays_within_one_percent_of_plain_time_over_a_long_run():
 
 
 def test_a_new_answer_starts_from_what_earlier_answers_learned():
-    """The pair's calibration carries its evidence: a controller made from it later knows what
-    an earlier one learned, and its reason line says so."""
+    """A controller handed the drafter's evidence with its calibration knows what an earlier
+    one learned, and its reason line says so."""
     cal = Calibration(draft_table(10.0), list(VERIFY), "draft-model")
+    evidence = Evidence()
     first = AdaptiveController(max_gamma=8, opening=())
-    first.use_calibration(cal)
+    first.use_calibration(cal, evidence)
     copy = RoundPlan(CONTEXT, "prompt-lookup", tokens=(1,) * 8, match=2)
     for i in range(40):
         d = first.next_gamma(copy)
@@ -139,12 +141,12 @@ def test_a_new_answer_starts_from_what_earlier_answers_learned():
     fresh = AdaptiveController(max_gamma=8, opening=(), model_name="draft-model",
                                draft_ms=draft_table(10.0), verify_ms=VERIFY)
     second = AdaptiveController(max_gamma=8, opening=())
-    second.use_calibration(cal)
+    second.use_calibration(cal, evidence)
     assert fresh.next_gamma(copy).gamma > 0
     d = second.next_gamma(copy)
     assert d.gamma == 0
     assert "earlier answers: lookup at 2-token matches: 0.00 accepted over 40 rounds" in d.reason
-    assert cal.evidence is not None and cal.evidence.answers == 2
+    assert second.evidence is evidence and evidence.answers == 2
 
 
 def plain(c: AdaptiveController, rounds: int, confidence: float) -> list[int]:
@@ -329,7 +331,7 @@ def test_late_in_a_long_answer_the_catch_up_is_spread_over_the_rounds_it_would_f
         c.costs.verify_cost(4) + 3 * c.costs.draft_token + catch_up / rounds)
     # Without the length rule, the fixed horizon prices it dearer per round.
     fixed = controller(horizon_cap=0.0)
-    fixed.elapsed, fixed.costs = c.elapsed, c.costs
+    fixed.elapsed, fixed.evidence.costs = c.elapsed, c.costs
     assert fixed.cost_ms(3, model(81)) == pytest.approx(
         c.costs.verify_cost(4) + 3 * c.costs.draft_token + catch_up / c.constants.horizon)
 
@@ -453,7 +455,7 @@ def test_calibration_times_every_width_and_leaves_the_caches_as_they_were():
     # Verification widths were decoded with every row, as a real round does.
     assert (3, 6) in target.backend.calls
     lookup = calibrate(target, None, 2, [7, 8])
-    assert lookup.draft_ms == [0.0, 0.0, 0.0] and lookup.model_name is None
+    assert lookup.draft_ms == (0.0, 0.0, 0.0) and lookup.model_name is None
 
 
 def test_generator_records_the_prediction_and_the_measured_speed_per_round():
@@ -474,7 +476,7 @@ def test_uncalibrated_controller_refuses_to_choose():
     with pytest.raises(SettingsError, match="no calibration"):
         AdaptiveController(max_gamma=4).next_gamma(M)
     with pytest.raises(SettingsError):
-        AdaptiveController(max_gamma=4).use_calibration(Calibration([1.0], [0.0]))
+        AdaptiveController(max_gamma=4).use_calibration(Calibration([1.0], [0.0]), Evidence())
     with pytest.raises(SettingsError):
         AdaptiveController(max_gamma=0)
 
@@ -595,7 +597,7 @@ def test_a_copy_from_the_context_is_priced_by_its_verify_alone():
     c.update(d, RoundStats(index=1, gamma=g, drafted=g, accepted=0, kind="correction",
                         committed=1, draft_ms=0.1, verify_ms=130.0, source="prompt-lookup"))
     assert c.costs.draft_token == before[0] and np.array_equal(c.estimator.model.tries, before[1])
-    copies = c.estimator.counts(COPY.evidence)
+    copies = c.estimator.counts(COPY.acceptance_key)
     assert copies.tries[0] > 0 and copies.hits[0] == 0
     # A plain round where only a copy was on offer ages the copy's evidence, so it is tried
     # again before long.
@@ -673,7 +675,7 @@ def _twin_play(kind: type[AdaptiveController], verify: list[float], rounds: int,
     plans = [M] + [RoundPlan(CONTEXT, "prompt-lookup", tokens=(1,) * 8, match=m)
                    for m in (2, 3, 5, 9, 20)] + [
         RoundPlan("history", "suffix", tokens=(1,) * 8, match=m) for m in (4, 30)]
-    rate = {p.evidence: (0.1 if p.match < 8 else 0.9) if p.is_copy else 0.5 for p in plans}
+    rate = {p.acceptance_key: (0.1 if p.match < 8 else 0.9) if p.is_copy else 0.5 for p in plans}
     differ = skipped = 0
     for i in range(rounds):
         plan = plans[int(rng.integers(len(plans)))]
@@ -682,7 +684,7 @@ def _twin_play(kind: type[AdaptiveController], verify: list[float], rounds: int,
             b.gamma, b.probing, b.prediction, b.confidence)
         skipped += not a.speeds
         g = b.gamma
-        survives = np.append(rng.random(g) < rate[plan.evidence], False)
+        survives = np.append(rng.random(g) < rate[plan.acceptance_key], False)
         accepted = int(np.argmin(survives))
         verify_ms = verify[g] * float(rng.uniform(0.9, 1.1))
         confidence = (float(rng.uniform(0.3, 1.0)),) * (accepted + 1)
@@ -713,7 +715,7 @@ def test_a_copy_known_to_lose_says_so_and_its_report_still_predicts_every_gamma(
     c = AdaptiveController(max_gamma=8, draft_ms=draft_table(7.4), verify_ms=CPU_VERIFY,
                            opening=())
     for i in range(12):
-        c.estimator.learn(COPY.evidence, 2, 0)
+        c.estimator.learn(COPY.acceptance_key, 2, 0)
     d = c.next_gamma(COPY)
     assert d.gamma == 0 and not d.speeds and d.prediction == 1e3 / CPU_VERIFY[0]
     assert d.reason.startswith("plain: copying from the context at 3-token matches cannot pay "

@@ -212,7 +212,7 @@ def test_the_default_drafter_is_hybrid_with_a_draft_model_and_plain_without():
     assert pair.default_drafter == "hybrid"
     config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=12)
     done = [ev for ev in pair.generate(TEXT, config, raw=True)][-1]
-    assert done.stats.drafter == pair.drafter("hybrid").name and "hybrid" in pair.calibrations
+    assert done.stats.drafter == pair.drafter("hybrid").name and "hybrid" in pair.knowledge
     alone = Pair(FakeBackend(order=1, n_vocab=16))
     assert alone.default_drafter == "plain"
     done = [ev for ev in alone.generate(TEXT, config, raw=True)][-1]
@@ -224,16 +224,16 @@ def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_draf
     config = GenerationConfig(params=GREEDY, gamma=3, max_tokens=20)
     done = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)][-1]
     assert all(p is not None for p in done.stats.predicted_tps)
-    first = pair.calibrations["draft"]
+    first = pair.knowledge["draft"]
     # Widths 1..9 whatever gamma: enough to see which batch widths are worth padding to.
     assert len(first.verify_ms) == 9 and first.model_name == "draft-model"
     [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)]
-    assert pair.calibrations["draft"] is first
+    assert pair.knowledge["draft"] is first
     fixed = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True,
                                         policy=make_policy("fixed", 3))][-1]
     assert fixed.stats.predicted_tps == [None] * fixed.stats.rounds
     # The fixed policy's run used the same calibration for its padding, without recalibrating.
-    assert pair.calibrations["draft"] is first
+    assert pair.knowledge["draft"] is first
 
 
 # --- early-exit derivation -------------------------------------------------------------------

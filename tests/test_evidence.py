@@ -1,17 +1,21 @@
-"""The controller's evidence outlives an answer: in the process (the pair's calibration carries
-it), and on disk beside the pairing record (loading/evidence.py), for one pair, machine and
-build only."""
+"""The controller's evidence outlives an answer: in the process (the pair keeps it beside the
+drafter's calibration, engine/knowledge.py), and on disk in a folder of its own
+(loading/evidence.py), for one pair, machine and build only."""
 from __future__ import annotations
 
 import json
+from dataclasses import FrozenInstanceError
 
+import pytest
+
+from engine.control.costs import Calibration
 from engine.control.evidence import Evidence
 from engine.events import DoneEvent, RoundEvent
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
-from loading.evidence import EvidenceFile, identity, keep_evidence
-from models.tuned import PairKey, pairs_dir
 from bench.fakes.costed import GPU, PATTERNS, script, scripted_pair
+from loading.evidence import EvidenceFile, evidence_path, identity, keep_evidence
+from models.tuned import PairKey
 
 KEY = PairKey("a" * 64, "", "b" * 64)
 GREEDY = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=24)
@@ -27,12 +31,12 @@ def test_answers_of_one_pair_share_their_evidence_in_the_process():
     s = script(PATTERNS["high"], 0)
     pair, _ = scripted_pair(GPU, s)
     answer(pair, s.prompt_text)
-    evidence = pair.calibration("hybrid", 4).evidence
-    assert evidence is not None and evidence.answers == 1 and evidence.plain_ms > 0
+    evidence = pair.knowledge.evidence_of("hybrid")
+    assert evidence.answers == 1 and evidence.plain_ms > 0
     counts = evidence.estimator.keys
     drafted = sum(c.rounds for c in counts.values())
     answer(pair, s.prompt_text)
-    assert pair.calibration("hybrid", 4).evidence is evidence and evidence.answers == 2
+    assert pair.knowledge.evidence_of("hybrid") is evidence and evidence.answers == 2
     assert sum(c.rounds for c in evidence.estimator.keys.values()) > drafted
 
 
@@ -42,7 +46,7 @@ def test_evidence_is_kept_on_disk_for_its_pair_machine_and_build_only():
     kept = keep_evidence(pair, KEY)
     rounds = answer(pair, s.prompt_text)
     assert any(r.drafted for r in rounds)
-    path = pairs_dir() / f"{KEY.id}.evidence.json"
+    path = evidence_path(KEY)
     stored = json.loads(path.read_text())
     assert stored["identity"] == identity(KEY, pair) and "hybrid" in stored["drafters"]
     learned = kept.drafters["hybrid"].estimator.as_dict()
@@ -50,19 +54,19 @@ def test_evidence_is_kept_on_disk_for_its_pair_machine_and_build_only():
     # A new process: the same pair starts from it.
     again, _ = scripted_pair(GPU, s)
     keep_evidence(again, KEY)
-    restored = again.calibration("hybrid", 4).evidence
-    assert restored is not None and restored.adopt(kept.drafters["hybrid"].estimator.constants)
+    restored = again.knowledge.evidence_of("hybrid")
+    assert restored.adopt(kept.drafters["hybrid"].estimator.constants)
     assert restored.estimator.as_dict() == learned
     assert restored.plain_ms == kept.drafters["hybrid"].plain_ms
 
     # Another machine's (or build's, or models') evidence is stale: not read.
     stored["identity"]["machine"] = "another machine"
     path.write_text(json.dumps(stored))
-    other = EvidenceFile(path, identity(KEY, pair)).evidence("hybrid")
+    other = EvidenceFile(path, identity(KEY, pair)).for_drafter("hybrid")
     assert other.plain_ms == 0 and other.pending == {}
     # An unreadable file counts as none.
     path.write_text("{not json")
-    assert EvidenceFile(path, identity(KEY, pair)).evidence("hybrid").plain_ms == 0
+    assert EvidenceFile(path, identity(KEY, pair)).for_drafter("hybrid").plain_ms == 0
 
 
 def test_evidence_of_another_format_is_refused():
@@ -74,3 +78,31 @@ def test_evidence_of_another_format_is_refused():
         except ValueError:
             continue
         raise AssertionError(f"restored {bad!r}")
+
+
+def test_a_calibration_is_a_value_and_the_pair_keeps_the_evidence_beside_it():
+    cal = Calibration([1.0, 2.0], [10.0, 11.0], "draft-model")
+    assert cal == Calibration((1.0, 2.0), (10.0, 11.0), "draft-model") and hash(cal)
+    with pytest.raises(FrozenInstanceError):
+        cal.verify_ms = (1.0,)  # type: ignore[misc]
+    s = script(PATTERNS["high"], 0)
+    pair, _ = scripted_pair(GPU, s)
+    answer(pair, s.prompt_text)
+    evidence = pair.knowledge.evidence_of("hybrid")
+    # A wider calibration leaves the evidence; a drafter offered anew starts both over.
+    narrow = pair.calibration("hybrid", 4)
+    assert pair.calibration("hybrid", 12) is not narrow
+    assert pair.knowledge.evidence_of("hybrid") is evidence
+    pair.knowledge.forget("hybrid")
+    assert "hybrid" not in pair.knowledge
+    assert pair.knowledge.evidence_of("hybrid") is not evidence
+
+
+def test_evidence_restored_from_a_source_is_kept_by_the_keeper_it_was_made_with():
+    kept: list[Evidence] = []
+    s = script(PATTERNS["high"], 0)
+    pair, _ = scripted_pair(GPU, s)
+    pair.knowledge.restore_evidence_from(lambda name: Evidence(keeper=kept.append))
+    answer(pair, s.prompt_text)
+    answer(pair, s.prompt_text)
+    assert kept == [pair.knowledge.evidence_of("hybrid")] * 2

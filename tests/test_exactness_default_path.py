@@ -155,7 +155,7 @@ def test_the_old_trim_on_the_default_path_is_caught(laws):
     # old trim around the pair's draft model.
     lookup = PromptLookupDrafter(ngram_max=3, ngram_min=2, is_eog=p.target.backend.is_eog)
     p.add_drafter("old-trim", HybridDrafter(lookup, OldTrim(p.drafter("draft"), cal.verify_ms)))
-    p.calibrations["old-trim"] = cal
+    p.knowledge["old-trim"] = cal
     counts, _, drafted = draw(p, "old-trim", CONTROL_DRAWS)
     assert drafted > 0
     assert min(p_values(counts, laws)) < ALPHA / POSITIONS

@@ -212,3 +212,16 @@ def test_a_choice_holds_its_candidate_and_keeps_the_records_format():
             "speedup_median": 1.4, "speedup_p10": 1.0, "n_prompts": 6}
     assert choice.as_dict() == flat and Choice.from_dict(flat) == choice
     assert choice.label == "draft q4_0 fixed g=3"
+
+
+def test_only_files_named_as_records_are_read_as_records(store, capsys):
+    key = key_for(store["target"], store["draft"])
+    save(_record(key, store["target"], store["draft"]))
+    # Another store's file, a set-aside one and a temporary one in the same folder.
+    for name in (f"{key.id}.evidence.json", f"{key.id}.json.corrupt-1", f".{key.id}.json.1.a.part"):
+        (tuned.pairs_dir() / name).write_text('{"not": "a record"}')
+    assert [r.key for r in all_records()] == [key]
+    assert capsys.readouterr().err == ""
+    assert sorted(p.name for p in tuned.pairs_dir().iterdir()) == sorted(
+        [f"{key.id}.json", f"{key.id}.evidence.json", f"{key.id}.json.corrupt-1",
+         f".{key.id}.json.1.a.part"])

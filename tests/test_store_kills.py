@@ -212,7 +212,7 @@ def _evidence_write(path: Any, i: int) -> None:
 
 def _evidence_read(path: Any) -> int:
     kept = EvidenceFile(path, EVIDENCE_ID)
-    versions = {kept.evidence(d).answers for d in DRAFTERS}
+    versions = {kept.for_drafter(d).answers for d in DRAFTERS}
     if len(versions) != 1:
         raise Torn(f"evidence mixes versions {sorted(versions)}")
     return versions.pop()

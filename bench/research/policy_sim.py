@@ -258,7 +258,7 @@ def replay_one(rec: dict, make_policy: Callable[[], GammaPolicy | None], costs: 
                     TraceFake(rec, ids, clock, costs.draft_batch, draft=True),
                     chain_min=chain_min, clock=clock.now)
         if evidence is not None:
-            pair.calibrations.evidence = evidence
+            pair.knowledge.restore_evidence_from(evidence)
         config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=8,
                                   max_tokens=max_tokens)
         done = [ev for ev in pair.generate(prompt, config, drafter=policy_drafter, raw=True,

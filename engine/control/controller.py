@@ -3,7 +3,9 @@ committed tokens per second. Three parts: the cost model prices a round (engine/
 the acceptance estimator predicts how many of its drafted tokens survive
 (engine/control/estimator.py), and this chooser compares the predicted speed of every gamma from
 one prediction of the round's plan (engine/round_plan.py), decides, and says why in one line.
-What it learns is the pair's evidence (engine/control/evidence.py), kept across answers. Its
+What it learns is the drafter's evidence (engine/control/evidence.py), which holds the cost model
+and the estimator: the pair keeps it across answers and hands it over with the drafter's
+calibration (`use_calibration`, engine/knowledge.py); the controller holds that one handle. Its
 constants are gathered in engine/control/constants.py; docs/design/controller.md is the reference
 for the design and the measurements behind it.
 
@@ -13,9 +15,9 @@ comes before the token it decides on, which keeps the output exact (docs/EXACTNE
 
 Exploration: when the estimate says plain wins, a round may still explore (draft `probe_gamma`
 tokens) where drafting has a real chance to pay, and only within a budget:
-- a real chance: at the optimistic end of the key's first-token acceptance (the Beta(1 + hits,
-  1 + misses) posterior over every round it drafted, mean plus `explore_z` standard deviations,
-  at every position), some gamma pays by the carrying-on margin. Evidence that a key loses
+- a real chance: at the optimistic end of the acceptance key's first-token acceptance (the
+  Beta(1 + hits, 1 + misses) posterior over every round it drafted, mean plus `explore_z`
+  standard deviations, at every position), some gamma pays by the carrying-on margin. Evidence that a key loses
   closes this for good; a key nothing is known of is open;
 - a budget: what exploring rounds lost against plain decoding (measured), plus the predicted
   loss of this one, stays within `explore_share` of the plain-decoding time of every token
@@ -63,8 +65,8 @@ class Prediction:
 
 class AdaptiveController(GammaPolicy):
     """Without costs at construction it is uncalibrated, and asks for a calibration
-    (`calibration_need`) that `Pair.generate` supplies before the first round; the
-    calibration carries the pair's evidence. Keyword `overrides` replace fields of `constants`.
+    (`calibration_need`) that `Pair.generate` supplies before the first round, with the
+    drafter's evidence. Keyword `overrides` replace fields of `constants`.
 
     `update` writes what the rounds taught it, `next_gamma` only reads it, so any question
     (`predict`, `predicted_tps`, ...) gets the same answer whatever was asked before."""
@@ -86,10 +88,11 @@ class AdaptiveController(GammaPolicy):
         self.constants = c
         self.max_gamma = max_gamma
         self.model_name = model_name
+        # What the controller learns and reads: the cost model, the estimator and the
+        # exploration ledger (its own until `use_calibration` hands it the drafter's).
         self.evidence = Evidence()
-        self.estimator: AcceptanceEstimator = self.evidence.adopt(c)
-        self.costs: CostModel | None = None
-        # The evidence key the last round drafted under (None when it was plain).
+        self.evidence.adopt(c)
+        # The acceptance key the last round drafted under (None when it was plain).
         self.speculating: str | None = None
         # Rounds and committed tokens so far in this answer, and the rounds each key drafted
         # in it (the rest of a key's rounds are earlier answers' evidence).
@@ -107,11 +110,23 @@ class AdaptiveController(GammaPolicy):
         if verify_ms is not None:
             self.use_calibration(Calibration(
                 list(draft_ms if draft_ms is not None else [0.0] * len(verify_ms)),
-                list(verify_ms), model_name))
+                list(verify_ms), model_name), self.evidence)
+
+    @property
+    def estimator(self) -> AcceptanceEstimator:
+        """The evidence's acceptance estimator (made when the evidence was adopted)."""
+        estimator = self.evidence.estimator
+        assert estimator is not None
+        return estimator
+
+    @property
+    def costs(self) -> CostModel | None:
+        """The evidence's cost model (None until calibrated)."""
+        return self.evidence.costs
 
     @property
     def calibrated(self) -> bool:
-        return self.costs is not None
+        return self.evidence.costs is not None
 
     def calibration_need(self) -> int | None:
         return None if self.calibrated else self.max_gamma
@@ -120,26 +135,19 @@ class AdaptiveController(GammaPolicy):
     def opening_plain(self) -> int:
         return self.constants.opening_plain
 
-    def use_calibration(self, calibration: Calibration) -> None:
-        """Take the pair's costs, and the evidence its calibration carries (made on first
-        use): this controller starts from what earlier answers learned and adds to it."""
-        if calibration.evidence is None:
-            calibration.evidence = Evidence()
-        ev = calibration.evidence
-        if ev.costs is None:
-            ev.costs = CostModel(calibration, self.constants.rate)
-        ev.costs.rate = self.constants.rate
-        ev.answers += 1
-        self.evidence = ev
-        self.estimator = ev.adopt(self.constants)
-        self.costs = ev.costs
+    def use_calibration(self, calibration: Calibration, evidence: Evidence) -> None:
+        """Take the drafter's costs and its evidence: this controller starts from what earlier
+        answers learned and adds to it."""
+        evidence.begin_answer(calibration, self.constants)
+        self.evidence = evidence
         self.model_name = calibration.model_name
 
     def _costs(self) -> CostModel:
-        if self.costs is None:
+        costs = self.evidence.costs
+        if costs is None:
             raise SettingsError("the adaptive controller has no calibration; "
                                 "run it through Pair.generate or pass draft_ms/verify_ms")
-        return self.costs
+        return costs
 
     # Prediction ---------------------------------------------------------------------------
 
@@ -157,7 +165,7 @@ class AdaptiveController(GammaPolicy):
         """The round `plan` describes, priced for every gamma 0..max_gamma at once, by the
         estimate and hopefully."""
         costs = self._costs()
-        a, expected, hopeful = self.estimator.expected(plan.evidence, self.max_gamma,
+        a, expected, hopeful = self.estimator.expected(plan.acceptance_key, self.max_gamma,
                                                        self._opening_cap(), self.constants.hope)
         if not plan.model_drafts:
             ms = costs.round_ms(self.max_gamma, False)
@@ -176,7 +184,7 @@ class AdaptiveController(GammaPolicy):
 
     def acceptance(self, plan: RoundPlan) -> np.ndarray:
         """Estimated a_j per draft position for the round `plan` describes."""
-        return self.estimator.acceptance(plan.evidence)[:self.max_gamma]
+        return self.estimator.acceptance(plan.acceptance_key)[:self.max_gamma]
 
     def predicted_tps(self, gamma: int, plan: RoundPlan) -> float:
         return float(self.predict(plan).speeds[gamma])
@@ -211,7 +219,7 @@ class AdaptiveController(GammaPolicy):
         """The optimistic end of the plan's first-token acceptance: the mean of its Beta(1 +
         hits, 1 + misses) posterior over every round it drafted, plus `explore_z` standard
         deviations."""
-        counts = self.estimator.counts(plan.evidence)
+        counts = self.estimator.counts(plan.acceptance_key)
         h, n = counts.first_hits, counts.rounds
         alpha, beta = 1.0 + h, 1.0 + n - h
         mean = alpha / (alpha + beta)
@@ -242,7 +250,7 @@ class AdaptiveController(GammaPolicy):
         acceptances change only when the key learns: kept until then, per key."""
         if not plan.is_copy:
             return None
-        key = plan.evidence
+        key = plan.acceptance_key
         counts = self.estimator.counts(key)
         kept = self._ceilings.get(key)
         if kept is None or kept[0] is not counts or kept[1] != counts.rounds:
@@ -302,7 +310,7 @@ class AdaptiveController(GammaPolicy):
     def _earlier(self, plan: RoundPlan) -> str:
         """What earlier answers taught of this plan's key, when the decision rests on it:
         "lookup at 2-token matches: 0.41 accepted over 312 rounds"."""
-        key = plan.evidence
+        key = plan.acceptance_key
         counts: Counts = self.estimator.counts(key)
         if counts.rounds <= self.drafted_here.get(key, 0):
             return ""
@@ -314,7 +322,7 @@ class AdaptiveController(GammaPolicy):
 
     def _losing_reason(self, plan: RoundPlan, top: float) -> str:
         """The line of a copy's round that `_loses`: kept per key until its evidence changes."""
-        key = plan.evidence
+        key = plan.acceptance_key
         stamp = (top, self.drafted_here.get(key, 0))
         kept = self._losing_reasons.get(key)
         if kept is None or kept[0] != stamp:
@@ -413,7 +421,7 @@ class AdaptiveController(GammaPolicy):
     def update(self, decision: Decision, r: RoundStats) -> None:
         costs = self._costs()
         plan = decision.plan
-        key = plan.evidence
+        key = plan.acceptance_key
         ev = self.evidence
         self.rounds += 1
         # Tokens a grammar forced come free whatever the policy chose: the round is judged on

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy.typing as npt
 
@@ -25,22 +25,24 @@ from engine.errors import SettingsError
 from engine.session import Session
 from engine.widths import padded_width
 
-if TYPE_CHECKING:
-    from engine.control.evidence import Evidence
 
-
-@dataclass
+@dataclass(frozen=True)
 class Calibration:
-    # Index w-1 holds the cost in ms of one decode of w tokens.
-    draft_ms: list[float]
-    verify_ms: list[float]
+    """A drafter's measured decode costs: a value, made once by `calibrate` and never changed.
+    What controllers learn from it is the drafter's evidence (engine/control/evidence.py), which
+    the pair keeps beside it (engine/knowledge.py)."""
+    # Index w-1 holds the cost in ms of one decode of w tokens (kept as tuples, whatever
+    # sequence is given).
+    draft_ms: Sequence[float]
+    verify_ms: Sequence[float]
     # The name of the drafter's part whose decodes `draft_ms` times (`Drafter.model_name`), for
     # reports only: which part drafts a round is the round's plan (`RoundPlan.source`), never
     # matched by name.
     model_name: str | None = None
-    # What the adaptive controllers made from this calibration learned (per source, the costs
-    # as measured): the pair's evidence, kept with its calibration (engine/control/evidence.py).
-    evidence: Evidence | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "draft_ms", tuple(float(d) for d in self.draft_ms))
+        object.__setattr__(self, "verify_ms", tuple(float(v) for v in self.verify_ms))
 
     def as_kwargs(self) -> dict:
         return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,

@@ -1,5 +1,5 @@
 """The acceptance estimator: a_j, the chance that drafted position j is accepted given the
-earlier ones were, tracked online per evidence key (the draft model; a copy source at a match
+earlier ones were, tracked online per acceptance key (the draft model; a copy source at a match
 length's bucket, engine/round_plan.py) with decaying counts, so the estimate follows easy and
 hard stretches of text; and, undecayed, each key's rounds and first-position acceptance over its
 whole life, which the exploration rule and the reason line read (engine/control/controller.py).
@@ -83,8 +83,8 @@ class Counts:
 class AcceptanceEstimator:
     def __init__(self, k: ControllerConstants) -> None:
         self.constants = k
-        # One set of counts per evidence key (`RoundPlan.evidence`); a key not yet seen reads
-        # as empty counts.
+        # One set of counts per acceptance key (`RoundPlan.acceptance_key`); a key not yet
+        # seen reads as empty counts.
         self.keys: dict[str, Counts] = {MODEL: Counts()}
         self._unseen = Counts()
         self.scale_hits = 0.0

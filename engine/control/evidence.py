@@ -1,13 +1,14 @@
-"""What the adaptive controller learns about a pair, kept across its answers: acceptance per
-evidence key (the draft model; each copy source by match length), the draft's cost and the
-verify curve as rounds measured them, and the exploration ledger (the plain-token time seen and
-what probes lost).
+"""What the adaptive controller learns about a drafter of a pair, kept across its answers:
+acceptance per acceptance key (`RoundPlan.acceptance_key`: the draft model; each copy source by
+match length), the draft's cost and the verify curve as rounds measured them (a cost model made
+from the drafter's calibration on first use), and the exploration ledger (the plain-token time
+seen and what probes lost).
 
-It belongs to the pair, not to one generation: the pair's calibration of a drafter carries it
-(`Calibration.evidence`), so every controller made from that calibration in the process starts
-from it and adds to it; `as_dict`/`restore` carry it to disk beside the pairing record, where
-the loading layer keys it by the pair, the machine and the build (loading/evidence.py), and
-saves it after every answer through `keeper`.
+It belongs to the pair, not to one generation: the pair keeps each drafter's evidence beside its
+calibration (engine/knowledge.py) and hands both to every controller it makes, which starts from
+the evidence and adds to it (`begin_answer`). `as_dict`/`restore` carry it to disk, where the
+loading layer keys it by the pair, the machine and the build (loading/evidence.py); the keeper
+given at construction hears it after every answer that used it.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine.control.constants import ControllerConstants
-from engine.control.costs import CostModel
+from engine.control.costs import Calibration, CostModel
 from engine.control.estimator import AcceptanceEstimator
 
 # The on-disk form's version: a file of another is not read.
@@ -34,8 +35,20 @@ class Evidence:
     answers: int = 0
     # A restored form waiting for the first controller's constants.
     pending: dict = field(default_factory=dict)
-    # Hears the evidence after every answer that used it (the loading layer's file keeper).
+    # Hears the evidence after every answer that used it (the loading layer's file keeper):
+    # given at construction, by whoever restores it.
     keeper: Callable[["Evidence"], None] | None = field(default=None, repr=False, compare=False)
+
+    def begin_answer(self, calibration: Calibration,
+                     constants: ControllerConstants) -> AcceptanceEstimator:
+        """A controller with `constants` starts an answer from this evidence: the cost model is
+        made from `calibration` on first use (later calibrations of the drafter leave the one
+        learned since), and the estimator with `constants` (`adopt`)."""
+        if self.costs is None:
+            self.costs = CostModel(calibration, constants.rate)
+        self.costs.rate = constants.rate
+        self.answers += 1
+        return self.adopt(constants)
 
     def answered(self) -> None:
         """An answer that used this evidence ended: its keeper, if any, keeps it."""
@@ -63,13 +76,13 @@ class Evidence:
                 "draft_token_ms": self.costs.draft_token if self.costs is not None else None}
 
     @classmethod
-    def restore(cls, d: dict) -> "Evidence":
-        """Evidence from `as_dict`'s form; raises ValueError on another format. The measured
-        costs are not restored: the calibration at load is the machine's pace now."""
+    def restore(cls, d: dict, keeper: Callable[["Evidence"], None] | None = None) -> "Evidence":
+        """Evidence from `as_dict`'s form, kept by `keeper`; raises ValueError on another format.
+        The measured costs are not restored: the calibration at load is the machine's pace now."""
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError("evidence of another format")
         acceptance = d.get("acceptance") or {}
         if not isinstance(acceptance, dict):
             raise ValueError("malformed acceptance counts")
         return cls(plain_ms=float(d["plain_ms"]), explored_ms=float(d["explored_ms"]),
-                   answers=int(d["answers"]), pending=acceptance)
+                   answers=int(d["answers"]), pending=acceptance, keeper=keeper)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from engine.control.costs import Calibration
+from engine.control.evidence import Evidence
 from engine.round_plan import NO_PLAN, RoundPlan
 from engine.errors import SettingsError
 from engine.stats import ControllerReport, RoundStats
@@ -77,11 +78,12 @@ class GammaPolicy:
     def calibration_need(self) -> int | None:
         """The largest gamma a calibration must cover before the first round, or None when
         the policy needs none (or already has one); the pair measures it (`Pair.calibration`)
-        and hands it to `use_calibration`."""
+        and hands it to `use_calibration` with the drafter's evidence."""
         return None
 
-    def use_calibration(self, calibration: Calibration) -> None:
-        """Take the pair's measured costs (only a policy that asked for them uses them)."""
+    def use_calibration(self, calibration: Calibration, evidence: Evidence) -> None:
+        """Take the drafter's measured costs and its evidence, what earlier answers learned
+        (engine/knowledge.py; only a policy that asked for them uses them)."""
 
     def keep_drafting(self, own: Sequence[float], sure: float, limit: int,
                       fixed_width: bool) -> bool:

@@ -32,6 +32,17 @@ def derived_path(source: str | Path, tag: str, sha: str) -> Path:
     return derived_dir() / f"{Path(source).stem}.{tag}.{sha[:16]}.gguf"
 
 
+def is_build_of(name: str, source: str | Path, tag: str) -> bool:
+    """Whether a file named `name` in `derived/` is a build of `source` under `tag` (of any
+    source hash), as `derived_path` names one: exactly `<stem>.<tag>.<16 hex>.gguf`. A glob's `*`
+    would also match what another source's stem continues with (`a.q4_0.*.gguf` matches
+    `a.q4_0.b.q4_0.<hash>.gguf`, a build of `a.q4_0.b`)."""
+    head, tail = f"{Path(source).stem}.{tag}.", ".gguf"
+    sha = name[len(head):-len(tail)]
+    return (name.startswith(head) and name.endswith(tail) and len(sha) == 16
+            and all(c in "0123456789abcdef" for c in sha))
+
+
 def source_sha256(source: str | Path) -> tuple[Path, str]:
     """The model file a derived file is built from, and its SHA-256; a clear error if missing."""
     source = Path(source)
@@ -78,7 +89,8 @@ def derive(source: str | Path, tag: str, prepare: Prepare) -> Path:
     write = prepare(source, sha)
     try:
         for old in derived_dir().glob(f"{source.stem}.{tag}.*.gguf"):
-            old.unlink()
+            if is_build_of(old.name, source, tag):
+                old.unlink()
     except OSError as exc:
         raise store_write_error(out.name, out.parent, exc) from None
     return write_atomically(out, write)

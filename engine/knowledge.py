@@ -1,5 +1,9 @@
-"""A pair's calibrations: the costs measured for each drafter (engine/control/costs.py), made
-once per drafter on first use and remeasured only for a wider gamma.
+"""What a pair knows of each drafter: its calibration, the costs measured for it
+(engine/control/costs.py), made on first use and remeasured only for a wider gamma; and its
+evidence, what the adaptive controllers learned of it over the pair's answers
+(engine/control/evidence.py). `Knowledge` is their one owner: it hands both to every policy the
+pair makes (`GammaPolicy.use_calibration`), and restores the evidence from where it is kept
+when the loading layer gives it a source (`restore_evidence_from`, loading/evidence.py).
 
 A calibration decodes a short fixed text after what the caches hold and leaves them as they
 were; a cache too full for it starts over (the next generation re-decodes its prompt).
@@ -32,15 +36,35 @@ def calibration_plan(context: Sequence[int], widths: int, n_ctx: int) -> tuple[l
     return context, max(1, min(widths, n_ctx - len(context)))
 
 
-class CalibrationCache:
-    """Calibrations by drafter name."""
+# A drafter's evidence by drafter name, restored from where it is kept (and kept there after
+# every answer, by the keeper it is made with).
+EvidenceSource = Callable[[str], Evidence]
 
-    def __init__(self) -> None:
+
+def _fresh(name: str) -> Evidence:
+    return Evidence()
+
+
+class Knowledge:
+    """Calibrations and evidence by drafter name; as a mapping, the calibrations."""
+
+    def __init__(self, source: EvidenceSource = _fresh) -> None:
         self._by_name: dict[str, Calibration] = {}
-        # What the adaptive controllers learn of a drafter, kept with its calibration across
-        # answers (engine/control/evidence.py): `evidence(name)` makes it; the app lends one
-        # that restores it from disk and saves it back (loading/evidence.py).
-        self.evidence: Callable[[str], Evidence] = lambda name: Evidence()
+        self._evidence: dict[str, Evidence] = {}
+        self._source = source
+
+    def restore_evidence_from(self, source: EvidenceSource) -> None:
+        """Take each drafter's evidence from `source` from now on (the loading layer's file of
+        the pair); evidence already in use stays."""
+        self._source = source
+
+    def evidence_of(self, name: str) -> Evidence:
+        """The evidence of drafter `name`: restored from the source on first use, then the same
+        until the drafter is forgotten."""
+        found = self._evidence.get(name)
+        if found is None:
+            found = self._evidence[name] = self._source(name)
+        return found
 
     def __contains__(self, name: str) -> bool:
         return name in self._by_name
@@ -55,7 +79,9 @@ class CalibrationCache:
         return iter(self._by_name)
 
     def forget(self, name: str) -> None:
+        """A drafter offered anew: its calibration and evidence start over."""
         self._by_name.pop(name, None)
+        self._evidence.pop(name, None)
 
     def get(self, name: str, drafter: Drafter, target: Session, max_gamma: int, n_ctx: int,
             context: Callable[[], list[int]], clock: Clock) -> Calibration:
@@ -76,7 +102,5 @@ class CalibrationCache:
                 s.rollback(0)
         result = calibrate(target, session, widths - 1, tokens, model_name=drafter.model_name,
                            clock=clock)
-        result.evidence = (cached.evidence if cached is not None and cached.evidence is not None
-                           else self.evidence(name))
         self._by_name[name] = result
         return result
