@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from app.calibrate_cli import suggestions
+from app.runtime.ceiling_advice import suggestions
 from app.runtime.holder import ERROR, LOADING, PairHolder
 from engine.backend import ModelConfig
 from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
