@@ -10,12 +10,13 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from app.runtime.ceiling_advice import suggestions
+from app.runtime.ceiling_advice import MEASURED_AS_GIVEN, suggestions
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
-from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
-                          model_configs, print_plan)
+from app.runtime.open_pair import open_pair
+from app.runtime.tuned import PairingRule
+from app.settings import (add_draft_stop_args, add_model_args, load_options, model_configs,
+                          pair_request)
 from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
-from loading.load import load_pair
 
 
 def _table(c: Ceiling, has_draft: bool) -> list[str]:
@@ -47,8 +48,8 @@ def _table(c: Ceiling, has_draft: bool) -> list[str]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     tcfg, dcfg = model_configs(args)
-    pair = load_pair(tcfg, dcfg, load_options(args, ["hybrid"]), announce=print_plan,
-                     **draft_stops(args))
+    pair = open_pair(pair_request(args, tcfg, dcfg, load_options(args, ["hybrid"]),
+                                  PairingRule.ignored(MEASURED_AS_GIVEN))).pair
     try:
         c = measure(pair, args.gamma)
         draft_file = pair.draft_path

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from engine.tools.ceiling import TYPICAL_ACCEPTANCE, Ceiling
 
+# Why measuring the ceiling does not use the pairing record: the costs are the pair's as given.
+MEASURED_AS_GIVEN = "calibrate measures the pair as given"
+
+
 def suggestions(c: Ceiling, has_draft: bool) -> list[str]:
     """What might make speculation pay here, from the ceiling's figures."""
     out = []
