@@ -14,8 +14,10 @@ from app.reports import bench_markdown
 from bench.benchmark import files as bench_files
 from app.reports.machine import command_line, machine_line, run_context
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
+from app.runtime.open_pair import open_pair
+from app.runtime.tuned import PairingRule
 from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
-                          model_configs, print_plan)
+                          model_configs, pair_request)
 from app.reports import overhead_markdown
 from bench.fakes.spelled import Spelling, byte_spelling, qwen_spelling
 from bench.overhead import engine_time, grammar as grammar_overhead
@@ -26,7 +28,6 @@ from bench.benchmark.suite import DEFAULT_SUITE, load_suite
 from engine.errors import SettingsError
 from engine.pair import Pair
 from engine.sampling import SamplingParams
-from loading.load import load_pair
 from models import embedded
 
 # Short first lines ("Dog\n", "Elephant\n") keep samples cheap; the first animal varies a lot.
@@ -69,13 +70,14 @@ def _out_dir(args: argparse.Namespace, kind: str) -> Path:
     return Path("out") / f"{kind}-{dt.datetime.now():%Y%m%d-%H%M%S}"
 
 
-def _load_pair(args: argparse.Namespace, drafters: list[str], chosen: str | None = None,
-               lookup_ngram: int = 3, early_exit_layers: int | None = None):
-    """The pair for bench (several drafters) or exactness (one, `chosen`)."""
+def _load_pair(args: argparse.Namespace, drafters: list[str], why: str, chosen: str | None = None,
+               early_exit_layers: int | None = None):
+    """The pair for bench (several drafters) or exactness (one, `chosen`); the pairing record
+    is not used, for the reason `why`."""
     tcfg, dcfg = model_configs(args, chosen)
-    pair = load_pair(tcfg, dcfg, load_options(args, drafters, early_exit_layers=early_exit_layers),
-                     lookup_ngram=lookup_ngram, announce=print_plan, **draft_stops(args))
-    return pair, tcfg, dcfg
+    opened = open_pair(pair_request(args, tcfg, dcfg, load_options(
+        args, drafters, early_exit_layers=early_exit_layers), PairingRule.ignored(why)))
+    return opened.pair, tcfg, dcfg
 
 
 def _model_words(args: argparse.Namespace) -> list[str]:
@@ -182,7 +184,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      max_tokens=_pick(args, "max_tokens", BENCH_FULL, BENCH_QUICK), seed=args.seed,
                      repeats=args.repeats or 1)
     out = _out_dir(args, "bench")
-    pair, tcfg, dcfg = _load_pair(args, drafters, lookup_ngram=args.lookup_ngram,
+    pair, tcfg, dcfg = _load_pair(args, drafters, "bench compares drafters itself",
                                   early_exit_layers=args.early_exit_layers)
     draft_words = _draft_words(pair, dcfg)
     started = time.perf_counter()
@@ -265,7 +267,8 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     from app.reports import exactness_report
     from bench.exactness.check import ExactnessPlan, run_exactness, settings_named, total_ticks
 
-    pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"], args.drafter)
+    pair, tcfg, dcfg = _load_pair(args, [args.drafter or "hybrid"],
+                                  "exactness checks the drafter it is given", args.drafter)
     draft_words = _draft_words(pair, dcfg)
     out = _out_dir(args, "exactness")
     started = time.perf_counter()

@@ -1,7 +1,8 @@
 """`tandem calibrate`: load the pair, measure its decode costs on this machine (the calibration
 the adaptive controller starts from) and print them with the predicted ceiling of speculation per
 gamma, for the draft model and for prompt lookup; where the draft model cannot pay, say what
-might. The figures are the engine's (bench/ceiling.py); this module only formats them."""
+might (app/runtime/ceiling_advice.py, which the page shares). The figures are the engine's
+(bench/ceiling.py); this module only formats them."""
 from __future__ import annotations
 
 import argparse
@@ -9,33 +10,13 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from app.runtime.ceiling_advice import MEASURED_AS_GIVEN, suggestions
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
-from app.settings import (add_draft_stop_args, add_model_args, draft_stops, load_options,
-                          model_configs, print_plan)
+from app.runtime.open_pair import open_pair
+from app.runtime.tuned import PairingRule
+from app.settings import (add_draft_stop_args, add_model_args, load_options, model_configs,
+                          pair_request)
 from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
-from loading.load import load_pair
-
-
-def suggestions(c: Ceiling, has_draft: bool) -> list[str]:
-    """What might make speculation pay here, from the ceiling's figures."""
-    out = []
-    if has_draft and c.model_pays:
-        return out
-    if c.lookup_pays:
-        g = c.best(c.lookup_typical)
-        out.append(f"prompt lookup (--drafter lookup, or the default hybrid, which copies where "
-                   f"the answer repeats the prompt: code edits, quoting): "
-                   f"{c.lookup_typical[g]:.2f}x at gamma {g} when copies are right "
-                   f"{TYPICAL_ACCEPTANCE:.0%} of the time")
-    if c.draft_must_cost_under > 0:
-        out.append(f"a smaller or requantized draft (--draft-quant q4_0, --draft-vocab trim, or "
-                   f"a smaller model of the same family): it must cost under "
-                   f"{c.draft_must_cost_under:.2f} of a target token to pay at acceptance "
-                   f"{TYPICAL_ACCEPTANCE}" + (f"; this one costs {c.draft_relative:.2f}"
-                                              if has_draft else ""))
-    out.append("a GPU (--gpu-layers): there verifying several tokens costs about as much as "
-               "one, so even a modest draft pays")
-    return out
 
 
 def _table(c: Ceiling, has_draft: bool) -> list[str]:
@@ -67,8 +48,8 @@ def _table(c: Ceiling, has_draft: bool) -> list[str]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     tcfg, dcfg = model_configs(args)
-    pair = load_pair(tcfg, dcfg, load_options(args, ["hybrid"]), announce=print_plan,
-                     **draft_stops(args))
+    pair = open_pair(pair_request(args, tcfg, dcfg, load_options(args, ["hybrid"]),
+                                  PairingRule.ignored(MEASURED_AS_GIVEN))).pair
     try:
         c = measure(pair, args.gamma)
         draft_file = pair.draft_path

@@ -11,16 +11,16 @@ from typing import Generator
 from app.bench_cli import register as register_bench
 from app.calibrate_cli import register as register_calibrate
 from app.history_cli import register as register_history
-from app.runtime.defaults import NEEDS_DRAFT_MODEL, PLAIN
+from app.runtime.defaults import PLAIN
+from app.runtime.open_pair import open_pair
 from app.runtime.request import RunSpec
 from app.runtime.run import generate, prompt_tokens
-from app.runtime.tuned import (PairingUse, expected_acceptance, for_command, lookup,
-                               running_name, stale_line)
+from app.runtime.tuned import PairingUse, expected_acceptance, running_name, stale_line
 from app.serve_cli import register as register_serve
 from app.logprobs import rows as logprob_rows, table as logprob_table
 from app.settings import (add_model_args, add_output_args, add_sampling_args,
-                          add_speculation_args, draft_stops, history_store, load_options,
-                          model_configs, print_plan, request_spec)
+                          add_speculation_args, load_options, model_configs, pair_request,
+                          pairing_rule, request_spec)
 from app.tune_cli import register as register_tune
 from app.ui_cli import register as register_ui
 from app.worker_cli import register as register_worker
@@ -29,9 +29,6 @@ from engine.events import DoneEvent, Event, TokenEvent
 from engine.llama.quiet import quiet_llama
 from engine.logprobs import TokenLogprob
 from engine.staleness import StaleDraftEvent, watch
-from loading.evidence import keep_evidence
-from loading.load import execute
-from loading.plan import plan_load
 from models.cli import register as register_models
 
 
@@ -39,27 +36,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # The request is checked before anything loads; the pairing record may then choose for it.
     spec = request_spec(args)
     tcfg, dcfg = model_configs(args, spec.drafter if args.drafter is not None else None)
-    use = for_command(args, lookup(tcfg, dcfg))
-    if use.applied:
-        spec = request_spec(args, use)
-        dcfg = dcfg if spec.drafter in NEEDS_DRAFT_MODEL else None
-    for line in use.messages:
-        print(line, file=sys.stderr)
-    # Each file's header is read once, by the plan, and handed to what needs it.
-    plan = plan_load(tcfg, dcfg, use.load_options(load_options(
-        args, [spec.drafter], early_exit_layers=args.early_exit_layers)))
-    print_plan(plan)
-    expected = expected_acceptance(use, running_name(spec.drafter, plan))
-    pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
-    if use.key is not None:
-        keep_evidence(pair, use.key)
+    opened = open_pair(pair_request(args, tcfg, dcfg, load_options(
+        args, [spec.drafter], early_exit_layers=args.early_exit_layers), pairing_rule(args)))
+    pair, plan, use = opened.pair, opened.plan, opened.pairing
     try:
+        if use.applied:
+            spec = request_spec(args, use)
+        expected = expected_acceptance(use, running_name(spec.drafter, plan))
         if spec.grammar is not None:
             # A schema or grammar llguidance refuses is refused before any decoding.
             pair.compile_grammar(spec.grammar)
         # Tokenized and refused when the context cannot hold it, once, before calibrating.
         tokens = prompt_tokens(pair, spec)
-        history = history_store(args, plan.target_info) if spec.history else None
+        history = opened.history if spec.history else None
         events = generate(pair, spec, tokens, history.index() if history else None)
         done, stale, logprobs = _run(events, expected if spec.drafter != PLAIN else None, args.json)
         if history is not None:

@@ -10,18 +10,14 @@ import argparse
 import os
 from pathlib import Path
 
-from app.runtime.defaults import NEEDS_DRAFT_MODEL
-from app.runtime.tuned import for_command, lookup
+from app.runtime.open_pair import open_pair
 from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION, KEY_OPTION,
                               ORIGINS_ENV, ORIGINS_OPTION, Access, display_url, parse_hosts,
                               parse_origins)
 from app.runtime.queue import GenerationQueue
-from app.settings import (add_draft_stop_args, add_history_args, add_model_args, draft_stops,
-                          history_store, load_options, model_configs, print_plan)
+from app.settings import (add_draft_stop_args, add_history_args, add_model_args,
+                          history_tokens, load_options, model_configs, pair_request, pairing_rule)
 from engine.errors import SettingsError
-from loading.evidence import keep_evidence
-from loading.load import execute
-from loading.plan import plan_load
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -37,21 +33,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     access = serve_access(args)
     queue = GenerationQueue(checked_max_queue(args.max_queue))
     tcfg, dcfg = model_configs(args)
-    use = for_command(args, lookup(tcfg, dcfg))
-    if use.drafter is not None and use.drafter not in NEEDS_DRAFT_MODEL:
-        dcfg = None
-    for line in use.messages:
-        print(line, flush=True)
-    plan = plan_load(tcfg, dcfg, use.load_options(load_options(args)))
-    print_plan(plan)
-    pair = execute(plan, **draft_stops(args))
-    if use.key is not None:
-        keep_evidence(pair, use.key)
+    opened = open_pair(pair_request(args, tcfg, dcfg, load_options(args), pairing_rule(args)))
     # The record's drafter, policy and gamma are what requests that choose none run with.
-    holder = PairHolder(pair, queue=queue, history_tokens=None if args.no_history
-                        else args.history_tokens, pairing=use)
-    holder.offload = plan.offload
-    holder.history = history_store(args, plan.target_info)
+    holder = PairHolder(opened.pair, queue=queue, history_tokens=history_tokens(args),
+                        pairing=opened.pairing)
+    holder.offload = opened.plan.offload
+    holder.history = opened.history
     return serve(holder, access)
 
 

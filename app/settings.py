@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Sequence
 
 from engine.backend import ModelConfig
@@ -14,14 +13,12 @@ from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GA
 from app.runtime.ranges import BY_NAME, parse_text
 from app.runtime.request import Offer, RunSpec, resolve
 from app.runtime.structured import file_spec
-from app.runtime.tuned import PairingUse
+from app.runtime.open_pair import PairRequest
+from app.runtime.tuned import PairingRule, PairingUse, chose_speculation
 from engine.rpc import parse_endpoints
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
-from loading.history import HistoryStore
-from loading.plan import LoadPlan
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from models import embedded, other_stores
-from models.gguf_info import GGUFInfo
 from models.cli import add_models_dir_arg
 from models.offload import gpu_layers
 
@@ -133,12 +130,12 @@ def add_history_args(g) -> None:
                    f"used first out (default {HISTORY_TOKENS:,})")
 
 
-def history_store(args: argparse.Namespace, target: GGUFInfo) -> HistoryStore | None:
-    """The history store for the vocabulary of `target` (its header, read by the load's plan;
-    add_history_args), None with --no-history."""
-    if args.no_history:
+def history_tokens(args: argparse.Namespace) -> int | None:
+    """The history's size from add_history_args's options, None with --no-history (or for a
+    command without them)."""
+    if getattr(args, "no_history", True):
         return None
-    return HistoryStore.for_model(target, args.history_tokens)
+    return args.history_tokens
 
 
 def add_draft_stop_args(g) -> None:
@@ -151,7 +148,7 @@ def add_draft_stop_args(g) -> None:
 
 
 def draft_stops(args: argparse.Namespace) -> dict:
-    """load_pair's keyword arguments for the draft stopping rules (add_draft_stop_args)."""
+    """The draft stopping rules (add_draft_stop_args) by PairRequest's names."""
     return {"p_min": args.draft_p_min, "chain_min": args.draft_chain_min}
 
 
@@ -166,10 +163,20 @@ def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_e
                        draft_vocab=args.draft_vocab or LOAD.draft_vocab)
 
 
-def print_plan(plan: LoadPlan) -> None:
-    """Where the load puts everything, once, in one line (load_pair's `announce`)."""
-    if plan.offload is not None:
-        print(f"offload: {plan.offload.line()}", file=sys.stderr, flush=True)
+def pairing_rule(args: argparse.Namespace) -> PairingRule:
+    """How `tandem generate` and `serve` treat the pairing record: applied unless speculation
+    options or --no-pairing were given (app/runtime/tuned.py)."""
+    return PairingRule(chose_speculation=chose_speculation(vars(args)),
+                       no_pairing=getattr(args, "no_pairing", False))
+
+
+def pair_request(args: argparse.Namespace, target: ModelConfig, draft: ModelConfig | None,
+                 options: LoadOptions, pairing: PairingRule) -> PairRequest:
+    """What app/runtime/open_pair.py opens for a command: its files, load `options` and
+    `pairing` rule, with the prompt-lookup, draft-stop and history options it has."""
+    return PairRequest(target, draft, options, pairing,
+                       lookup_ngram=getattr(args, "lookup_ngram", LOOKUP_NGRAM),
+                       history_tokens=history_tokens(args), **draft_stops(args))
 
 
 def request_settings(args: argparse.Namespace) -> dict:

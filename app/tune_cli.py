@@ -135,15 +135,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     from app.runtime.defaults import DEFAULT_DRAFTER, DRAFTERS
     from app.runtime.request import Offer, resolve
-    from app.settings import draft_stops, model_configs, print_plan, request_settings
+    from app.settings import model_configs, pair_request, request_settings
     from bench.tuning.candidates import default_candidates
     from bench.tuning.decide import categories
     from loading.options import LoadOptions
-    from loading.load import execute
-    from loading.plan import plan_load
+    from loading.plan import LoadPlan
     from bench.tuning.host import PairHost
     from bench.tuning.measure import measure
-    from app.runtime.tuned import key_for
+    from app.runtime.open_pair import open_pair
+    from app.runtime.tuned import PairingRule, key_for
     from models.tuned import save
 
     if args.budget_minutes <= 0:
@@ -155,14 +155,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     config = spec.config
     tcfg, dcfg = model_configs(args)
     key = key_for(tcfg.path, dcfg.path if dcfg else None, tcfg.lora, dcfg.lora if dcfg else ())
+    candidates: list = []
+
+    def choose(plan: LoadPlan) -> None:
+        # Checked against the plan's headers before anything loads.
+        candidates[:] = _candidates(args.candidates, default_candidates(
+            dcfg is not None, plan.target_info.n_layer, policy=spec.policy or args.policy,
+            gamma=config.gamma))
+
     # The draft as given: tuning decides whether a requantized or trimmed one is faster.
-    plan = plan_load(tcfg, dcfg, LoadOptions(check_budget=not args.no_budget_check,
-                                             draft_quant="off"))
-    candidates = _candidates(args.candidates, default_candidates(
-        dcfg is not None, plan.target_info.n_layer, policy=spec.policy or args.policy,
-        gamma=config.gamma))
-    print_plan(plan)
-    pair = execute(plan, lookup_ngram=args.lookup_ngram, **draft_stops(args))
+    opened = open_pair(pair_request(args, tcfg, dcfg, LoadOptions(
+        check_budget=not args.no_budget_check, draft_quant="off"),
+        PairingRule.ignored("tune measures the candidates itself")), announce=choose)
+    pair, plan = opened.pair, opened.plan
     # The configs as placed: the record names the device the target ran on.
     tcfg, dcfg = plan.target, plan.draft
     print(f"tuning {len(candidates)} candidates on {len(prompts)} prompts "

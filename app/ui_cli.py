@@ -13,7 +13,8 @@ from app.serve.access import KEY_FILE_OPTION, KEY_OPTION, Access
 from app.runtime.queue import GenerationQueue
 from app.serve_cli import (access_from_args, add_api_args, add_network_args, api_key,
                            checked_max_queue)
-from app.settings import add_history_args, add_model_args, load_options, model_configs, print_plan
+from app.runtime.open_pair import print_plan
+from app.settings import add_history_args, add_model_args, load_options, model_configs
 from engine.errors import SettingsError
 from models import other_stores
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.calibrate_cli import suggestions
+from app.runtime.ceiling_advice import suggestions
 from bench.ceiling import ceiling
 from engine.control.costs import Calibration
 from engine.events import DoneEvent

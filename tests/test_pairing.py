@@ -9,7 +9,7 @@ import pytest
 
 from app.runtime.tuned import expected_acceptance, for_command, lookup, running_name
 from app.runtime.request import resolve
-from app.settings import request_spec
+from app.settings import pairing_rule, request_spec
 from loading.options import LoadOptions
 from engine.backend import ModelConfig
 from loading.plan import LoadPlan
@@ -92,11 +92,17 @@ def _args(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["generate", "--prompt", "x", *argv])
 
 
+def _for_command(args: argparse.Namespace, use):
+    """for_command under the rule the command line `args` gives (app/settings.py)."""
+    rule = pairing_rule(args)
+    return for_command(use, rule.chose_speculation, rule.no_pairing)
+
+
 def test_a_matching_record_is_applied_and_said(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path))
     args = _args()
-    use = for_command(args, lookup(t, d))
+    use = _for_command(args, lookup(t, d))
     assert use.applied and use.overrides == {"drafter": "draft", "policy": "adaptive", "gamma": 8}
     assert use.load_options(LoadOptions()).draft_quant == "q4_0"
     # The record's choice is returned, not written into the command line.
@@ -111,12 +117,13 @@ def test_explicit_flags_and_no_pairing_win_over_the_record(store):
     t, d = ModelConfig(str(store["target"])), ModelConfig(str(store["draft"]))
     save(_record(key_for(t.path, d.path), t.path, d.path))
     args = _args("--drafter", "lookup")
-    use = for_command(args, lookup(t, d))
+    use = _for_command(args, lookup(t, d))
     assert not use.applied and use.overrides == {} and request_spec(args, use).drafter == "lookup"
     assert any("not used" in m for m in use.messages)
     args = _args("--no-pairing")
-    use = for_command(args, lookup(t, d))
+    use = _for_command(args, lookup(t, d))
     assert not use.applied and request_spec(args, use).drafter == "hybrid"
+    assert any("not used: --no-pairing" in m for m in use.messages)
 
 
 def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(store):
@@ -126,7 +133,7 @@ def test_an_adapter_or_new_target_warns_that_the_draft_was_tuned_for_another(sto
     use = lookup(adapted, d)
     assert use.record is None and use.reference is not None
     assert any("tuned" in m and "another version of the target" in m for m in use.messages)
-    assert not for_command(_args(), use).applied
+    assert not _for_command(_args(), use).applied
 
 
 def test_expected_acceptance_is_the_lowest_category_of_the_running_config(store):

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import cli
+from app.runtime import open_pair
 from app.runtime.holder import PairHolder
 from app.runtime.queue import GenerationQueue
 from app.serve.server import create_app
@@ -77,8 +78,8 @@ def test_the_page_tokenizes_and_checks_once(counted):
 def test_tandem_generate_tokenizes_and_checks_once(counted, monkeypatch, capsys):
     pair, target, fits = counted
     monkeypatch.setattr(cli, "model_configs", lambda args, chosen=None: (ModelConfig("t.gguf"), None))
-    monkeypatch.setattr(cli, "plan_load", lambda *args: SimpleNamespace(offload=None))
-    monkeypatch.setattr(cli, "execute", lambda *args, **kwargs: pair)
+    monkeypatch.setattr(open_pair, "plan_load", lambda *args: SimpleNamespace(offload=None))
+    monkeypatch.setattr(open_pair, "execute", lambda *args, **kwargs: pair)
     assert cli.main(["generate", "--prompt", MARK, "--raw", "--drafter", "lookup", "--no-history",
                      "--max-tokens", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stats"]["output_tokens"] == 4

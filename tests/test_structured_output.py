@@ -11,6 +11,7 @@ import gradio as gr
 import pytest
 
 from app import cli
+from app.runtime import open_pair
 from app.runtime.holder import PairHolder
 from app.runtime.structured import OBJECT, OFF, SCHEMA
 from app.ui import compare, controls, metrics
@@ -53,8 +54,8 @@ def tandem(monkeypatch, capsys, tmp_path):
         return loaded[-1]
 
     monkeypatch.setattr(cli, "model_configs", lambda args, chosen=None: (ModelConfig("t.gguf"), None))
-    monkeypatch.setattr(cli, "plan_load", lambda *args: SimpleNamespace(offload=None, draft=None))
-    monkeypatch.setattr(cli, "execute", load)
+    monkeypatch.setattr(open_pair, "plan_load", lambda *args: SimpleNamespace(offload=None, draft=None))
+    monkeypatch.setattr(open_pair, "execute", load)
 
     def run(*argv: str) -> tuple[int, str, str, bool]:
         loaded.clear()

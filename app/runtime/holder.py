@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from app.runtime.tuned import PairingUse, for_load
+from app.runtime.open_pair import QUIET, PairRequest, open_pair
+from app.runtime.tuned import PAGE, PairingRule, PairingUse
 from app.runtime.defaults import HISTORY_TOKENS
 from app.runtime.queue import GenerationQueue
 from app.runtime.request import Offer
@@ -24,10 +25,7 @@ from engine.errors import TandemError
 from engine.pair import Pair
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
-from loading.evidence import keep_evidence
-from loading.load import Announce, Loader, execute
-from loading.plan import plan_load
-from models.gguf_info import GGUFInfo
+from loading.load import Announce, Loader
 from models.offload import OffloadPlan
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
@@ -131,18 +129,15 @@ class PairHolder:
                 self._advance(step)
 
         try:
-            options, use = for_load(target, draft, options)
             if self.offload is not None and self.offload.used:
                 # A pair with layers on the GPU holds the memory the next plan reads as free
                 # (llama.cpp's registry): kept for a failed load, it would leave the new pair
                 # only what it left over. It goes first; a failed load then leaves none.
                 self._release()
-            plan = plan_load(target, draft, options)
-            if self._announce is not None:
-                self._announce(plan)
-            pair = execute(plan, loader=self._loader, progress=staged)
-            if use.key is not None:
-                keep_evidence(pair, use.key)
+            # The page's lines show in its status (below); `announce` hears the plan.
+            opened = open_pair(PairRequest(target, draft, options, PairingRule(PAGE),
+                                           history_tokens=self.history_tokens or None, say=QUIET),
+                               loader=self._loader, progress=staged, announce=self._announce)
         except Exception as exc:  # noqa: BLE001 - any load failure must reach the page, not a log
             message = str(exc) if isinstance(exc, TandemError) else f"{type(exc).__name__}: {exc}"
             if self._pair is not None:
@@ -152,9 +147,10 @@ class PairHolder:
             else:
                 self.status = LoadStatus(state=ERROR, message=message, target=names[0], draft=names[1])
             return message
+        pair, use = opened.pair, opened.pairing
         self.replace(pair)
-        self.offload = plan.offload
-        self.history = self._history_store(plan.target_info)
+        self.offload = opened.plan.offload
+        self.history = opened.history
         self.pairing = use
         self._names = names
         self.status.step = len(steps)
@@ -205,11 +201,6 @@ class PairHolder:
             old.close()
         else:
             self._pair = pair
-
-    def _history_store(self, target: GGUFInfo) -> HistoryStore | None:
-        if not self.history_tokens:
-            return None
-        return HistoryStore.for_model(target, self.history_tokens)
 
     def history_for(self, owner: str = LOCAL) -> History | None:
         """Owner's history of past requests, None when history is off."""

@@ -2,13 +2,13 @@
 files being loaded, hand back its configuration as overrides (request settings for the
 RunSpec, app/runtime/request.py, and load options) unless the user chose one, warn when the
 draft was tuned for another version of the target, and give the acceptance the generation is
-watched against (engine/staleness.py)."""
+watched against (engine/staleness.py). How a load treats the record is a value, `PairingRule`,
+that app/runtime/open_pair.py follows for every command."""
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from app.runtime.defaults import LOAD, NEEDS_DRAFT_MODEL, PLAIN, SPECULATION_OPTIONS
 from engine.backend import ModelConfig
@@ -20,6 +20,37 @@ from loading.derived.files import file_sha256
 from loading.options import LoadOptions
 from loading.plan import LoadPlan
 from models.tuned import PairingRecord, PairKey, find, stale_for
+
+
+# The rules a load may follow for the pairing record of its files.
+COMMAND = "command"   # `tandem generate` and `serve`: for_command
+PAGE = "page"         # the app's loads: for_load
+IGNORED = "ignored"   # not looked up, no evidence kept: the command measures drafters itself
+
+
+@dataclass(frozen=True)
+class PairingRule:
+    """How a load treats the pairing record `tandem tune` wrote for its files: `mode` COMMAND
+    applies it unless the command line `chose_speculation` or said `no_pairing` (and then
+    loads no draft model its drafter does not use); PAGE applies it unless the load options
+    chose a draft variant or depth (the draft stays, for the page's other drafters); IGNORED
+    neither looks it up nor keeps evidence, and the load says so, with `why`."""
+    mode: str = COMMAND
+    chose_speculation: bool = False
+    no_pairing: bool = False
+    why: str = ""
+
+    @classmethod
+    def ignored(cls, why: str) -> "PairingRule":
+        return cls(IGNORED, why=why)
+
+    @property
+    def looks_up(self) -> bool:
+        return self.mode != IGNORED
+
+    def not_used_line(self) -> str:
+        """What an IGNORED load prints with its plan."""
+        return f"pairing record: not used ({self.why})"
 
 
 @dataclass
@@ -78,10 +109,9 @@ def key_for(target: str | Path, draft: str | Path | None,
     return PairKey(file_sha256(Path(target)), _adapters(adapters), d)
 
 
-def chose_speculation(args: argparse.Namespace) -> bool:
-    """Whether the command line gave a speculation option (they default to None, "not given";
-    a command without an option has none to give)."""
-    given = vars(args)
+def chose_speculation(given: Mapping[str, Any]) -> bool:
+    """Whether the options `given` by name (a command line's, parsed) hold a speculation
+    option (they default to None, "not given"; a command without an option has none to give)."""
     return any(given.get(k) is not None for k in SPECULATION_OPTIONS)
 
 
@@ -109,12 +139,15 @@ def lookup(tcfg: ModelConfig, dcfg: ModelConfig | None) -> PairingUse:
     return use
 
 
-def for_command(args: argparse.Namespace, use: PairingUse) -> PairingUse:
-    """Apply the record unless the command line chose speculation options or --no-pairing;
-    `use.overrides` and `use.load_options` then carry its choice (nothing changes `args`)."""
-    if use.record is None or getattr(args, "no_pairing", False):
+def for_command(use: PairingUse, chose: bool = False, no_pairing: bool = False) -> PairingUse:
+    """Apply the record unless the command line `chose` speculation options or said
+    --no-pairing; `use.overrides` and `use.load_options` then carry its choice."""
+    if use.record is None:
         return use
-    if chose_speculation(args):
+    if no_pairing:
+        use.messages.append(f"pairing record {use.record.key.id} not used: --no-pairing")
+        return use
+    if chose:
         use.messages.append(f"pairing record {use.record.key.id} not used: speculation options "
                             "given on the command line")
         return use

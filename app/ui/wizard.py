@@ -18,12 +18,14 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from app.calibrate_cli import suggestions
+from app.runtime.ceiling_advice import MEASURED_AS_GIVEN, suggestions
 from app.runtime.holder import ERROR, LOADING, PairHolder
+from app.runtime.open_pair import QUIET, PairRequest, open_pair
+from app.runtime.tuned import PairingRule
 from engine.backend import ModelConfig
 from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import TandemError
-from loading import devices, load as loading
+from loading import devices
 from models import (budget, catalog, compat, disk_pairs, found, hub, machine, offload,
                     other_stores)
 from models.tandem_store import store_dir
@@ -261,7 +263,9 @@ def measure_ceiling(target_repo: str, target_file: str, draft_repo: str, draft_f
         return "<p><b>Not on disk yet</b>: download the pair first (step 4), then measure.</p>"
     ctx = int(n_ctx)
     try:
-        pair = loading.load_pair(ModelConfig(str(tpath), n_ctx=ctx), ModelConfig(str(dpath), n_ctx=ctx) if dpath else None)
+        pair = open_pair(PairRequest(ModelConfig(str(tpath), n_ctx=ctx),
+                                     ModelConfig(str(dpath), n_ctx=ctx) if dpath else None,
+                                     pairing=PairingRule.ignored(MEASURED_AS_GIVEN), say=QUIET)).pair
         try:
             c = measure(pair)
         finally:

@@ -1,0 +1,120 @@
+"""The one way every command opens a pair: `open_pair(PairRequest)` runs the load sequence
+that `tandem generate`, `serve`, `ui` (the pair holder), `bench`, `exactness`, `calibrate`,
+`tune` and the page's ceiling share:
+
+    pairing record -> plan -> print the plan -> execute -> evidence -> history
+
+The request is a plain value (files, load options, how the pairing record is treated, the
+drafters' lookup and stop settings, the history size, where the lines go); the CLI modules
+build it from their options, the page from its fields. A command that measures drafters itself
+does not use the record (nor the evidence kept beside it) and says so with the plan.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from app.runtime.defaults import DEFAULT_CHAIN_MIN, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL
+from app.runtime.tuned import (COMMAND, PAGE, PairingRule, PairingUse, for_command, for_load,
+                               lookup)
+from engine.backend import ModelConfig
+from engine.pair import Pair
+from loading.evidence import keep_evidence
+from loading.history import HistoryStore
+from loading.load import Announce, Loader, Progress, execute
+from loading.options import LoadOptions
+from loading.plan import LoadPlan, plan_load
+
+# Where a load's lines go (`PairRequest.say`): the process's stream of that name, looked up
+# when printing; QUIET prints nothing (the page shows them in its status instead).
+STDERR, STDOUT, QUIET = "stderr", "stdout", ""
+
+
+@dataclass(frozen=True)
+class PairRequest:
+    """What to open: the target and the draft (None: no draft model), what the load checks
+    and derives, how the pairing record is treated, the pair's prompt-lookup and draft-stop
+    settings, the history's size (None: no history), and where the load's lines go."""
+    target: ModelConfig
+    draft: ModelConfig | None
+    options: LoadOptions = LoadOptions()
+    pairing: PairingRule = PairingRule()
+    lookup_ngram: int = LOOKUP_NGRAM
+    p_min: float = 0.0
+    chain_min: float = DEFAULT_CHAIN_MIN
+    history_tokens: int | None = None
+    say: str = STDERR
+
+
+@dataclass
+class OpenedPair:
+    """A loaded pair with what its command needs beside it: the plan it was loaded by (where
+    the layers went, the headers read), the pairing record found and whether it applied, and
+    the history store for the target's vocabulary (None when off)."""
+    pair: Pair
+    plan: LoadPlan
+    pairing: PairingUse
+    history: HistoryStore | None = None
+
+
+def plan_lines(plan: LoadPlan) -> list[str]:
+    """The plan as printed: where the load puts everything, in one line."""
+    return [f"offload: {plan.offload.line()}"] if plan.offload is not None else []
+
+
+def print_plan(plan: LoadPlan) -> None:
+    """Print the plan's line on stderr (an `Announce`, for the pair holder of `tandem ui`)."""
+    for line in plan_lines(plan):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _say(where: str, lines: list[str]) -> None:
+    if where == QUIET:
+        return
+    stream = getattr(sys, where)
+    for line in lines:
+        print(line, file=stream, flush=True)
+
+
+def _pairing(request: PairRequest) -> tuple[PairingUse, ModelConfig | None, LoadOptions]:
+    """The record for the request's files, applied by its rule, with the draft and the load
+    options it leaves; an ignored record is said to be ignored."""
+    rule, draft, options = request.pairing, request.draft, request.options
+    if not rule.looks_up:
+        return PairingUse(messages=[rule.not_used_line()]), draft, options
+    if rule.mode == PAGE:
+        options, use = for_load(request.target, draft, options)
+        return use, draft, options
+    assert rule.mode == COMMAND, rule.mode
+    use = for_command(lookup(request.target, draft), rule.chose_speculation, rule.no_pairing)
+    if use.drafter is not None and use.drafter not in NEEDS_DRAFT_MODEL:
+        # The record's drafter does not use the draft model: it is not loaded.
+        draft = None
+    return use, draft, use.load_options(options)
+
+
+def open_pair(request: PairRequest, loader: Loader | None = None,
+              progress: Progress | None = None, announce: Announce | None = None) -> OpenedPair:
+    """Run the load sequence for `request`: find (or ignore) the pairing record and apply it
+    by the request's rule, plan the load (files, compatibility, memory, derivations), print the
+    record's lines and the plan, let `announce` hear (and check) the plan before anything
+    loads, execute it, let the drafters start from the evidence kept for the files, and open
+    the history store. `loader` stands in for llama.cpp's, `progress` hears each model before
+    it loads. A step that fails after the models are up closes them before raising."""
+    use, draft, options = _pairing(request)
+    _say(request.say, use.messages)
+    plan = plan_load(request.target, draft, options)
+    _say(request.say, plan_lines(plan))
+    if announce is not None:
+        announce(plan)
+    pair = execute(plan, loader=loader, progress=progress, lookup_ngram=request.lookup_ngram,
+                   p_min=request.p_min, chain_min=request.chain_min)
+    try:
+        if use.key is not None:
+            keep_evidence(pair, use.key)
+        history = (HistoryStore.for_model(plan.target_info, request.history_tokens)
+                   if request.history_tokens is not None else None)
+    except BaseException:
+        pair.close()
+        raise
+    return OpenedPair(pair, plan, use, history)
