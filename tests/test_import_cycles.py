@@ -1,5 +1,6 @@
-"""No import circle inside the engine: the modules of `engine/` and the engine modules each
-imports form a graph without cycles. Every import statement counts, wherever it is written: at
+"""No import circle inside a package: the modules of `engine/` (and of models, loading, bench and
+app) and the modules of the same package each imports form a graph without cycles. Every import
+statement counts, wherever it is written: at
 the top, inside a function, or under `if TYPE_CHECKING:` (a circle a type checker alone follows
 is still two modules that cannot be read one without the other).
 
@@ -115,3 +116,11 @@ def test_the_check_finds_a_circle_through_a_function_and_a_relative_import(tmp_p
                       "    return costs\n")
     found = cycles(engine_imports(root))
     assert len(found) == 1 and {"engine.widths", "engine.control.costs"} <= set(found[0])
+
+
+def test_no_package_has_an_import_circle():
+    # The same check over every package of the product and its measurement; across packages the
+    # layers (tests/test_layers.py) already point one way.
+    for package in ("models", "loading", "bench", "app"):
+        graph = engine_imports(ROOT, package)
+        assert len(graph) > 3 and cycles(graph) == [], package
