@@ -16,8 +16,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from models.atomic import set_aside
-from models.tandem_store import store_dir, writable_dir, write_atomically
+from models.atomic import set_aside, write_atomically
+from models.tandem_store import store_dir, store_errors, writable_dir
 
 RECORD_VERSION = 1
 # Plain decoding's drafter name (engine/drafters/base.py; models imports no engine module).
@@ -116,8 +116,9 @@ def pairs_dir() -> Path:
 def save(record: PairingRecord) -> Path:
     record.date = record.date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     text = json.dumps(record.as_dict(), indent=2)
-    return write_atomically(pairs_dir() / f"{record.key.id}.json",
-                            lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    out = pairs_dir() / f"{record.key.id}.json"
+    with store_errors(out):
+        return write_atomically(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _read(path: Path) -> PairingRecord | None:
