@@ -1,7 +1,12 @@
 """`tandem serve` as a real process on 127.0.0.1 with the embedded pair, driven by the openai
 client: chat and text completions, streamed and not, per-request speculative settings, greedy
 agreement with plain decoding, eight clients at once, a client that leaves mid-stream, and the
-bad inputs. One server process serves the whole module; answers stay a few tokens long."""
+bad inputs. One server process serves the whole module; answers stay a few tokens long.
+
+Two are `long` (scripts/test --all; about a minute each on a 2-core CPU, issue 43): the
+per-request settings with greedy agreement, and the tool-call round trip. On the fake pair they
+run in the default suite: tests/test_serve_api.py (settings, greedy = plain) and
+tests/test_serve_structured.py with tests/test_tool_calls.py (tool calls)."""
 from __future__ import annotations
 
 import json
@@ -103,6 +108,7 @@ def test_text_completion(client):
     assert out.usage.prompt_tokens < 10
 
 
+@pytest.mark.long
 def test_per_request_settings_are_honoured_and_greedy_matches_plain(client, embedded_paths):
     def complete(spec: dict):
         return client.completions.create(model="qwen2.5-coder-1.5b-instruct-q4_k_m",
@@ -224,6 +230,7 @@ def test_bad_input_gets_an_openai_error(server, name, request_kwargs, status):
     assert httpx.get(f"{server}/health", timeout=10).json()["status"] == "ok"
 
 
+@pytest.mark.long
 def test_a_tool_call_round_trip(client):
     """The model's own template shows the tools (Qwen2.5's reads `tools`), the grammar holds its
     <tool_call> syntax, the call comes back streamed as OpenAI's deltas, and the tool's result
