@@ -7,6 +7,11 @@ the folder is fsynced so the rename itself is on disk. A reader therefore finds 
 the new one, never a torn one. Content that is the user's (the history of their prompts) is
 created user-only (0600) before a byte is written.
 
+This is the one atomic write: every store writes through `write_atomically` (or `write_text`,
+`write_bytes`; a download that resumes puts its finished `.part` in place with
+`move_into_place`). `on_step` is a test seam: the kill tests (tests/test_store_kills.py) set it in
+a child process to kill that writer at a chosen step of a write; it is None otherwise.
+
 A process killed mid-write leaves its temporary file; the next write of the same file removes
 those whose process is gone. A file a reader cannot parse anyway (written by an older version
 without fsync before a power loss, or edited by hand) is set aside as `<name>.corrupt-<time>`
@@ -22,6 +27,19 @@ from pathlib import Path
 from typing import Callable
 
 PRIVATE = 0o600
+
+# The steps of a write, in order, as `on_step` sees them: the temporary file holds every byte
+# ("written"), is on disk ("synced"), has replaced the real name ("renamed"; the folder is not
+# yet synced).
+STEPS = ("written", "synced", "renamed")
+
+# Called as on_step(step, tmp, out) at each step; a test seam (see the docstring), None otherwise.
+on_step: Callable[[str, Path, Path], None] | None = None
+
+
+def _step(step: str, tmp: Path, out: Path) -> None:
+    if on_step is not None:
+        on_step(step, tmp, out)
 
 
 def temp_path(out: Path) -> Path:
@@ -79,7 +97,9 @@ def move_into_place(tmp: Path, out: Path) -> Path:
     """Put a complete file written at `tmp` (in `out`'s folder) in place as `out`: fsync it,
     rename it over `out`, fsync the folder. An OSError leaves `tmp` where it was."""
     _fsync_file(tmp)
+    _step("synced", tmp, out)
     os.replace(tmp, out)
+    _step("renamed", tmp, out)
     fsync_dir(out.parent)
     return out
 
@@ -97,6 +117,7 @@ def write_atomically(out: Path, write: Callable[[Path], object], *, private: boo
         write(tmp)
         if private:
             os.chmod(tmp, PRIVATE)  # in case `write` replaced the file rather than filling it
+        _step("written", tmp, out)
         move_into_place(tmp, out)
     finally:
         if tmp.exists():

@@ -18,7 +18,8 @@ from typing import Sequence
 from engine.errors import HubError
 from models import hub
 from models.catalog import CATALOG_FILE, MIB
-from models.tandem_store import write_atomically
+from models.atomic import write_atomically
+from models.tandem_store import store_errors
 
 # How far an estimate (size_mb) may be from the hub's size before it is reported.
 TOLERANCE = 0.05
@@ -100,7 +101,8 @@ def write_sizes(findings: Sequence[Finding], path: Path = CATALOG_FILE) -> int:
                 entry["size_mb"] = round(f.hub_size / MIB)
                 changed += 1
     text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
-    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    with store_errors(path):
+        write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return changed
 
 

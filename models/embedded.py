@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import HubError, ModelFileError
-from models.atomic import write_text
-from models.tandem_store import sha256_of, store_dir, tandem_home, write_atomically
+from models.atomic import write_atomically, write_text
+from models.tandem_store import sha256_of, store_dir, store_errors, tandem_home
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ def assemble(model: EmbeddedModel) -> Path:
                                  f"sha256 {digest}")
 
     # A failure or Ctrl-C leaves no partial file; the next run assembles it again.
-    return write_atomically(model.path, write)
+    with store_errors(model.path):
+        return write_atomically(model.path, write)
 
 
 def ensure() -> tuple[Path, Path]:

@@ -1,16 +1,17 @@
 """Where model files live on disk: the local store, outside the repository; the one SHA-256
-hasher of model files; and how a file is put into the store (models/atomic.py: written under a temporary name, fsynced
-and renamed into place, so a file that exists under its real name is complete; a failure, Ctrl-C
-or kill leaves nothing behind under that name, and the next run writes it again)."""
+hasher of model files; and what a failed write into the store says. Files are put into the
+store by the one atomic write, models/atomic.py: written under a temporary name, fsynced and
+renamed into place, so a file that exists under its real name is complete; a failure, Ctrl-C or
+kill leaves nothing behind under that name, and the next run writes it again."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Iterator
 
 from engine.errors import ModelFileError, store_write_error
-from models import atomic
 
 
 def tandem_home() -> Path:
@@ -49,10 +50,11 @@ def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def write_atomically(out: Path, write: Callable[[Path], object]) -> Path:
-    """`write` the file at a temporary path beside `out`, then put it in place as `out`
-    (models/atomic.py). A full or read-only store is one `ModelFileError` line."""
+@contextlib.contextmanager
+def store_errors(out: Path) -> Iterator[None]:
+    """Around a write of `out` into the store (models/atomic.py): a full or read-only store is
+    one `ModelFileError` line."""
     try:
-        return atomic.write_atomically(out, write)
+        yield
     except OSError as exc:
         raise store_write_error(out.name, out.parent, exc) from None

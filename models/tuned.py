@@ -19,9 +19,9 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from models.atomic import set_aside
+from models.atomic import set_aside, write_atomically
 from models.candidate import Candidate
-from models.tandem_store import store_dir, writable_dir, write_atomically
+from models.tandem_store import store_dir, store_errors, writable_dir
 
 RECORD_VERSION = 1
 # A record's file name is its key's id and this.
@@ -148,8 +148,9 @@ def record_paths() -> list[Path]:
 def save(record: PairingRecord) -> Path:
     record.date = record.date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     text = json.dumps(record.as_dict(), indent=2)
-    return write_atomically(record_path(record.key),
-                            lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    out = record_path(record.key)
+    with store_errors(out):
+        return write_atomically(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _read(path: Path) -> PairingRecord | None:

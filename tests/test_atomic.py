@@ -1,6 +1,6 @@
 """models/atomic.py, the one write every store goes through: whole or nothing, user-only when
 asked, a killed writer's leftovers removed (only once its process is gone), an unreadable file
-set aside with one line. (Kills at random: tests/test_store_kills.py.)"""
+set aside with one line. (Kills inside a write: tests/test_store_kills.py, through `on_step`.)"""
 from __future__ import annotations
 
 import os
@@ -23,6 +23,21 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     with pytest.raises(OSError):
         atomic.write_atomically(out, fails)
     assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
+
+
+def test_the_steps_come_in_order_and_the_real_name_changes_only_at_the_rename(tmp_path,
+                                                                           monkeypatch):
+    out = atomic.write_text(tmp_path / "f.json", "old")
+    seen = []
+
+    def step(name, tmp, target):
+        seen.append((name, tmp.exists(), target.read_text()))
+
+    monkeypatch.setattr(atomic, "on_step", step)
+    atomic.write_text(out, "new")
+    assert [name for name, _, _ in seen] == list(atomic.STEPS)
+    # Written and synced under the temporary name with the old file in place; then renamed.
+    assert seen == [("written", True, "old"), ("synced", True, "old"), ("renamed", False, "new")]
 
 
 def test_private_files_are_user_only_and_others_keep_the_umask(tmp_path):

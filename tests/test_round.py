@@ -3,6 +3,7 @@ statistics and the tokens it offers to commit; the policy takes its decision bac
 from __future__ import annotations
 
 import doctest
+import types
 
 import engine.control.costs
 import engine.control.policy
@@ -19,9 +20,22 @@ from bench.fakes.backend import FakeBackend
 PROMPT = [3, 14, 15, 9, 26]
 
 
+# The examples each module's docstrings hold: deleting one (or all) must fail the test too.
+EXAMPLES = {engine.round: 1, engine.round_plan: 2, engine.control.policy: 1,
+            engine.control.costs: 1}
+
+
 def test_the_docstring_examples_hold():
-    for module in (engine.round, engine.round_plan, engine.control.policy, engine.control.costs):
-        assert doctest.testmod(module).failed == 0
+    for module, n in EXAMPLES.items():
+        result = doctest.testmod(module)
+        assert (result.failed, result.attempted) == (0, n), module.__name__
+
+
+def test_a_wrong_docstring_example_is_counted_as_failed():
+    """The negative control: doctest, as called above, sees a wrong example."""
+    module = types.ModuleType("wrong", ">>> 1 + 1\n3\n")
+    result = doctest.testmod(module, report=False)
+    assert (result.failed, result.attempted) == (1, 1)
 
 
 def test_a_round_offers_its_accepted_drafts_then_the_targets_token():

@@ -1,6 +1,7 @@
 """The generation queue: one runs, `max_waiting` wait in arrival order, the rest are refused."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -20,7 +21,7 @@ def test_one_runs_the_next_waits_and_more_are_refused():
     first = queue.join()
     assert queue.wait(first, 0)
     second = queue.join()
-    assert not queue.wait(second, 0.01)
+    assert not queue.wait(second, 0)
     with pytest.raises(QueueFullError) as info:
         queue.join()
     assert 1 <= info.value.retry_after <= 60 and "--max-queue 1" in str(info.value)
@@ -109,22 +110,46 @@ def test_the_queue_is_the_one_lock_generations_take():
     assert not hasattr(holder.pair, "lock")
 
 
-def test_the_holder_replaces_the_pair_only_between_generations():
-    holder = PairHolder(Pair(FakeBackend(eog=59)), queue=GenerationQueue(max_waiting=0))
+def _pair_once_the_replacer_queued(holder: PairHolder) -> tuple[Pair, Pair, threading.Thread, int]:
+    """With a generation's ticket held, start `holder.replace` in a thread; once that thread
+    either waits in the queue or has replaced the pair, return (the pair before, the pair then,
+    the thread, the generation's ticket). Polls the queue's state, not the clock (the bound only guards a hang)."""
     old = holder.pair
     ticket = holder.queue.join()
     swapped = threading.Event()
 
     def replace() -> None:
-        # Refused to no one: the holder waits its turn even when no waiting place is free.
         holder.replace(Pair(FakeBackend(eog=59)))
         swapped.set()
 
     t = threading.Thread(target=replace)
     t.start()
-    assert not swapped.wait(0.2) and holder.pair is old
+    for _ in range(60_000):
+        if swapped.is_set() or holder.queue.snapshot()["waiting"] == 1:
+            return old, holder.pair, t, ticket
+        time.sleep(0.001)
+    raise AssertionError("the replacer neither queued nor replaced the pair")
+
+
+def test_the_holder_replaces_the_pair_only_between_generations():
+    holder = PairHolder(Pair(FakeBackend(eog=59)), queue=GenerationQueue(max_waiting=0))
+    old, then, t, ticket = _pair_once_the_replacer_queued(holder)
+    # The replacer waits in the queue behind the running generation: by construction it cannot
+    # have swapped the pair, however long it has been waiting.
+    assert then is old and holder.queue.snapshot() == {"running": True, "waiting": 1,
+                                                       "max_waiting": 0}
+    # Refused to no one: the holder waits its turn even when no waiting place is free.
     with pytest.raises(QueueFullError):
         holder.queue.join()
-    holder.queue.leave(ticket)
-    t.join(5)
-    assert swapped.is_set() and holder.pair is not old
+    holder.queue.leave(ticket)  # the generation ends
+    t.join(60)  # only a guard against a hang
+    assert not t.is_alive() and holder.pair is not old
+
+
+def test_a_replace_that_skipped_the_queue_would_be_seen(monkeypatch):
+    """The negative control: a holder that swaps without waiting for the slot is caught."""
+    holder = PairHolder(Pair(FakeBackend(eog=59)), queue=GenerationQueue(max_waiting=0))
+    monkeypatch.setattr(holder.queue, "slot", lambda always=False: contextlib.nullcontext())
+    old, then, t, _ = _pair_once_the_replacer_queued(holder)
+    t.join(60)
+    assert then is not old

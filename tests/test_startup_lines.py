@@ -22,36 +22,66 @@ pytestmark = pytest.mark.real
 ROOT = Path(__file__).resolve().parents[1]
 LINES_TIMEOUT_S = 180
 
-# Two loads at once in two threads while the main thread prints to both streams.
+# Two loads at once in two threads while the main thread prints to both streams. Each load
+# waits, inside the Python code around llama.cpp's model load (where a quiet mode would point the
+# streams elsewhere), until the main thread has printed LINES lines before the C load and LINES
+# after it: the prints overlap the loads by construction, on a fast machine or a busy one.
+LINES = 5
 PRINT_WHILE_LOADING = """
 import sys, threading, time
+import llama_cpp
 from engine.backend import ModelConfig
 from engine.llama.backend import LlamaBackend
 from engine.llama.quiet import quiet_llama
+LINES = int(sys.argv[2])
 quiet_llama()
+printed = 0
+loaded = 0
+said = threading.Condition()
+real_load = llama_cpp.llama_model_load_from_file
+
+def _after_lines():
+    with said:
+        start = printed
+        said.wait_for(lambda: printed >= start + LINES)
+
+def load(*args):
+    global loaded
+    _after_lines()
+    model = real_load(*args)
+    _after_lines()
+    with said:
+        loaded += 1
+    return model
+
+llama_cpp.llama_model_load_from_file = load
 loads = [threading.Thread(target=lambda: LlamaBackend(ModelConfig(sys.argv[1], n_ctx=256,
                                                                   n_threads=1)).close())
          for _ in range(2)]
 for t in loads:
     t.start()
-n = 0
 while any(t.is_alive() for t in loads):
-    print(f"out {n}", flush=True)
-    print(f"err {n}", file=sys.stderr, flush=True)
-    n += 1
-    time.sleep(0.005)
-print(f"printed {n}", flush=True)
+    print(f"out {printed}", flush=True)
+    print(f"err {printed}", file=sys.stderr, flush=True)
+    with said:
+        printed += 1
+        said.notify_all()
+    time.sleep(0.001)
+print(f"printed {printed} loaded {loaded}", flush=True)
 """
 
 
 def test_model_loads_leave_the_process_streams_alone(embedded_paths):
-    proc = subprocess.run([sys.executable, "-c", PRINT_WHILE_LOADING, str(embedded_paths[1])],
+    proc = subprocess.run([sys.executable, "-c", PRINT_WHILE_LOADING, str(embedded_paths[1]),
+                           str(LINES)],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     *lines, last = proc.stdout.splitlines()
-    n = int(last.split()[1])
-    assert n > 20, "the loads should take longer than 20 lines"
+    _, n, _, loaded = last.split()
+    n = int(n)
+    # Both loads went through the wrapper, so at least 2 * LINES lines were printed during them.
+    assert loaded == "2" and n >= 2 * LINES
     assert lines == [f"out {i}" for i in range(n)]
     # Every line, and nothing of llama.cpp's.
     assert proc.stderr.splitlines() == [f"err {i}" for i in range(n)]

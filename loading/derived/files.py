@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import ModelFileError, store_write_error
-from models.atomic import write_text
-from models.tandem_store import sha256_of, store_dir, writable_dir, write_atomically
+from engine.errors import ModelFileError
+from models.atomic import write_atomically, write_text
+from models.tandem_store import sha256_of, store_dir, store_errors, writable_dir
 
 # prepare(source, sha) checks the source and returns the function that writes the derived file
 # to a given path; it runs only when no current file exists.
@@ -87,10 +87,8 @@ def derive(source: str | Path, tag: str, prepare: Prepare) -> Path:
     if out.is_file():
         return out
     write = prepare(source, sha)
-    try:
+    with store_errors(out):
         for old in derived_dir().glob(f"{source.stem}.{tag}.*.gguf"):
             if is_build_of(old.name, source, tag):
                 old.unlink()
-    except OSError as exc:
-        raise store_write_error(out.name, out.parent, exc) from None
-    return write_atomically(out, write)
+        return write_atomically(out, write)
