@@ -71,7 +71,7 @@ def print_plan(plan: LoadPlan) -> None:
 def _say(where: str, lines: list[str]) -> None:
     if where == QUIET:
         return
-    stream = getattr(sys, where)
+    stream = {STDERR: sys.stderr, STDOUT: sys.stdout}[where]
     for line in lines:
         print(line, file=stream, flush=True)
 
