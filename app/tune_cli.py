@@ -131,8 +131,6 @@ def build_record(results, cats, key, tcfg, dcfg, args, params) -> object:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from app.runtime.defaults import DEFAULT_DRAFTER, DRAFTERS
     from app.runtime.request import Offer, resolve
     from app.settings import model_configs, pair_request, request_settings
@@ -141,7 +139,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from loading.options import LoadOptions
     from loading.plan import LoadPlan
     from bench.tuning.host import PairHost
-    from bench.tuning.measure import measure
     from app.runtime.open_pair import open_pair
     from app.runtime.tuned import PairingRule, key_for
     from models.tuned import save
@@ -175,14 +172,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"{args.budget_minutes:g} min, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     started = time.monotonic()
     try:
-        host = PairHost(pair, tcfg, dcfg, max_tokens=config.max_tokens, stop=config.stop)
-        with tqdm(total=len(candidates) * len(prompts), unit="pair", file=sys.stderr) as bar:
-            def progress(p) -> None:
-                bar.total = p.expected
-                bar.update(p.done - bar.n)
-                bar.set_postfix_str(f"{p.label}, ~{p.eta_s / 60:.1f} min left")
-            results = measure(host, candidates, prompts, config.params,
-                              budget_s=args.budget_minutes * 60, progress=progress)
+        results = _measure(PairHost(pair, tcfg, dcfg, max_tokens=config.max_tokens,
+                                    stop=config.stop), candidates, prompts, config.params,
+                           args.budget_minutes * 60)
     finally:
         pair.close()
     cats = categories(results)
@@ -194,6 +186,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"{os.getloadavg()[0]:.2f}); `tandem generate`, the app and `tandem serve` now use "
           f"{record.chosen.label} for this pair")
     return 0
+
+
+def _measure(host, candidates: list, prompts: list, params, budget_s: float) -> list:
+    """Every candidate on every prompt within the budget, with a progress bar and its ETA."""
+    from tqdm import tqdm
+
+    from bench.tuning.measure import measure
+
+    with tqdm(total=len(candidates) * len(prompts), unit="pair", file=sys.stderr) as bar:
+        def progress(p) -> None:
+            bar.total = p.expected
+            bar.update(p.done - bar.n)
+            bar.set_postfix_str(f"{p.label}, ~{p.eta_s / 60:.1f} min left")
+        return measure(host, candidates, prompts, params, budget_s=budget_s, progress=progress)
 
 
 def _candidates(names: str | None, candidates: list) -> list:
