@@ -87,8 +87,8 @@ def test_model_loads_leave_the_process_streams_alone(embedded_paths):
     assert proc.stderr.splitlines() == [f"err {i}" for i in range(n)]
 
 
-# `tandem ui` with the pair's load held at a gate: until the gate file exists (the test never makes it),
-# `execute` (models to derive and load, after the plan) waits, so the URL lines can only come
+# `tandem ui` with the pair's load held at a gate: until the gate file exists (the test never
+# makes it), `execute` (models to derive and load, after the plan) waits, so the URL lines come
 # while the models are still loading, on a fast machine or a busy one. Patched in the child, as
 # above; the product has no such hook.
 GATED_UI = """
