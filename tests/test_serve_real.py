@@ -167,8 +167,10 @@ def test_eight_clients_at_once_get_an_answer_or_a_503(server, client):
         assert r.choices[0].message.content and r.choices[0].finish_reason in ("stop", "length")
     for r in refused:
         assert r.status_code == 503 and int(r.response.headers["retry-after"]) >= 1
-    # One runs and MAX_QUEUE wait; the other five arrive while they do.
-    assert len(answers) >= 1 + MAX_QUEUE - 1 and len(refused) >= 8 - 1 - MAX_QUEUE - 1
+    # How many are refused depends on how fast the pair answers against how fast the clients
+    # arrive (a GPU may answer them all); that a full queue is a 503 is counted on a fake pair
+    # (tests/test_serve_api.py). Here: the first to arrive is answered, none is lost.
+    assert len(answers) >= 1
     assert httpx.get(f"{server}/health", timeout=10).json()["status"] == "ok"
 
 
