@@ -43,13 +43,22 @@ llama_cmake_args() {
   echo "$args"
 }
 
-# The GPU backend to build, as CMake flags (nothing: CPU only). CUDA where nvcc is installed
-# (on PATH or in $CUDA_HOME/bin) and nvidia-smi sees a card, compiled for that card's own compute
-# capability only (every architecture takes most of an hour; one a few minutes); a card without
-# nvcc gets a CPU build and one line on what to install. Vulkan (AMD and Intel GPUs) where
-# glslc and the Vulkan headers are ($VULKAN_SDK, else /usr).
+# The GPU backend to build, as CMake flags (nothing: CPU only). TANDEM_GPU chooses: `auto` (the
+# default), `cpu`, or `vulkan` (scripts/vulkan: the Vulkan build in its own venv, whatever the
+# machine has). Under auto: CUDA where nvcc is installed (on PATH or in $CUDA_HOME/bin) and
+# nvidia-smi sees a card, compiled for that card's own compute capability only (every
+# architecture takes most of an hour; one a few minutes); a card without nvcc gets a CPU build and
+# one line on what to install. Vulkan (AMD and Intel GPUs) only where vulkaninfo sees a real GPU:
+# glslc and the Vulkan headers alone do not choose it, nor does Mesa's lavapipe (a Vulkan driver
+# that computes on the CPU), so the default build stays the CPU one where there is no GPU.
 llama_gpu_args() {
   local nvcc caps
+  case "${TANDEM_GPU:-auto}" in
+    cpu) return;;
+    vulkan) vulkan_cmake_args; return;;
+    auto) ;;
+    *) log "TANDEM_GPU=${TANDEM_GPU}: expected auto, cpu or vulkan"; return 1;;
+  esac
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     nvcc="$(command -v nvcc || true)"
     [ -z "$nvcc" ] && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
@@ -62,9 +71,43 @@ llama_gpu_args() {
     fi
     log "an NVIDIA GPU is here but no nvcc: building for the CPU; install the CUDA toolkit (nvcc) and rerun to build for the GPU"
   fi
-  if command -v glslc >/dev/null 2>&1 && [ -r "${VULKAN_SDK:-/usr}/include/vulkan/vulkan.h" ]; then
-    echo "-DGGML_VULKAN=ON"
+  if command -v glslc >/dev/null 2>&1 && vulkan_gpu_present; then
+    if [ -n "$(vulkan_include_dir)" ]; then
+      vulkan_cmake_args
+    else
+      log "a Vulkan GPU is here but the Vulkan headers are older than 1.3.$VULKAN_MIN_HEADER (ggml-vulkan needs VK_EXT_layer_settings): building for the CPU; scripts/vulkan --build-only fetches newer ones"
+    fi
   fi
+}
+
+# ggml-vulkan uses VK_EXT_layer_settings, which Vulkan headers have from 1.3.261 on (Debian 12's
+# libvulkan-dev is 1.3.239; Debian 13's 1.4.309 works).
+VULKAN_MIN_HEADER=261
+# Where scripts/vulkan unpacks newer headers, installing nothing: Debian 13's libvulkan-dev.
+VULKAN_HEADERS_DIR="$TANDEM_HOME/vulkan-headers"
+
+# Whether vulkaninfo sees a device that is not the CPU (lavapipe/llvmpipe says
+# PHYSICAL_DEVICE_TYPE_CPU).
+vulkan_gpu_present() {
+  command -v vulkaninfo >/dev/null 2>&1 || return 1
+  vulkaninfo --summary 2>/dev/null | grep -E 'deviceType' | grep -qvE 'PHYSICAL_DEVICE_TYPE_CPU'
+}
+
+# The include folder whose vulkan/vulkan_core.h is new enough for ggml-vulkan ($VULKAN_SDK's,
+# /usr's, or the unpacked one), or nothing.
+vulkan_include_dir() {
+  local dir version
+  for dir in "${VULKAN_SDK:+$VULKAN_SDK/include}" /usr/include "$VULKAN_HEADERS_DIR/usr/include"; do
+    [ -n "$dir" ] && [ -r "$dir/vulkan/vulkan_core.h" ] || continue
+    # 1.4's patch numbers go on from 1.3's (1.4.303 came after 1.3.302).
+    version="$(sed -n 's/^#define VK_HEADER_VERSION \([0-9][0-9]*\).*/\1/p' "$dir/vulkan/vulkan_core.h")"
+    if [ "${version:-0}" -ge "$VULKAN_MIN_HEADER" ]; then echo "$dir"; return; fi
+  done
+}
+
+vulkan_cmake_args() {
+  local inc; inc="$(vulkan_include_dir)"
+  echo "-DGGML_VULKAN=ON${inc:+ -DVulkan_INCLUDE_DIR=$inc}"
 }
 
 ensure_venv() {
@@ -78,11 +121,18 @@ ensure_venv() {
 # The wheel is cached outside the clone, keyed by version and build flags, so CI and fresh
 # clones install it in seconds instead of compiling for seven minutes. An installed build
 # without the RPC backend (an older cache key) is replaced.
+# The cache folder of the wheel for these flags and this Python (the venv's, else python3's, which
+# makes the venv).
+llama_wheel_dir() {
+  local py="$PY"; [ -x "$py" ] || py="$(command -v python3)"
+  echo "$TANDEM_HOME/wheels/llama-cpp-$(printf '%s %s %s' "$LLAMA_CPP_VERSION" "$1" "$("$py" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)"
+}
+
 ensure_llama_cpp() {
   local cmake_args key dir
   cmake_args="$(llama_cmake_args)"
-  key="$(printf '%s %s %s' "$LLAMA_CPP_VERSION" "$cmake_args" "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)"
-  dir="$TANDEM_HOME/wheels/llama-cpp-$key"
+  dir="$(llama_wheel_dir "$cmake_args")"
+  key="${dir##*/llama-cpp-}"
   # The venv remembers which build it holds, so changing the flags swaps the wheel.
   if [ "$(cat "$VENV/.tandem-llama" 2>/dev/null)" != "$key" ] || ! "$PY" -c "import llama_cpp, pathlib, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_VERSION' or not any((pathlib.Path(llama_cpp.__file__).parent / 'lib').glob('*ggml-rpc*')))" 2>/dev/null; then
     if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
