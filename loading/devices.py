@@ -11,7 +11,7 @@ def detect() -> Machine:
     """RAM and the GPUs this llama.cpp can place layers on, free memory as it reports it."""
     found = registry.gpus()
     if found:
-        return with_gpus([Gpu(d.description or d.name, d.free, d.total, unified=d.unified)
+        return with_gpus([Gpu(d.description or d.name, d.free, d.total, d.unified, d.max_tensor)
                           for d in found])
     backends = registry.gpu_backends()
     if backends:

@@ -11,7 +11,9 @@ tests/test_models_budget.py):
 - compute buffer: the largest of the logits phase (n_vocab x n_ubatch f32) and the attention phase
   (one f32 n_kv x n_ubatch score matrix per head plus the mask), plus a few activation rows. With
   flash attention, which the backend turns on for a model with layers on a GPU, no score matrix
-  is made: the attention phase is its activation rows.
+  is made: the attention phase is its activation rows. The feed-forward phase (gate, up and
+  their product, n_ff x n_ubatch f32 each) is larger where n_ff is several times n_embd.
+- an output matrix larger than the GPU takes in one product stays on the CPU, with its logits.
 - output buffer: n_vocab f32 logits for one sequence (the engine does not keep all logits).
 - RPC workers (`--rpc`): llama.cpp gives each worker a run of layers in proportion to the free
   memory it reports (the output matrix counts as one more layer and goes last); each worker then
@@ -63,12 +65,15 @@ class Layout:
     # embeddings, which llama.cpp also loads on the output's device (TENSOR_DUPLICATED): a
     # second copy there, while the first stays with the input on the CPU.
     output_copy_bytes: int = 0
+    # The feed-forward width (ffn_up's rows): its activations are the largest of a block's
+    # compute when it is several times n_embd (Qwen2.5 1.5B: 8960 of 1536).
+    n_ff: int = 0
 
     @classmethod
     def from_info(cls, info: GGUFInfo) -> "Layout":
         layer = [0] * info.n_layer
         repack = [0] * info.n_layer
-        output = output_repack = other = embd = 0
+        output = output_repack = other = embd = n_ff = 0
         tied = not any(t.name.startswith("output.weight") for t in info.tensors)
         for t in info.tensors:
             packs = t.type_name in REPACKED_TYPES and len(t.shape) == 2 and not t.name.startswith("token_embd")
@@ -77,6 +82,8 @@ class Layout:
                 i = int(m.group(1))
                 layer[i] += t.n_bytes
                 repack[i] += t.n_bytes if packs else 0
+                if t.name.endswith("ffn_up.weight") and len(t.shape) == 2:
+                    n_ff = max(n_ff, t.shape[1])
             elif t.name.startswith("output.weight"):
                 output += t.n_bytes
                 output_repack += t.n_bytes if packs else 0
@@ -89,7 +96,7 @@ class Layout:
             n_swa = info.n_layer - info.n_layer // 6 if info.architecture.startswith("gemma3") else info.n_layer // 2
         return cls(info.path.name, info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.head_dim_k,
                    info.head_dim_v, info.n_vocab, tuple(layer), tuple(repack), output, output_repack, other,
-                   info.sliding_window, n_swa, info.file_type, embd if tied else 0)
+                   info.sliding_window, n_swa, info.file_type, embd if tied else 0, n_ff)
 
 
 @dataclass(frozen=True)
@@ -131,15 +138,20 @@ def blocks_on_gpu(gpu_layers: int, n_layer: int) -> int:
 
 
 def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16", gpu_layers: int = 0,
-                   n_ubatch: int = 512, repack: bool = False, flash_attn: bool = False) -> Breakdown:
-    """Bytes llama.cpp allocates for one model loaded with these settings."""
+                   n_ubatch: int = 512, repack: bool = False, flash_attn: bool = False,
+                   max_tensor: int = 0) -> Breakdown:
+    """Bytes llama.cpp allocates for one model loaded with these settings. `max_tensor`: the
+    largest weight the GPU takes in a matrix product (0: any); a larger output matrix stays on
+    the CPU with its logits, as llama.cpp places it (Gemma 3 270M's 170 MiB tied output on Mesa's
+    lavapipe, whose limit is 128 MiB)."""
     if kv_type not in KV_TYPES:
         raise SettingsError(f"unknown KV cache type {kv_type!r}; use one of {', '.join(KV_TYPES)}")
     if n_ctx < 1 or gpu_layers < 0 or n_ubatch < 1:
         raise SettingsError(f"context ({n_ctx}), GPU layers ({gpu_layers}) and batch ({n_ubatch}) must be positive")
     n = layout.n_layer
     g = blocks_on_gpu(gpu_layers, n)
-    output_on_gpu = gpu_layers > 0
+    output_on_gpu = gpu_layers > 0 and not (
+        max_tensor and max(layout.output_bytes, layout.output_copy_bytes) > max_tensor)
     on_gpu = range(n - g, n)
     w_gpu = sum(layout.layer_bytes[i] for i in on_gpu) + (layout.output_bytes if output_on_gpu else 0)
     w_cpu = sum(layout.layer_bytes) + layout.output_bytes + layout.other_bytes - w_gpu
@@ -159,9 +171,12 @@ def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16
     ub = min(n_ubatch, n_ctx)
     rows = layout.n_embd * ub * f32
     logits = layout.n_vocab * ub * f32 + 3 * rows
-    attention = (0 if flash_attn else (layout.n_head + 1) * n_kv * ub * f32) + 6 * rows
-    comp_cpu = max(0 if output_on_gpu else logits, attention if g < n else 0, rows)
-    comp_gpu = max(logits if output_on_gpu else 0, attention if g else 0)
+    # A block's largest phase: attention (its score matrix unless flash attention), or the
+    # feed-forward's gate, up and product activations (n_ff x n_ubatch f32 each).
+    block = max((0 if flash_attn else (layout.n_head + 1) * n_kv * ub * f32) + 6 * rows,
+                3 * layout.n_ff * ub * f32 + 2 * rows)
+    comp_cpu = max(0 if output_on_gpu else logits, block if g < n else 0, rows)
+    comp_gpu = max(logits if output_on_gpu else 0, block if g else 0)
     out = layout.n_vocab * f32
     return Breakdown(role, layout.name, gpu_layers, w_cpu, rp, w_gpu, kv_cpu, kv_gpu, comp_cpu, comp_gpu, out)
 
@@ -280,14 +295,15 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
         # The backend turns flash attention on for a model with layers on a GPU.
         t = _with_adapter(estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv,
                                          gpu_layers=_all_as(g, lt), n_ubatch=n_ubatch,
-                                         repack=m.cpu_repacks, flash_attn=m.has_gpu and g != 0),
+                                         repack=m.cpu_repacks, flash_attn=m.has_gpu and g != 0,
+                                         max_tensor=m.gpu_max_tensor),
                           lt, adapter_bytes[0])
         if draft is None:
             return t, Breakdown("draft", ld.name, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         dctx = max(256, d_ctx * ctx // n_ctx)
         d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=_all_as(dg, ld),
                            n_ubatch=n_ubatch, repack=m.cpu_repacks,
-                           flash_attn=m.has_gpu and dg != 0)
+                           flash_attn=m.has_gpu and dg != 0, max_tensor=m.gpu_max_tensor)
         return t, _with_adapter(d, ld, adapter_bytes[1])
 
     if gpu_layers is None or draft_gpu_layers is None:

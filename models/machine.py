@@ -41,6 +41,9 @@ class Machine:
     # there is none ("" when nothing needs saying).
     gpu_margin: int = GPU_MARGIN
     gpu_note: str = ""
+    # The largest weight the GPU takes in a matrix product (0: no limit found); a larger output
+    # matrix stays on the CPU, as llama.cpp places it (engine/llama/devices.py largest_tensor).
+    gpu_max_tensor: int = 0
 
     @property
     def gpu_room(self) -> int:
@@ -97,6 +100,7 @@ class Gpu:
     free: int
     total: int
     unified: bool = False
+    max_tensor: int = 0
 
 
 def with_gpus(gpus: Sequence[Gpu], note: str = "") -> Machine:
@@ -107,9 +111,11 @@ def with_gpus(gpus: Sequence[Gpu], note: str = "") -> Machine:
     if not gpus:
         return Machine(vm.total, vm.available, cpu_repacks=_cpu_repacks(), gpu_note=note)
     name = gpus[0].name if len(gpus) == 1 else f"{len(gpus)} GPUs ({', '.join(g.name for g in gpus)})"
+    limits = [g.max_tensor for g in gpus if g.max_tensor]
     return Machine(vm.total, vm.available, name, sum(g.free for g in gpus),
                    sum(g.total for g in gpus), unified=any(g.unified for g in gpus),
-                   cpu_repacks=_cpu_repacks(), gpu_margin=GPU_MARGIN * len(gpus), gpu_note=note)
+                   cpu_repacks=_cpu_repacks(), gpu_margin=GPU_MARGIN * len(gpus), gpu_note=note,
+                   gpu_max_tensor=min(limits, default=0))
 
 
 def detect() -> Machine:

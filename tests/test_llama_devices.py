@@ -133,3 +133,50 @@ def test_gpu_layers_and_flash_attention_reach_llama_cpp(monkeypatch, tmp_path):
     # On RPC workers every layer goes there unless told, without flash attention.
     rpc = _params_handed_to_llama(monkeypatch, tmp_path, card, rpc=("10.0.0.2:50052",))
     assert rpc["n_gpu_layers"] == 0x7FFFFFFF and rpc["flash_attn"] is False
+
+
+class _FakeGgml:
+    """The few ggml calls `largest_tensor` makes, on a device that refuses any product whose
+    weight is over `limit` bytes (ggml-vulkan's maxStorageBufferRange check)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.shapes, self.asked, self.freed = limit, {}, 0, False
+
+    def ggml_tensor_overhead(self) -> int:
+        return 368
+
+    def ggml_init(self, params) -> int:
+        assert params.no_alloc  # nothing is ever allocated
+        return 1
+
+    def ggml_free(self, ctx) -> None:
+        self.freed = True
+
+    def ggml_new_tensor_2d(self, ctx, type_, ne0, ne1) -> int:
+        self.shapes[len(self.shapes) + 10] = (ne0, ne1)
+        return len(self.shapes) + 9
+
+    def ggml_mul_mat(self, ctx, w, x) -> int:
+        return -w
+
+    def ggml_backend_dev_supports_op(self, dev, op) -> bool:
+        self.asked += 1
+        ne0, ne1 = self.shapes[-op]
+        return ne0 * ne1 * 4 <= self.limit
+
+
+def test_the_largest_tensor_is_found_by_asking_the_device():
+    lavapipe = _FakeGgml(128 * 1024 * 1024)
+    assert devices.largest_tensor(lavapipe, 7, 2 << 30) == 128 * 1024 * 1024
+    assert lavapipe.freed and lavapipe.asked <= 20
+    # Rows of the probe's width: a limit between two is rounded down.
+    assert devices.largest_tensor(_FakeGgml(100 * 1024 * 1024 + 5), 7, 2 << 30) == (
+        100 * 1024 * 1024 // devices.PROBE_ROW_BYTES * devices.PROBE_ROW_BYTES)
+    # No limit up to the device's memory, or a device refusing f32 products at any size: 0.
+    assert devices.largest_tensor(_FakeGgml(1 << 40), 7, 24 << 30) == 0
+    assert devices.largest_tensor(_FakeGgml(0), 7, 24 << 30) == 0
+
+
+def test_the_cpu_device_takes_any_size():
+    lib = devices._lib()
+    assert devices.largest_tensor(lib, _cpu_device(lib), 64 << 30) == 0

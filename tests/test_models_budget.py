@@ -147,3 +147,40 @@ def test_the_budget_takes_the_settings_of_the_loads_model_configs(pair):
     assert alone.draft.cpu == 0
     # n_batch 256 halves the activation rows llama.cpp reserves compared with the default 512
     assert alone.target.compute_cpu > r.target.compute_cpu and alone.target.kv_cpu == r.target.kv_cpu
+
+
+def test_an_output_matrix_the_gpu_refuses_stays_on_the_cpu_with_its_logits(pair):
+    # Mesa's lavapipe takes no tensor over 128 MiB: llama.cpp keeps a larger output matrix (here
+    # the tied copy of the embeddings) on the CPU, and computes the logits there.
+    lay = Layout.from_info(read_info(pair[0]))
+    out = lay.output_copy_bytes
+    on_gpu = dict(role="target", n_ctx=1024, gpu_layers=99, flash_attn=True)
+    full = estimate_model(lay, **on_gpu)
+    fits = estimate_model(lay, **on_gpu, max_tensor=out)
+    refused = estimate_model(lay, **on_gpu, max_tensor=out - 1)
+    assert fits == full
+    assert refused.weights_gpu == full.weights_gpu - out and refused.weights_cpu == full.weights_cpu
+    logits = lay.n_vocab * 512 * 4 + 3 * lay.n_embd * 512 * 4
+    assert full.compute_gpu >= logits and refused.compute_cpu >= logits > refused.compute_gpu
+    # The pair's estimate takes the limit from the machine.
+    card = Machine(64 * GIB, 64 * GIB, "card", 8 * GIB, 8 * GIB, gpu_max_tensor=out - 1)
+    r = estimate_pair(pair[0], None, n_ctx=1024, gpu_layers=-1, machine=card)
+    assert r.target.weights_gpu == refused.weights_gpu
+
+
+def test_a_wide_feed_forward_sizes_the_block_compute(pair):
+    from dataclasses import replace
+    lay = Layout.from_info(read_info(pair[0]))
+    ub, rows = 512, lay.n_embd * 512 * 4
+    narrow = estimate_model(lay, role="target", n_ctx=1024, gpu_layers=8, flash_attn=True)
+    # Qwen2.5 1.5B's feed-forward is 5.8x its width: gate, up and their product dominate.
+    wide = replace(lay, n_ff=64 * 6)
+    est = estimate_model(wide, role="target", n_ctx=1024, gpu_layers=8, flash_attn=True)
+    assert est.compute_gpu == 3 * 64 * 6 * ub * 4 + 2 * rows > narrow.compute_gpu
+
+
+@pytest.mark.real
+def test_the_feed_forward_width_is_read_from_the_weights():
+    target, draft = realmodels.embedded_pair()
+    assert Layout.from_info(read_info(target)).n_ff == 8960
+    assert Layout.from_info(read_info(draft)).n_ff == 4864

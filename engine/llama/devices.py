@@ -49,6 +49,9 @@ class Device:
     total: int
     # The PCI bus id where the backend knows it ("" if not): one card seen by two backends.
     device_id: str = ""
+    # The largest weight matrix a matrix product may take there, in bytes; 0 when no size up to
+    # the device's memory is refused (`largest_tensor`).
+    max_tensor: int = 0
 
     @property
     def unified(self) -> bool:
@@ -73,7 +76,63 @@ def _lib() -> ctypes.CDLL:
     lib.ggml_backend_reg_count.restype = ctypes.c_size_t
     lib.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
     lib.ggml_backend_reg_get.restype = ctypes.c_void_p
+    lib.ggml_init.argtypes = [_InitParams]
+    lib.ggml_init.restype = ctypes.c_void_p
+    lib.ggml_free.argtypes = [ctypes.c_void_p]
+    lib.ggml_free.restype = None
+    lib.ggml_tensor_overhead.argtypes = []
+    lib.ggml_tensor_overhead.restype = ctypes.c_size_t
+    lib.ggml_new_tensor_2d.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    lib.ggml_new_tensor_2d.restype = ctypes.c_void_p
+    lib.ggml_mul_mat.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.ggml_mul_mat.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_supports_op.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.ggml_backend_dev_supports_op.restype = ctypes.c_bool
     return lib
+
+
+class _InitParams(ctypes.Structure):
+    """struct ggml_init_params."""
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p),
+                ("no_alloc", ctypes.c_bool)]
+
+
+# enum ggml_type GGML_TYPE_F32, and the width of the probe's matrix (its rows are
+# PROBE_ROW_BYTES each).
+_F32 = 0
+_PROBE_K = 4096
+PROBE_ROW_BYTES = _PROBE_K * 4
+# Sizes below this are not probed: a device refusing them refuses f32 products outright.
+_PROBE_FLOOR = 1 << 20
+
+
+def largest_tensor(lib: ctypes.CDLL, dev: int, total: int) -> int:
+    """The largest weight (bytes, to PROBE_ROW_BYTES) of a matrix product the device accepts, as
+    llama.cpp asks it when it places each weight (llama-model.cpp weight_buft_supported:
+    `ggml_backend_dev_supports_op`); 0 when it accepts every size up to `total`, or refuses
+    even a small one (an answer about the type, not the size).
+
+    Worked example: Mesa's lavapipe limits a storage buffer to 128 MiB
+    (maxStorageBufferRange), so ggml-vulkan refuses Gemma 3 270M's 170 MiB tied output matrix,
+    which llama.cpp then keeps on the CPU with the logits' compute buffer: 134_217_728 here.
+    Binary search over the rows of an f32 [4096, rows] weight, on tensors never allocated."""
+    ctx = lib.ggml_init(_InitParams(64 * lib.ggml_tensor_overhead(), None, True))
+    try:
+        x = lib.ggml_new_tensor_2d(ctx, _F32, _PROBE_K, 1)
+
+        def takes(rows: int) -> bool:
+            w = lib.ggml_new_tensor_2d(ctx, _F32, _PROBE_K, rows)
+            return bool(lib.ggml_backend_dev_supports_op(dev, lib.ggml_mul_mat(ctx, w, x)))
+
+        lo, hi = _PROBE_FLOOR // PROBE_ROW_BYTES, max(1, total // PROBE_ROW_BYTES)
+        if hi <= lo or not takes(lo) or takes(hi):
+            return 0
+        while hi - lo > 1:  # takes(lo), not takes(hi): about 20 probes for a 24 GiB card
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if takes(mid) else (lo, mid)
+        return lo * PROBE_ROW_BYTES
+    finally:
+        lib.ggml_free(ctx)
 
 
 def _text(raw: bytes | None) -> str:
@@ -90,9 +149,13 @@ def devices() -> list[Device]:
         lib.ggml_backend_dev_get_props(dev, ctypes.byref(props))
         reg = lib.ggml_backend_dev_backend_reg(dev)
         kind = DEVICE_TYPES[props.type] if 0 <= props.type < len(DEVICE_TYPES) else "other"
-        out.append(Device(_text(props.name), _text(props.description), kind,
-                          _text(lib.ggml_backend_reg_name(reg)) if reg else "",
-                          int(props.memory_free), int(props.memory_total), _text(props.device_id)))
+        backend = _text(lib.ggml_backend_reg_name(reg)) if reg else ""
+        # Only offload targets are probed: the CPU and RPC workers place no weight by it.
+        limit = largest_tensor(lib, dev, int(props.memory_total)) if (
+            kind in ("gpu", "igpu") and backend not in HOST_BACKENDS) else 0
+        out.append(Device(_text(props.name), _text(props.description), kind, backend,
+                          int(props.memory_free), int(props.memory_total), _text(props.device_id),
+                          limit))
     return out
 
 
