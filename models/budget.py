@@ -254,11 +254,12 @@ def _empty_layout() -> Layout:
 def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 4096, kv_type: str = "f16",
                   gpu_layers: int | None = 0, draft_gpu_layers: int | None = 0, n_ubatch: int = 512,
                   draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None,
-                  adapter_bytes: tuple[int, int] = (0, 0)) -> BudgetReport:
+                  adapter_bytes: tuple[int, int] = (0, 0), flash_attn: str = "auto") -> BudgetReport:
     """Estimate the pair's memory on this machine and decide: fits, fits with offload, or does not fit.
 
     `target` and `draft` are GGUF paths, parsed headers, or layouts; `draft` may be None (target only).
-    The draft's context defaults to the target's, as speculative decoding needs.
+    The draft's context defaults to the target's, as speculative decoding needs; both models
+    share `kv_type` and `flash_attn` ("auto", "on", "off": `flash_in_use`).
     `adapter_bytes` are the LoRA adapters' tensors of target and draft, counted with the layers
     they adapt (llama.cpp copies them in whole, beside those weights).
     GPU layers: a number (llama.cpp's -ngl: the output matrix and the last blocks, one fewer
@@ -277,17 +278,17 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
         draft_gpu_layers = 0
 
     def est(g: int, dg: int, ctx: int = n_ctx, kv: str = kv_type) -> tuple[Breakdown, Breakdown]:
-        # The backend turns flash attention on for a model with layers on a GPU.
         t = _with_adapter(estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv,
                                          gpu_layers=_all_as(g, lt), n_ubatch=n_ubatch,
-                                         repack=m.cpu_repacks, flash_attn=m.has_gpu and g != 0),
+                                         repack=m.cpu_repacks,
+                                         flash_attn=flash_in_use(flash_attn, m.has_gpu and g != 0, kv)),
                           lt, adapter_bytes[0])
         if draft is None:
             return t, Breakdown("draft", ld.name, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         dctx = max(256, d_ctx * ctx // n_ctx)
         d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=_all_as(dg, ld),
                            n_ubatch=n_ubatch, repack=m.cpu_repacks,
-                           flash_attn=m.has_gpu and dg != 0)
+                           flash_attn=flash_in_use(flash_attn, m.has_gpu and dg != 0, kv))
         return t, _with_adapter(d, ld, adapter_bytes[1])
 
     if gpu_layers is None or draft_gpu_layers is None:
@@ -306,6 +307,16 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
     report.verdict = "does not fit"
     report.suggestions += _suggestions(lt, ld, est, m, n_ctx, kv_type, gpu_layers, draft_gpu_layers)
     return report
+
+
+def flash_in_use(flash_attn: str, on_gpu: bool, kv_type: str) -> bool:
+    """Whether a model's context runs flash attention, as engine/attention.py decides it:
+    "on", "off", or auto: with layers on a GPU llama.cpp's own auto, counted as on (each GPU
+    backend Tandem builds runs it; where one does not, llama.cpp's larger score buffer is
+    the plan's margin's), on the CPU only for a quantized KV cache, which needs it."""
+    if flash_attn != "auto":
+        return flash_attn == "on"
+    return on_gpu or kv_type != "f16"
 
 
 def _auto_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine, g_given: int | None,
@@ -479,6 +490,8 @@ def estimate(target: ModelLike, draft: ModelLike | None = None,
         kw.pop("draft_gpu_layers", None)
         # Adapters are not counted on workers (nor supported there by the engine's checks).
         kw.pop("adapter_bytes", None)
+        # A model on workers runs without flash attention (engine/attention.py: not on a GPU here).
+        kw.pop("flash_attn", None)
         kw["gpu_layers"] = kw.get("gpu_layers") or -1
         return estimate_rpc(target, draft, workers, **kw)
     return estimate_pair(target, draft, **kw)

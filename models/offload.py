@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from models.budget import (GIB, RAM_SHARE, Breakdown, BudgetReport, Layout, ModelLike,
-                           blocks_on_gpu, estimate_pair, estimate_model, layout_of)
+                           blocks_on_gpu, estimate_pair, estimate_model, flash_in_use, layout_of)
 from models.machine import Machine
 
 # --gpu-layers and --draft-gpu-layers: "auto" (the plan places them), "all", or a number.
@@ -152,15 +152,15 @@ def first_layers(layout: Layout, k: int, name: str) -> Layout:
 
 
 def place_after(plan: OffloadPlan, m: Machine, role: str, layout: Layout, *, n_ctx: int,
-                n_ubatch: int, kv_type: str = "f16", gpu_layers: int | None = None,
-                ram_used: int = 0) -> OffloadPlan:
+                n_ubatch: int, kv_type: str = "f16", flash_attn: str = "auto",
+                gpu_layers: int | None = None, ram_used: int = 0) -> OffloadPlan:
     """`plan` with one more model loaded after it, on what the GPU has left less the margin:
     as many of its layers as fit from the output end when `gpu_layers` is None, else the number
     given. `ram_used` is what the models before it take of RAM (unified memory shares it)."""
     def est(g: int):
         return estimate_model(layout, role=role, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=g,
                               n_ubatch=n_ubatch, repack=m.cpu_repacks,
-                              flash_attn=m.has_gpu and g != 0)
+                              flash_attn=flash_in_use(flash_attn, m.has_gpu and g != 0, kv_type))
 
     if not m.has_gpu:
         chosen = 0

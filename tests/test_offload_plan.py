@@ -332,3 +332,38 @@ def test_a_pair_on_the_gpu_is_released_before_the_next_plan_reads_free_memory(ti
     assert holder.load(*configs) is None
     assert events[0] == "planned" and events[-2:] == ["closed", "closed"]
     holder.close()
+
+
+def test_flash_attention_and_the_kv_cache_type_size_the_plan():
+    from engine import attention
+    from models import budget
+    # The plan sizes the KV cache types the engine offers, and counts flash attention as the
+    # engine turns it on.
+    assert set(budget.KV_TYPES) == set(attention.KV_TYPES)
+    for setting in attention.FLASH_ATTN:
+        for kv in attention.KV_TYPES:
+            for on_gpu in (False, True):
+                engine_says = attention.flash_attn_on(setting, on_gpu, kv)
+                assert budget.flash_in_use(setting, on_gpu, kv) == (
+                    True if engine_says is None else engine_says)
+    long = dict(n_ctx=32768, gpu_layers=-1, draft_gpu_layers=-1)
+    auto, _ = plan_pair(Q7B, Q05B, card(24), **long)
+    off, _ = plan_pair(Q7B, Q05B, card(24), flash_attn="off", **long)
+    # Without flash attention the score matrices take the GPU's compute buffer up.
+    assert off.target.compute_gpu > auto.target.compute_gpu
+    assert off.target.weights_gpu == auto.target.weights_gpu
+    q8, _ = plan_pair(Q7B, Q05B, card(24), kv_type="q8_0", **long)
+    assert q8.target.kv_gpu * 2 < auto.target.kv_gpu * 1.1 and q8.target.kv_gpu < auto.target.kv_gpu
+    # On 8 GiB, auto places fewer target layers with an f16 cache than with a q4_0 one.
+    _, f16_plan = plan_pair(Q7B, Q05B, card(8), n_ctx=32768)
+    _, q4_plan = plan_pair(Q7B, Q05B, card(8), n_ctx=32768, kv_type="q4_0")
+    assert f16_plan.placement("target").placed < q4_plan.placement("target").placed
+
+
+def test_the_load_plan_sizes_the_configs_attention_settings(tiny_pair):
+    t, d = tiny_pair
+    f16 = plan_load(ModelConfig(t, n_ctx=2048), ModelConfig(d, n_ctx=2048), machine=card(8))
+    q4 = plan_load(ModelConfig(t, n_ctx=2048, kv_type="q4_0"),
+                   ModelConfig(d, n_ctx=2048, kv_type="q4_0"), machine=card(8))
+    assert q4.offload.placement("target").kv * 3 < f16.offload.placement("target").kv
+    assert q4.target.kv_type == "q4_0" and q4.draft.kv_type == "q4_0"
