@@ -106,6 +106,8 @@ class Breakdown:
     compute_cpu: int
     compute_gpu: int
     output_cpu: int
+    # The compute buffer of a GPU holding blocks but not the output (several GPUs).
+    attention_gpu: int = 0
 
     @property
     def cpu(self) -> int:
@@ -163,7 +165,8 @@ def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16
     comp_cpu = max(0 if output_on_gpu else logits, attention if g < n else 0, rows)
     comp_gpu = max(logits if output_on_gpu else 0, attention if g else 0)
     out = layout.n_vocab * f32
-    return Breakdown(role, layout.name, gpu_layers, w_cpu, rp, w_gpu, kv_cpu, kv_gpu, comp_cpu, comp_gpu, out)
+    return Breakdown(role, layout.name, gpu_layers, w_cpu, rp, w_gpu, kv_cpu, kv_gpu, comp_cpu, comp_gpu, out,
+                     attention if g else 0)
 
 
 @dataclass
@@ -231,11 +234,65 @@ class BudgetReport:
         return "\n".join(rows)
 
 
-def _fits(t: Breakdown, d: Breakdown, m: machine_mod.Machine) -> bool:
+def _fits(t: Breakdown, d: Breakdown, m: machine_mod.Machine, lt: "Layout | None" = None,
+          ld: "Layout | None" = None) -> bool:
     ram, gpu = t.cpu + d.cpu, t.gpu + d.gpu
     if m.unified:
-        return ram + gpu <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
-    return ram <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
+        pooled = ram + gpu <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
+    else:
+        pooled = ram <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
+    if not pooled or len(m.gpus) < 2 or lt is None:
+        return pooled
+    return all(used <= gpu.free - machine_mod.GPU_MARGIN
+               for used, gpu in zip(pair_device_bytes(t, d, lt, ld, m), m.gpus))
+
+
+def device_bytes(layout: "Layout", b: Breakdown, frees: Sequence[int]) -> list[int]:
+    """What model `b` (estimated with its GPU layers) puts on each of several GPUs whose free
+    memory is `frees`, as llama.cpp splits it (llama-model.cpp load_tensors): layer il of the
+    offloaded run goes to the first device whose cumulative share of the free memory exceeds
+    its place in the run; the output matrix is the run's last layer, so the last card holds it
+    with the logits-sized compute buffer, each other card holding blocks an attention-sized
+    one. KV cache goes with its blocks; adapters' bytes with the output."""
+    n = layout.n_layer
+    act = min(_all_as(b.gpu_layers, layout), n + 1)
+    out = [0] * len(frees)
+    if act <= 0 or not frees:
+        return out
+    start = n + 1 - act
+    shares = [max(f, 0) for f in frees]
+    shares = shares if any(shares) else [1] * len(frees)
+    cum, acc = [], 0.0
+    for f in shares:
+        acc += f / sum(shares)
+        cum.append(acc)
+    owner = {il: next((i for i, c in enumerate(cum) if c > (il - start) / act), len(frees) - 1)
+             for il in range(start, n + 1)}
+    g = max(1, blocks_on_gpu(b.gpu_layers, n))
+    placed = 0
+    for i in range(len(frees)):
+        blocks = [il for il, o in owner.items() if o == i and il < n]
+        weights = sum(layout.layer_bytes[il] for il in blocks)
+        holds_output = owner[n] == i
+        if holds_output:
+            weights += layout.output_bytes + layout.output_copy_bytes
+        placed += weights
+        compute = b.compute_gpu if holds_output else (b.attention_gpu if blocks else 0)
+        out[i] = weights + b.kv_gpu * len(blocks) // g + compute
+    out[owner[n]] += max(0, b.weights_gpu - placed)
+    return out
+
+
+def pair_device_bytes(t: Breakdown, d: Breakdown, lt: "Layout", ld: "Layout | None",
+                      m: machine_mod.Machine) -> list[int]:
+    """Each GPU's bytes of the pair: the target split by the free memory llama.cpp reads
+    before it loads, the draft (loaded after it) by what the target left."""
+    frees = [g.free for g in m.gpus]
+    target = device_bytes(lt, t, frees)
+    if ld is None or not d.gpu:
+        return target
+    draft = device_bytes(ld, d, [f - u for f, u in zip(frees, target)])
+    return [a + b for a, b in zip(target, draft)]
 
 
 def layout_of(model: GGUFInfo | Layout | str | Path) -> Layout:
@@ -295,11 +352,11 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
         gpu_layers, draft_gpu_layers = _auto_split(lt, ld, est, m, gpu_layers, draft_gpu_layers)
     t, d = est(gpu_layers, draft_gpu_layers)
     report = BudgetReport(t, d, m, n_ctx, kv_type, "fits")
-    if _fits(t, d, m):
+    if _fits(t, d, m, lt, ld):
         return report
     if m.has_gpu:
         split = _auto_split(lt, ld, est, m, None, None if draft is not None else 0)
-        if _fits(*est(*split), m):
+        if _fits(*est(*split), m, lt, ld):
             report.target, report.draft = est(*split)
             report.verdict, report.split = "fits with offload", split
             report.suggestions.append(f"offload: --gpu-layers {split[0]} --draft-gpu-layers {split[1]}")
@@ -329,7 +386,7 @@ def _auto_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine, g_given: in
     targets = [g_given] if g_given is not None else range(lt.n_layer + 1, -1, -1)
     for dg in drafts:
         for g in targets:
-            if _fits(*est(g, dg), m):
+            if _fits(*est(g, dg), m, lt, ld):
                 return g, dg
     return (g_given if g_given is not None else 0, dg_given if dg_given is not None else 0)
 
@@ -352,12 +409,12 @@ def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int
     out = []
     ctx = n_ctx // 2
     while ctx >= 256:
-        if _fits(*est(g, dg, ctx), m):
+        if _fits(*est(g, dg, ctx), m, lt, ld):
             out.append(f"a smaller context: --ctx {ctx} fits")
             break
         ctx //= 2
     for kv in ("q8_0", "q4_0"):
-        if KV_TYPES[kv][1] / KV_TYPES[kv][0] < KV_TYPES[kv_type][1] / KV_TYPES[kv_type][0] and _fits(*est(g, dg, kv=kv), m):
+        if KV_TYPES[kv][1] / KV_TYPES[kv][0] < KV_TYPES[kv_type][1] / KV_TYPES[kv_type][0] and _fits(*est(g, dg, kv=kv), m, lt, ld):
             out.append(f"a quantized KV cache: --kv-type {kv} fits")
             break
     t, d = est(g, dg)

@@ -41,6 +41,9 @@ class Machine:
     # there is none ("" when nothing needs saying).
     gpu_margin: int = GPU_MARGIN
     gpu_note: str = ""
+    # Each GPU where there are several (llama.cpp splits the offloaded layers over them and
+    # puts the output on the last: models/budget.py `device_bytes`); empty for one or none.
+    gpus: tuple["Gpu", ...] = ()
 
     @property
     def gpu_room(self) -> int:
@@ -100,8 +103,9 @@ class Gpu:
 
 
 def with_gpus(gpus: Sequence[Gpu], note: str = "") -> Machine:
-    """This machine's RAM with the GPUs llama.cpp reports. Several GPUs are planned as one
-    device: llama.cpp splits the offloaded layers over them in proportion to their free memory;
+    """This machine's RAM with the GPUs llama.cpp reports. Several GPUs are pooled for the
+    totals and each is checked on its own (models/budget.py `device_bytes`): llama.cpp splits
+    the offloaded layers over them in proportion to their free memory, the output on the last;
     each keeps its own margin. `note` says why there is none."""
     vm = psutil.virtual_memory()
     if not gpus:
@@ -109,7 +113,8 @@ def with_gpus(gpus: Sequence[Gpu], note: str = "") -> Machine:
     name = gpus[0].name if len(gpus) == 1 else f"{len(gpus)} GPUs ({', '.join(g.name for g in gpus)})"
     return Machine(vm.total, vm.available, name, sum(g.free for g in gpus),
                    sum(g.total for g in gpus), unified=any(g.unified for g in gpus),
-                   cpu_repacks=_cpu_repacks(), gpu_margin=GPU_MARGIN * len(gpus), gpu_note=note)
+                   cpu_repacks=_cpu_repacks(), gpu_margin=GPU_MARGIN * len(gpus), gpu_note=note,
+                   gpus=tuple(gpus) if len(gpus) > 1 else ())
 
 
 def detect() -> Machine:
