@@ -8,7 +8,8 @@ from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
 from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
-                                  DEFAULT_POLICY, DRAFTERS, GPU_LAYERS, HISTORY, HISTORY_TOKENS,
+                                  DEFAULT_POLICY, DRAFTERS, FLASH_ATTN, FLASH_ATTN_CHOICES,
+                                  GPU_LAYERS, KV_TYPE, KV_TYPES, HISTORY, HISTORY_TOKENS,
                                   LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
 from app.runtime.ranges import BY_NAME, parse_text
 from app.runtime.request import Offer, RunSpec, resolve
@@ -46,6 +47,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-gpu-layers", type=gpu_layers, default=GPU_LAYERS, metavar="auto|all|N",
                    help="draft layers on the GPU (-ngld): auto puts the draft whole on the GPU "
                    f"when it fits; all (or -1); a number (default {GPU_LAYERS})")
+    g.add_argument("--flash-attn", choices=FLASH_ATTN_CHOICES, default=FLASH_ATTN,
+                   help="flash attention for both models: auto is llama.cpp's own choice for a "
+                   "model with layers on a GPU and off on the CPU (on there for a quantized KV "
+                   f"cache, which needs it) (default {FLASH_ATTN})")
+    g.add_argument("--kv-type", choices=KV_TYPES, default=KV_TYPE,
+                   help="the KV cache's type for both models: q8_0 and q4_0 take about half "
+                   f"and a quarter of f16's memory, and need flash attention (default {KV_TYPE})")
     g.add_argument("--lora", action="append", default=[], metavar="PATH",
                    help="GGUF LoRA adapter applied to the target (repeatable)")
     g.add_argument("--lora-scale", type=float, default=1.0,
@@ -225,7 +233,8 @@ def model_configs(args: argparse.Namespace,
                            else (embedded_target, ""))
     tcfg = ModelConfig(path=str(target), n_ctx=args.ctx, n_threads=args.threads,
                        n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
-                       lora=lora_list(args), name=target_name)
+                       lora=lora_list(args), name=target_name, flash_attn=args.flash_attn,
+                       kv_type=args.kv_type)
     if draft_arg == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
@@ -234,7 +243,8 @@ def model_configs(args: argparse.Namespace,
                          else (embedded_draft, ""))
     return tcfg, ModelConfig(path=str(draft), n_ctx=args.ctx, n_threads=args.threads,
                              n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,
-                             lora=lora_list(args, "draft_"), name=draft_name)
+                             lora=lora_list(args, "draft_"), name=draft_name,
+                             flash_attn=args.flash_attn, kv_type=args.kv_type)
 
 
 def lora_list(args: argparse.Namespace, prefix: str = "") -> tuple[tuple[str, float], ...]:

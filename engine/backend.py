@@ -11,6 +11,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from engine.attention import DEFAULT_FLASH_ATTN, DEFAULT_KV_TYPE, check_attention
 from engine.limits import check_hardware
 
 F32 = npt.NDArray[np.float32]
@@ -34,9 +35,13 @@ class ModelConfig:
     # What messages and the API call the model (a name like "qwen2.5-coder:7b" when it was
     # chosen by name); empty: the file name.
     name: str = ""
+    # Flash attention "auto", "on" or "off", and the KV cache's type (engine/attention.py).
+    flash_attn: str = DEFAULT_FLASH_ATTN
+    kv_type: str = DEFAULT_KV_TYPE
 
     def __post_init__(self) -> None:
         check_hardware(self.n_ctx, self.n_threads, self.n_gpu_layers, self.n_batch)
+        check_attention(self.flash_attn, self.kv_type)
 
 
 @dataclass(frozen=True)

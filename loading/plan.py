@@ -110,6 +110,7 @@ def _placed(report: budget.BudgetReport, target: ModelConfig, tinfo: GGUFInfo,
         plan = from_report(report, lt, None, target_on="RPC workers")
         if draft is not None and ld is not None and not draft.rpc:
             alone = budget.estimate_pair(ld, None, machine=m, n_ctx=draft.n_ctx,
+                                         kv_type=draft.kv_type, flash_attn=draft.flash_attn,
                                          gpu_layers=draft.n_gpu_layers, n_ubatch=draft.n_batch)
             plan = replace(plan, models=plan.models + (placement("draft", ld, alone.target),))
             draft = _resolved(draft, alone.target.gpu_layers)
@@ -147,13 +148,15 @@ def _place_early_exit(plan: OffloadPlan, m: Machine, target: ModelConfig, tinfo:
         return plan, -1 if asked is None else asked
     layout = first_layers(Layout.from_info(tinfo), layers, f"{Path(target.path).stem} first {layers}")
     plan = place_after(plan, m, "early exit", layout, n_ctx=target.n_ctx, n_ubatch=target.n_batch,
-                       gpu_layers=asked, ram_used=ram_used)
+                       kv_type=target.kv_type, flash_attn=target.flash_attn, gpu_layers=asked,
+                       ram_used=ram_used)
     return plan, plan.models[-1].gpu_layers if asked is None else asked
 
 
 def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
     """models.budget's keyword arguments for these configs' hardware settings."""
     kw = {"n_ctx": target.n_ctx, "gpu_layers": target.n_gpu_layers, "n_ubatch": target.n_batch,
+          "kv_type": target.kv_type, "flash_attn": target.flash_attn,
           "adapter_bytes": (adapter_bytes(target.lora),
                             adapter_bytes(draft.lora) if draft is not None else 0)}
     if draft is not None:

@@ -113,6 +113,8 @@ class Breakdown:
     compute_cpu: int
     compute_gpu: int
     output_cpu: int
+    # The compute buffer of a GPU holding blocks but not the output (several GPUs).
+    attention_gpu: int = 0
 
     @property
     def cpu(self) -> int:
@@ -178,7 +180,8 @@ def estimate_model(layout: Layout, *, role: str, n_ctx: int, kv_type: str = "f16
     comp_cpu = max(0 if output_on_gpu else logits, block if g < n else 0, rows)
     comp_gpu = max(logits if output_on_gpu else 0, block if g else 0)
     out = layout.n_vocab * f32
-    return Breakdown(role, layout.name, gpu_layers, w_cpu, rp, w_gpu, kv_cpu, kv_gpu, comp_cpu, comp_gpu, out)
+    return Breakdown(role, layout.name, gpu_layers, w_cpu, rp, w_gpu, kv_cpu, kv_gpu, comp_cpu, comp_gpu, out,
+                     block if g else 0)
 
 
 @dataclass
@@ -246,11 +249,68 @@ class BudgetReport:
         return "\n".join(rows)
 
 
-def _fits(t: Breakdown, d: Breakdown, m: machine_mod.Machine) -> bool:
+def _fits(t: Breakdown, d: Breakdown, m: machine_mod.Machine, lt: "Layout | None" = None,
+          ld: "Layout | None" = None) -> bool:
     ram, gpu = t.cpu + d.cpu, t.gpu + d.gpu
     if m.unified:
-        return ram + gpu <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
-    return ram <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
+        pooled = ram + gpu <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
+    else:
+        pooled = ram <= m.ram_available * RAM_SHARE and gpu <= m.gpu_room
+    if not pooled or len(m.gpus) < 2 or lt is None:
+        return pooled
+    return all(used <= gpu.free - machine_mod.GPU_MARGIN
+               for used, gpu in zip(pair_device_bytes(t, d, lt, ld, m), m.gpus))
+
+
+def device_bytes(layout: "Layout", b: Breakdown, frees: Sequence[int]) -> list[int]:
+    """What model `b` (estimated with its GPU layers) puts on each of several GPUs whose free
+    memory is `frees`, as llama.cpp splits it (llama-model.cpp load_tensors): layer il of the
+    offloaded run goes to the first device whose cumulative share of the free memory exceeds
+    its place in the run; the output matrix is the run's last layer, so the last card holds it
+    with the logits-sized compute buffer, each other card holding blocks an attention-sized
+    one. KV cache goes with its blocks; adapters' bytes with the output."""
+    n = layout.n_layer
+    act = min(_all_as(b.gpu_layers, layout), n + 1)
+    out = [0] * len(frees)
+    if act <= 0 or not frees:
+        return out
+    start = n + 1 - act
+    shares = [max(f, 0) for f in frees]
+    shares = shares if any(shares) else [1] * len(frees)
+    cum, acc = [], 0.0
+    for f in shares:
+        acc += f / sum(shares)
+        cum.append(acc)
+    owner = {il: next((i for i, c in enumerate(cum) if c > (il - start) / act), len(frees) - 1)
+             for il in range(start, n + 1)}
+    g = max(1, blocks_on_gpu(b.gpu_layers, n))
+    placed = 0
+    for i in range(len(frees)):
+        blocks = [il for il, o in owner.items() if o == i and il < n]
+        weights = sum(layout.layer_bytes[il] for il in blocks)
+        holds_output = owner[n] == i
+        if holds_output:
+            # Unless the GPU refused it (estimate_model's max_tensor): then it is not in b.
+            blocks_bytes = sum(layout.layer_bytes[n - blocks_on_gpu(b.gpu_layers, n):])
+            weights += max(0, min(layout.output_bytes + layout.output_copy_bytes,
+                                  b.weights_gpu - blocks_bytes))
+        placed += weights
+        compute = b.compute_gpu if holds_output else (b.attention_gpu if blocks else 0)
+        out[i] = weights + b.kv_gpu * len(blocks) // g + compute
+    out[owner[n]] += max(0, b.weights_gpu - placed)
+    return out
+
+
+def pair_device_bytes(t: Breakdown, d: Breakdown, lt: "Layout", ld: "Layout | None",
+                      m: machine_mod.Machine) -> list[int]:
+    """Each GPU's bytes of the pair: the target split by the free memory llama.cpp reads
+    before it loads, the draft (loaded after it) by what the target left."""
+    frees = [g.free for g in m.gpus]
+    target = device_bytes(lt, t, frees)
+    if ld is None or not d.gpu:
+        return target
+    draft = device_bytes(ld, d, [f - u for f, u in zip(frees, target)])
+    return [a + b for a, b in zip(target, draft)]
 
 
 def layout_of(model: GGUFInfo | Layout | str | Path) -> Layout:
@@ -269,11 +329,12 @@ def _empty_layout() -> Layout:
 def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 4096, kv_type: str = "f16",
                   gpu_layers: int | None = 0, draft_gpu_layers: int | None = 0, n_ubatch: int = 512,
                   draft_n_ctx: int | None = None, machine: machine_mod.Machine | None = None,
-                  adapter_bytes: tuple[int, int] = (0, 0)) -> BudgetReport:
+                  adapter_bytes: tuple[int, int] = (0, 0), flash_attn: str = "auto") -> BudgetReport:
     """Estimate the pair's memory on this machine and decide: fits, fits with offload, or does not fit.
 
     `target` and `draft` are GGUF paths, parsed headers, or layouts; `draft` may be None (target only).
-    The draft's context defaults to the target's, as speculative decoding needs.
+    The draft's context defaults to the target's, as speculative decoding needs; both models
+    share `kv_type` and `flash_attn` ("auto", "on", "off": `flash_in_use`).
     `adapter_bytes` are the LoRA adapters' tensors of target and draft, counted with the layers
     they adapt (llama.cpp copies them in whole, beside those weights).
     GPU layers: a number (llama.cpp's -ngl: the output matrix and the last blocks, one fewer
@@ -292,10 +353,10 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
         draft_gpu_layers = 0
 
     def est(g: int, dg: int, ctx: int = n_ctx, kv: str = kv_type) -> tuple[Breakdown, Breakdown]:
-        # The backend turns flash attention on for a model with layers on a GPU.
         t = _with_adapter(estimate_model(lt, role="target", n_ctx=ctx, kv_type=kv,
                                          gpu_layers=_all_as(g, lt), n_ubatch=n_ubatch,
-                                         repack=m.cpu_repacks, flash_attn=m.has_gpu and g != 0,
+                                         repack=m.cpu_repacks,
+                                         flash_attn=flash_in_use(flash_attn, m.has_gpu and g != 0, kv),
                                          max_tensor=m.gpu_max_tensor),
                           lt, adapter_bytes[0])
         if draft is None:
@@ -303,18 +364,19 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
         dctx = max(256, d_ctx * ctx // n_ctx)
         d = estimate_model(ld, role="draft", n_ctx=dctx, kv_type=kv, gpu_layers=_all_as(dg, ld),
                            n_ubatch=n_ubatch, repack=m.cpu_repacks,
-                           flash_attn=m.has_gpu and dg != 0, max_tensor=m.gpu_max_tensor)
+                           flash_attn=flash_in_use(flash_attn, m.has_gpu and dg != 0, kv),
+                           max_tensor=m.gpu_max_tensor)
         return t, _with_adapter(d, ld, adapter_bytes[1])
 
     if gpu_layers is None or draft_gpu_layers is None:
         gpu_layers, draft_gpu_layers = _auto_split(lt, ld, est, m, gpu_layers, draft_gpu_layers)
     t, d = est(gpu_layers, draft_gpu_layers)
     report = BudgetReport(t, d, m, n_ctx, kv_type, "fits")
-    if _fits(t, d, m):
+    if _fits(t, d, m, lt, ld):
         return report
     if m.has_gpu:
         split = _auto_split(lt, ld, est, m, None, None if draft is not None else 0)
-        if _fits(*est(*split), m):
+        if _fits(*est(*split), m, lt, ld):
             report.target, report.draft = est(*split)
             report.verdict, report.split = "fits with offload", split
             report.suggestions.append(f"offload: --gpu-layers {split[0]} --draft-gpu-layers {split[1]}")
@@ -322,6 +384,16 @@ def estimate_pair(target: ModelLike, draft: ModelLike | None, *, n_ctx: int = 40
     report.verdict = "does not fit"
     report.suggestions += _suggestions(lt, ld, est, m, n_ctx, kv_type, gpu_layers, draft_gpu_layers)
     return report
+
+
+def flash_in_use(flash_attn: str, on_gpu: bool, kv_type: str) -> bool:
+    """Whether a model's context runs flash attention, as engine/attention.py decides it:
+    "on", "off", or auto: with layers on a GPU llama.cpp's own auto, counted as on (each GPU
+    backend Tandem builds runs it; where one does not, llama.cpp's larger score buffer is
+    the plan's margin's), on the CPU only for a quantized KV cache, which needs it."""
+    if flash_attn != "auto":
+        return flash_attn == "on"
+    return on_gpu or kv_type != "f16"
 
 
 def _auto_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine, g_given: int | None,
@@ -334,7 +406,7 @@ def _auto_split(lt: Layout, ld: Layout, est, m: machine_mod.Machine, g_given: in
     targets = [g_given] if g_given is not None else range(lt.n_layer + 1, -1, -1)
     for dg in drafts:
         for g in targets:
-            if _fits(*est(g, dg), m):
+            if _fits(*est(g, dg), m, lt, ld):
                 return g, dg
     return (g_given if g_given is not None else 0, dg_given if dg_given is not None else 0)
 
@@ -357,12 +429,12 @@ def _suggestions(lt: Layout, ld: Layout, est, m: machine_mod.Machine, n_ctx: int
     out = []
     ctx = n_ctx // 2
     while ctx >= 256:
-        if _fits(*est(g, dg, ctx), m):
+        if _fits(*est(g, dg, ctx), m, lt, ld):
             out.append(f"a smaller context: --ctx {ctx} fits")
             break
         ctx //= 2
     for kv in ("q8_0", "q4_0"):
-        if KV_TYPES[kv][1] / KV_TYPES[kv][0] < KV_TYPES[kv_type][1] / KV_TYPES[kv_type][0] and _fits(*est(g, dg, kv=kv), m):
+        if KV_TYPES[kv][1] / KV_TYPES[kv][0] < KV_TYPES[kv_type][1] / KV_TYPES[kv_type][0] and _fits(*est(g, dg, kv=kv), m, lt, ld):
             out.append(f"a quantized KV cache: --kv-type {kv} fits")
             break
     t, d = est(g, dg)
@@ -495,6 +567,8 @@ def estimate(target: ModelLike, draft: ModelLike | None = None,
         kw.pop("draft_gpu_layers", None)
         # Adapters are not counted on workers (nor supported there by the engine's checks).
         kw.pop("adapter_bytes", None)
+        # A model on workers runs without flash attention (engine/attention.py: not on a GPU here).
+        kw.pop("flash_attn", None)
         kw["gpu_layers"] = kw.get("gpu_layers") or -1
         return estimate_rpc(target, draft, workers, **kw)
     return estimate_pair(target, draft, **kw)

@@ -44,6 +44,9 @@ class Machine:
     # The largest weight the GPU takes in a matrix product (0: no limit found); a larger output
     # matrix stays on the CPU, as llama.cpp places it (engine/llama/devices.py largest_tensor).
     gpu_max_tensor: int = 0
+    # Each GPU where there are several (llama.cpp splits the offloaded layers over them and
+    # puts the output on the last: models/budget.py `device_bytes`); empty for one or none.
+    gpus: tuple["Gpu", ...] = ()
 
     @property
     def gpu_room(self) -> int:
@@ -104,8 +107,9 @@ class Gpu:
 
 
 def with_gpus(gpus: Sequence[Gpu], note: str = "") -> Machine:
-    """This machine's RAM with the GPUs llama.cpp reports. Several GPUs are planned as one
-    device: llama.cpp splits the offloaded layers over them in proportion to their free memory;
+    """This machine's RAM with the GPUs llama.cpp reports. Several GPUs are pooled for the
+    totals and each is checked on its own (models/budget.py `device_bytes`): llama.cpp splits
+    the offloaded layers over them in proportion to their free memory, the output on the last;
     each keeps its own margin. `note` says why there is none."""
     vm = psutil.virtual_memory()
     if not gpus:
@@ -115,7 +119,7 @@ def with_gpus(gpus: Sequence[Gpu], note: str = "") -> Machine:
     return Machine(vm.total, vm.available, name, sum(g.free for g in gpus),
                    sum(g.total for g in gpus), unified=any(g.unified for g in gpus),
                    cpu_repacks=_cpu_repacks(), gpu_margin=GPU_MARGIN * len(gpus), gpu_note=note,
-                   gpu_max_tensor=min(limits, default=0))
+                   gpu_max_tensor=min(limits, default=0), gpus=tuple(gpus) if len(gpus) > 1 else ())
 
 
 def detect() -> Machine:

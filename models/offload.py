@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from models.budget import (GIB, RAM_SHARE, Breakdown, BudgetReport, Layout, ModelLike,
-                           blocks_on_gpu, estimate_pair, estimate_model, layout_of)
+                           blocks_on_gpu, estimate_pair, estimate_model, flash_in_use, layout_of,
+                           pair_device_bytes)
 from models.machine import Machine
 
 # --gpu-layers and --draft-gpu-layers: "auto" (the plan places them), "all", or a number.
@@ -78,6 +79,9 @@ class OffloadPlan:
     margin: int = 0
     unified: bool = False
     note: str = ""
+    # Several GPUs: each one's (name, bytes planned, free before the load), as llama.cpp
+    # splits the layers (models/budget.py `device_bytes`).
+    devices: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def used(self) -> int:
@@ -104,6 +108,9 @@ class OffloadPlan:
             parts.append(f"KV {kv / GIB:.1f} GiB")
         if compute:
             parts.append(f"compute {compute / GIB:.1f} GiB")
+        if self.devices:
+            parts.append("per GPU " + ", ".join(f"{name} {used / GIB:.1f} of {free / GIB:.1f} GiB"
+                                                 for name, used, free in self.devices))
         shared = " (unified memory)" if self.unified else ""
         parts.append(f"{self.left / GIB:.1f} GiB free after{shared}, {self.margin / GIB:.1f} GiB margin")
         return " · ".join(parts) + (f"; {self.note}" if self.note else "")
@@ -113,6 +120,8 @@ class OffloadPlan:
         return {"device": self.device or None, "free_bytes": self.free, "total_bytes": self.total,
                 "margin_bytes": self.margin, "unified_memory": self.unified, "note": self.note,
                 "summary": self.line(),
+                "devices": [{"name": n, "planned_bytes": u, "free_bytes": f}
+                            for n, u, f in self.devices],
                 "models": [{"role": p.role, "name": p.name, "gpu_layers": p.gpu_layers,
                             "layers_placed": p.placed, "layers_total": p.n_layer, "on": p.on,
                             "weights_bytes": p.weights, "kv_bytes": p.kv,
@@ -133,7 +142,11 @@ def from_report(report: BudgetReport, target: Layout, draft: Layout | None,
     models = [placement("target", target, report.target, target_on)]
     if draft is not None:
         models.append(placement("draft", draft, report.draft))
-    return OffloadPlan(tuple(models), **device_fields(m))
+    per_gpu: tuple[tuple[str, int, int], ...] = ()
+    if len(m.gpus) > 1 and target_on == "GPU":
+        used = pair_device_bytes(report.target, report.draft, target, draft, m)
+        per_gpu = tuple((g.name, u, g.free) for g, u in zip(m.gpus, used))
+    return OffloadPlan(tuple(models), devices=per_gpu, **device_fields(m))
 
 
 def device_fields(m: Machine) -> dict:
@@ -152,15 +165,15 @@ def first_layers(layout: Layout, k: int, name: str) -> Layout:
 
 
 def place_after(plan: OffloadPlan, m: Machine, role: str, layout: Layout, *, n_ctx: int,
-                n_ubatch: int, kv_type: str = "f16", gpu_layers: int | None = None,
-                ram_used: int = 0) -> OffloadPlan:
+                n_ubatch: int, kv_type: str = "f16", flash_attn: str = "auto",
+                gpu_layers: int | None = None, ram_used: int = 0) -> OffloadPlan:
     """`plan` with one more model loaded after it, on what the GPU has left less the margin:
     as many of its layers as fit from the output end when `gpu_layers` is None, else the number
     given. `ram_used` is what the models before it take of RAM (unified memory shares it)."""
     def est(g: int):
         return estimate_model(layout, role=role, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=g,
                               n_ubatch=n_ubatch, repack=m.cpu_repacks,
-                              flash_attn=m.has_gpu and g != 0)
+                              flash_attn=flash_in_use(flash_attn, m.has_gpu and g != 0, kv_type))
 
     if not m.has_gpu:
         chosen = 0

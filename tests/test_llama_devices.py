@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import ctypes
 
+import pytest
+
 from engine.backend import ModelConfig
-from engine.errors import ModelFileError
+from engine.errors import ModelFileError, SettingsError
 from engine.llama import backend as llama_backend, devices, resources
 
 
@@ -100,7 +102,10 @@ def _params_handed_to_llama(monkeypatch, tmp_path, gpus, **config) -> dict:
         return 1
 
     def init_context(model, params):
-        seen["flash_attn"] = params.flash_attn_type == api.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        seen["flash_attn"] = {api.LLAMA_FLASH_ATTN_TYPE_ENABLED: True,
+                              api.LLAMA_FLASH_ATTN_TYPE_DISABLED: False,
+                              api.LLAMA_FLASH_ATTN_TYPE_AUTO: "auto"}[params.flash_attn_type]
+        seen["kv_types"] = (params.type_k, params.type_v)
         seen["offload_kqv"] = params.offload_kqv
         return None
 
@@ -123,7 +128,9 @@ def _params_handed_to_llama(monkeypatch, tmp_path, gpus, **config) -> dict:
 def test_gpu_layers_and_flash_attention_reach_llama_cpp(monkeypatch, tmp_path):
     card = [devices.Device("CUDA0", "NVIDIA H200", "gpu", "CUDA", 140 << 30, 141 << 30)]
     on_gpu = _params_handed_to_llama(monkeypatch, tmp_path, card, n_gpu_layers=29)
-    assert on_gpu["n_gpu_layers"] == 29 and on_gpu["flash_attn"] is True
+    # Flash attention "auto" (the default) is llama.cpp's own auto with layers on a GPU.
+    assert on_gpu["n_gpu_layers"] == 29 and on_gpu["flash_attn"] == "auto"
+    assert on_gpu["kv_types"] == (resources.llama_cpp.GGML_TYPE_F16,) * 2
     # llama.cpp's defaults put the KV cache of offloaded layers beside them.
     assert on_gpu["offload_kqv"] is True
     cpu_build = _params_handed_to_llama(monkeypatch, tmp_path, [], n_gpu_layers=29)
@@ -180,3 +187,26 @@ def test_the_largest_tensor_is_found_by_asking_the_device():
 def test_the_cpu_device_takes_any_size():
     lib = devices._lib()
     assert devices.largest_tensor(lib, _cpu_device(lib), 64 << 30) == 0
+
+
+def test_flash_attention_and_the_kv_cache_type_reach_llama_cpp(monkeypatch, tmp_path):
+    card = [devices.Device("CUDA0", "NVIDIA H200", "gpu", "CUDA", 140 << 30, 141 << 30)]
+    api = resources.llama_cpp
+    off = _params_handed_to_llama(monkeypatch, tmp_path, card, n_gpu_layers=29, flash_attn="off")
+    assert off["flash_attn"] is False
+    on_cpu = _params_handed_to_llama(monkeypatch, tmp_path, [], flash_attn="on")
+    assert on_cpu["flash_attn"] is True
+    # A quantized KV cache needs flash attention: auto turns it on, on the CPU too.
+    q8 = _params_handed_to_llama(monkeypatch, tmp_path, [], kv_type="q8_0")
+    assert q8["flash_attn"] is True and q8["kv_types"] == (api.GGML_TYPE_Q8_0,) * 2
+    q4 = _params_handed_to_llama(monkeypatch, tmp_path, card, n_gpu_layers=-1, kv_type="q4_0")
+    assert q4["flash_attn"] == "auto" and q4["kv_types"] == (api.GGML_TYPE_Q4_0,) * 2
+
+
+@pytest.mark.parametrize("flash_attn,kv_type,says", [
+    ("off", "q8_0", "needs flash attention"), ("maybe", "f16", "flash attention setting"),
+    ("auto", "q5_1", "KV cache type")])
+def test_a_bad_attention_setting_is_one_line_before_anything_loads(flash_attn, kv_type, says):
+    with pytest.raises(SettingsError, match=says) as err:
+        ModelConfig("m.gguf", flash_attn=flash_attn, kv_type=kv_type)
+    assert "\n" not in str(err.value)

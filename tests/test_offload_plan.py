@@ -332,3 +332,74 @@ def test_a_pair_on_the_gpu_is_released_before_the_next_plan_reads_free_memory(ti
     assert holder.load(*configs) is None
     assert events[0] == "planned" and events[-2:] == ["closed", "closed"]
     holder.close()
+
+
+def test_flash_attention_and_the_kv_cache_type_size_the_plan():
+    from engine import attention
+    from models import budget
+    # The plan sizes the KV cache types the engine offers, and counts flash attention as the
+    # engine turns it on.
+    assert set(budget.KV_TYPES) == set(attention.KV_TYPES)
+    for setting in attention.FLASH_ATTN:
+        for kv in attention.KV_TYPES:
+            for on_gpu in (False, True):
+                engine_says = attention.flash_attn_on(setting, on_gpu, kv)
+                assert budget.flash_in_use(setting, on_gpu, kv) == (
+                    True if engine_says is None else engine_says)
+    long = dict(n_ctx=32768, gpu_layers=-1, draft_gpu_layers=-1)
+    auto, _ = plan_pair(Q7B, Q05B, card(24), **long)
+    off, _ = plan_pair(Q7B, Q05B, card(24), flash_attn="off", **long)
+    # Without flash attention the score matrices take the GPU's compute buffer up.
+    assert off.target.compute_gpu > auto.target.compute_gpu
+    assert off.target.weights_gpu == auto.target.weights_gpu
+    q8, _ = plan_pair(Q7B, Q05B, card(24), kv_type="q8_0", **long)
+    assert q8.target.kv_gpu * 2 < auto.target.kv_gpu * 1.1 and q8.target.kv_gpu < auto.target.kv_gpu
+    # On 8 GiB, auto places fewer target layers with an f16 cache than with a q4_0 one.
+    _, f16_plan = plan_pair(Q7B, Q05B, card(8), n_ctx=32768)
+    _, q4_plan = plan_pair(Q7B, Q05B, card(8), n_ctx=32768, kv_type="q4_0")
+    assert f16_plan.placement("target").placed < q4_plan.placement("target").placed
+
+
+def test_the_load_plan_sizes_the_configs_attention_settings(tiny_pair):
+    t, d = tiny_pair
+    f16 = plan_load(ModelConfig(t, n_ctx=2048), ModelConfig(d, n_ctx=2048), machine=card(8))
+    q4 = plan_load(ModelConfig(t, n_ctx=2048, kv_type="q4_0"),
+                   ModelConfig(d, n_ctx=2048, kv_type="q4_0"), machine=card(8))
+    assert q4.offload.placement("target").kv * 3 < f16.offload.placement("target").kv
+    assert q4.target.kv_type == "q4_0" and q4.draft.kv_type == "q4_0"
+
+
+def two_cards(first: float, last: float) -> Machine:
+    from models.machine import Gpu
+    cards = (Gpu("Card A", int(first * GIB), int(first * GIB)),
+             Gpu("Card B", int(last * GIB), int(last * GIB)))
+    return Machine(64 * GIB, 60 * GIB, "2 GPUs (Card A, Card B)", sum(g.free for g in cards),
+                   sum(g.total for g in cards), gpu_margin=2 * GPU_MARGIN, gpus=cards)
+
+
+def test_several_gpus_are_placed_per_card_with_the_output_on_the_last():
+    from models.budget import device_bytes, estimate_model
+    b = estimate_model(Q7B, role="target", n_ctx=4096, gpu_layers=29, flash_attn=True)
+    even = device_bytes(Q7B, b, [8 * GIB, 8 * GIB])
+    # Blocks split by free memory; the last card has the output matrix and the logits buffer.
+    # 29 layers (28 blocks and the output) halved: blocks 0-14 on A, 15-27 and the output on B.
+    per = Q7B.layer_bytes[0]
+    assert even[0] == 15 * per + b.kv_gpu * 15 // 28 + b.attention_gpu
+    assert even[1] == 13 * per + Q7B.output_bytes + b.kv_gpu * 13 // 28 + b.compute_gpu
+    assert b.compute_gpu > b.attention_gpu
+    # Fewer layers offloaded than the first card's share: all of them, output too, go there.
+    few = estimate_model(Q7B, role="target", n_ctx=4096, gpu_layers=5, flash_attn=True)
+    assert device_bytes(Q7B, few, [20 * GIB, 1 * GIB])[1] == 0
+    # Pooled, 7B + 0.5B fit whole in 21.6 GiB less two margins; per card, the 1.6 GiB card
+    # (0.6 GiB room) cannot take its share of the layers with the output: auto places fewer.
+    _, pooled = plan_pair(Q7B, Q05B, card(21.6))
+    assert whole(pooled.placement("target"), Q7B) and not pooled.devices
+    report, plan = plan_pair(Q7B, Q05B, two_cards(20, 1.6))
+    assert plan.placement("target").placed < Q7B.n_layer and report.ok
+    assert [name for name, _, _ in plan.devices] == ["Card A", "Card B"]
+    for _, used, free in plan.devices:
+        assert used <= free - GPU_MARGIN
+    assert "per GPU Card A" in plan.line() and plan.as_dict()["devices"][1]["name"] == "Card B"
+    # A number given that overfills the last card is refused per card, not passed as pooled.
+    given, _ = plan_pair(Q7B, Q05B, two_cards(20, 1.6), gpu_layers=-1, draft_gpu_layers=-1)
+    assert given.verdict != "fits"

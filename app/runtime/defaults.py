@@ -4,6 +4,7 @@ start from the same settings. What the engine falls back on when nobody says (th
 drafter, the draft's chain stop) is the engine's, and named here for the app."""
 from __future__ import annotations
 
+from engine.attention import DEFAULT_FLASH_ATTN, DEFAULT_KV_TYPE, FLASH_ATTN, KV_TYPES
 from engine.drafters.base import PLAIN, plain_alias
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
 from engine.control.registry import POLICIES
@@ -12,7 +13,7 @@ from loading.options import LoadOptions
 from models.offload import AUTO
 
 __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
-           "DEFAULT_POLICY", "DRAFTERS", "GPU_LAYERS", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
+           "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE", "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
            "NEEDS_DRAFT_MODEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
@@ -44,6 +45,10 @@ HISTORY_TOKENS = 2_000_000
 # (the draft whole first, then the target's layers, caches and buffers, a margin kept;
 # loading/plan.py). "all" or a number is taken as given.
 GPU_LAYERS = AUTO
+# Flash attention ("auto", "on", "off") and the KV cache's type ("f16", "q8_0", "q4_0") for
+# both models when not given (engine/attention.py); FLASH_ATTN_CHOICES and KV_TYPES the words.
+FLASH_ATTN, FLASH_ATTN_CHOICES = DEFAULT_FLASH_ATTN, FLASH_ATTN
+KV_TYPE = DEFAULT_KV_TYPE
 
 # What a load checks and derives when not given (LoadOptions' own defaults).
 LOAD = LoadOptions()

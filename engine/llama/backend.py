@@ -17,6 +17,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from engine.attention import flash_attn_on
 from engine.backend import F32, ModelConfig, TokenTable
 from engine.errors import DecodeError, ModelFileError, SettingsError
 from engine.isolated import IsolatedBackend
@@ -42,10 +43,10 @@ class LlamaBackend:
             add_rpc_workers(config.rpc)
             # Every layer on the workers unless told otherwise (llama.cpp's -ngl).
             gpu_layers = gpu_layers or -1
-        # A model with layers on a GPU gets flash attention (llama.cpp's default "auto" turns it
-        # on where the device runs it; the context parameters offer only on or off here); on the
-        # CPU it stays off, as every CPU figure was measured. (The plan sizes the threads.)
+        # Flash attention as the config says: auto is llama.cpp's own for a model with layers
+        # on a GPU, off on the CPU (engine/attention.py). (The plan sizes the threads.)
         on_gpu = gpu_layers != 0 and not config.rpc and bool(devices.gpus())
+        flash = flash_attn_on(config.flash_attn, on_gpu, config.kv_type)
         self.name = config.name or path.name
         self.config = config
         # What this backend owns, freed in reverse order by `close` (or by a failed __init__).
@@ -54,7 +55,8 @@ class LlamaBackend:
             self._model = self._owned.enter_context(Model(path, n_gpu_layers=gpu_layers))
             context = self._owned.enter_context(Context(self._model, config.n_ctx,
                                                         config.n_batch, threads,
-                                                        flash_attn=on_gpu))
+                                                        flash_attn=flash,
+                                                        kv_type=config.kv_type))
             self.n_vocab: int = self._model.n_vocab
             # llama.cpp pads a small context up (16 became 256); the context asked for is the
             # limit the user set, so it is the one the engine keeps to.

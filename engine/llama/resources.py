@@ -19,6 +19,14 @@ from engine.errors import ModelFileError
 
 _backend_ready = False
 
+# llama.cpp's flash attention types: on, off, and its own "auto" (None).
+FLASH_ATTN_TYPES = {True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                    False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+                    None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO}
+# The KV cache types of engine/attention.py as ggml's.
+KV_GGML_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+                 "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+
 
 def _init_backend() -> None:
     # Once per process, before the first model (as llama-cpp-python's Llama does).
@@ -115,17 +123,17 @@ class Model(Owned):
 
 
 class Context(Owned):
-    """A llama.cpp context on `model`: its KV cache and its decode threads, with flash attention
-    on or off (off is llama-cpp-python's default; the backend turns it on for GPU layers)."""
+    """A llama.cpp context on `model`: its KV cache (of `kv_type`, engine/attention.py) and its
+    decode threads, with flash attention on (True), off (False) or llama.cpp's auto (None)."""
 
     def __init__(self, model: Model, n_ctx: int, n_batch: int, n_threads: int,
-                 flash_attn: bool = False) -> None:
+                 flash_attn: bool | None = False, kv_type: str = "f16") -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = min(n_ctx, n_batch)
         params.n_threads = params.n_threads_batch = n_threads
-        params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
-                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        params.flash_attn_type = FLASH_ATTN_TYPES[flash_attn]
+        params.type_k = params.type_v = KV_GGML_TYPES[kv_type]
         self.ctx: Any = llama_cpp.llama_init_from_model(model.model, params)
         if self.ctx is None:
             raise ModelFileError("llama.cpp could not create a context of "
