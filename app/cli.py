@@ -1,6 +1,9 @@
 """`tandem`: the command line. It parses, calls the engine or the models library, and formats."""
 from __future__ import annotations
 
+import engine.llama.load_first  # noqa: F401  (before numpy: engine/llama/load_first.py)
+# isort: split
+
 import argparse
 import json
 import os

@@ -14,6 +14,9 @@ small enough for a CPU test. Values come from one seeded pool of normals, cycled
 """
 from __future__ import annotations
 
+import engine.llama.load_first  # noqa: F401  (before numpy: engine/llama/load_first.py)
+# isort: split
+
 import argparse
 import json
 import sys

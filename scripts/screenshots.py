@@ -10,6 +10,9 @@ in the wizard, and writes chat.png, compare.png and models.png.
 """
 from __future__ import annotations
 
+import engine.llama.load_first  # noqa: F401  (before numpy: engine/llama/load_first.py)
+# isort: split
+
 import argparse
 import shutil
 import sys

@@ -2,6 +2,9 @@
 with --all (scripts/test --all) or TANDEM_TEST_ALL=1."""
 from __future__ import annotations
 
+import engine.llama.load_first  # noqa: F401  (before numpy: engine/llama/load_first.py)
+# isort: split
+
 import os
 import tempfile
 
