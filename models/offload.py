@@ -35,7 +35,7 @@ def gpu_layers(text: str) -> int | None:
 
 # What a user does about a llama.cpp built for the CPU only.
 GPU_BUILD_HINT = ("scripts/run builds llama.cpp for CUDA where nvcc is installed, for Metal on "
-                  "Apple Silicon and for Vulkan where glslc is")
+                  "Apple Silicon and for Vulkan where vulkaninfo sees a GPU")
 
 
 @dataclass(frozen=True)
