@@ -173,7 +173,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         results = _measure(PairHost(pair, tcfg, dcfg, max_tokens=config.max_tokens,
-                                    stop=config.stop), candidates, prompts, config.params,
+                                    stop=config.stop, plan=plan), candidates, prompts, config.params,
                            args.budget_minutes * 60)
     finally:
         pair.close()
