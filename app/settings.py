@@ -68,6 +68,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-rpc", metavar="HOST:PORT[,...]", default=None,
                    help="RPC workers for the draft (other workers than --rpc's)")
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
+    g.add_argument("--no-warmup", action="store_true", default=not LOAD.warmup,
+                   help="skip the warm-up decode at load (one token on each model, then its "
+                   "cache cleared, as llama-server does), which spares the first request the "
+                   "device's start-up")
     # Speculation options default to None, "not given" (app/runtime/tuned.py), and resolve to
     # the defaults of app/runtime/defaults.py where they are used.
     g.add_argument("--draft-quant", choices=QUANT_CHOICES, default=None,
@@ -168,7 +172,8 @@ def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_e
                        early_exit=early_exit or "early-exit" in drafters,
                        early_exit_layers=early_exit_layers,
                        draft_quant=args.draft_quant or LOAD.draft_quant,
-                       draft_vocab=args.draft_vocab or LOAD.draft_vocab)
+                       draft_vocab=args.draft_vocab or LOAD.draft_vocab,
+                       warmup=not getattr(args, "no_warmup", not LOAD.warmup))
 
 
 def pairing_rule(args: argparse.Namespace) -> PairingRule:

@@ -58,6 +58,8 @@ class LoadPlan:
     machine: Machine | None = None
     asked: tuple[int | None, int | None] = (None, None)
     ram_used: int = 0
+    # Warm each model up once loaded (LoadOptions.warmup).
+    warmup: bool = True
 
 
 def plan_load(target: ModelConfig, draft: ModelConfig | None,
@@ -109,7 +111,8 @@ def plan_load(target: ModelConfig, draft: ModelConfig | None,
     return LoadPlan(target, tinfo, draft, dinfo, draft_quant=quant,
                     trim_vocab=draft is not None and options.draft_vocab == "trim",
                     early_exit_layers=layers, offload=offload, early_exit_gpu_layers=exit_gpu,
-                    machine=m, asked=(asked, draft_asked), ram_used=report.ram_needed)
+                    machine=m, asked=(asked, draft_asked), ram_used=report.ram_needed,
+                    warmup=options.warmup)
 
 
 def _placed(report: budget.BudgetReport, target: ModelConfig, tinfo: GGUFInfo,
