@@ -7,7 +7,7 @@ from typing import Sequence
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
-from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
+from app.runtime.defaults import (CTX, DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
                                   DEFAULT_POLICY, DRAFTERS, FLASH_ATTN, FLASH_ATTN_CHOICES,
                                   GPU_LAYERS, KV_TYPE, KV_TYPES, HISTORY, HISTORY_TOKENS,
                                   LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
@@ -34,9 +34,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     add_models_dir_arg(g)
     g.add_argument("--threads", type=int, default=None,
                    help=f"CPU threads for both models, 1 to {MAX_THREADS} (default: every core)")
-    g.add_argument("--ctx", type=int, default=4096,
+    g.add_argument("--ctx", type=int, default=CTX,
                    help=f"context length for both models, {MIN_CTX} up to what the model was "
-                   "trained for (default 4096)")
+                   f"trained for (default {CTX})")
     g.add_argument("--batch", type=int, default=512,
                    help="most tokens per llama.cpp decode; longer batches are split (default 512, "
                    "capped at the context length)")
