@@ -23,7 +23,8 @@ from engine.limits import check_ctx_trained
 from engine.rpc import probe_all
 from loading.adapters import adapter_bytes, check_adapters
 from loading.derived.early_exit import default_layers
-from loading.derived.quantized import planned_info, resolve as resolve_quant
+from loading.derived.planned import planned_draft
+from loading.derived.quantized import resolve as resolve_quant
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from loading import devices
 from models import budget
@@ -92,10 +93,11 @@ def plan_load(target: ModelConfig, draft: ModelConfig | None,
     target, draft, offload = _placed(report, target, tinfo, draft, dinfo, m)
     quant = (resolve_quant(options.draft_quant, dinfo, draft.n_gpu_layers or 0)
              if draft is not None and dinfo is not None else None)
-    if quant is not None and dinfo is not None:
-        # The draft loads as its requantized copy: planned from that file's bytes, not the
-        # source's (a trimmed vocabulary is planned at the full one's, an upper bound).
-        derived = planned_info(dinfo, quant)
+    trim = draft is not None and options.draft_vocab == "trim"
+    if dinfo is not None and (quant is not None or trim):
+        # The draft loads as its requantized or trimmed copy: planned from that file's bytes,
+        # not the source's (loading/derived/planned.py).
+        derived = planned_draft(dinfo, quant, trim)
         report = budget.estimate(tinfo, derived, workers=workers, machine=m,
                                  **budget_settings(*given))
         target, draft, offload = _placed(report, given[0], tinfo, given[1], derived, m)
@@ -109,7 +111,7 @@ def plan_load(target: ModelConfig, draft: ModelConfig | None,
         offload, exit_gpu = _place_early_exit(offload, m, target, tinfo, layers,
                                               report.ram_needed, asked)
     return LoadPlan(target, tinfo, draft, dinfo, draft_quant=quant,
-                    trim_vocab=draft is not None and options.draft_vocab == "trim",
+                    trim_vocab=trim,
                     early_exit_layers=layers, offload=offload, early_exit_gpu_layers=exit_gpu,
                     machine=m, asked=(asked, draft_asked), ram_used=report.ram_needed,
                     warmup=options.warmup)
