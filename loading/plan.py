@@ -8,8 +8,11 @@ the same headers it decides the derivations: the draft's requantization, its tri
 the early-exit depth. And it places every model on the GPU (`offload`, models/offload.py): GPU
 layers left on "auto" (None) are decided by the budget's byte accounting against the devices
 llama.cpp reports (loading/devices.py; tests pass a made-up `Machine`): the draft first, then
-the target's layers, then the early-exit drafter in what is left. The plan is data a test can
-inspect without loading anything; `loading.load.execute` carries it out.
+the target's layers, then the early-exit drafter in what is left. A draft that loads as a
+derived copy (requantized, trimmed) is placed from that copy's bytes
+(loading/derived/planned.py), and a model loaded later beside the pair (`tandem tune`'s
+candidates) in the room it left (`place_later`). The plan is data a test can inspect without
+loading anything; `loading.load.execute` carries it out.
 """
 from __future__ import annotations
 
