@@ -9,12 +9,15 @@ import pytest
 from app.cli import build_parser
 from app.runtime.holder import PairHolder
 from app.runtime.loader_settings import NAMES, LoaderSettings, option
+from app.serve.server import create_app
 from app.ui import wizard
+from fastapi.testclient import TestClient
 from bench.fakes.backend import FakeBackend
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from models.machine import Machine
 from tests import tinygguf
+from tests.serve_fakes import API_KEY, AUTH, serve_access
 
 GIB = 1 << 30
 
@@ -99,9 +102,11 @@ def test_the_settings_reach_the_load_and_the_api(files):
     assert [(c.n_gpu_layers, c.n_ctx, c.flash_attn, c.kv_type) for c in loaded] == [
         (3, 512, "on", "q8_0"), (3, 512, "on", "q8_0")]
     # /v1/models reports them by the same names, GPU layers as asked.
-    assert holder.settings is not None and holder.settings.as_dict() == {
-        "gpu_layers": "3", "draft_gpu_layers": "auto", "ctx": 512, "flash_attn": "on",
-        "kv_type": "q8_0"}
+    app = create_app(holder, holder.queue, serve_access(API_KEY))
+    models = TestClient(app, headers=AUTH).get("/v1/models").json()["data"][0]
+    assert models["settings"] == {"gpu_layers": "3", "draft_gpu_layers": "auto", "ctx": 512,
+                                  "flash_attn": "on", "kv_type": "q8_0"}
+    assert set(models["settings"]) == set(NAMES)
     holder.close()
 
 
