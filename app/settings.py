@@ -7,7 +7,7 @@ from typing import Sequence
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
-from app.runtime.defaults import (DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
+from app.runtime.defaults import (CTX, DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
                                   DEFAULT_POLICY, DRAFTERS, FLASH_ATTN, FLASH_ATTN_CHOICES,
                                   GPU_LAYERS, KV_TYPE, KV_TYPES, HISTORY, HISTORY_TOKENS,
                                   LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
@@ -34,9 +34,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     add_models_dir_arg(g)
     g.add_argument("--threads", type=int, default=None,
                    help=f"CPU threads for both models, 1 to {MAX_THREADS} (default: every core)")
-    g.add_argument("--ctx", type=int, default=4096,
+    g.add_argument("--ctx", type=int, default=CTX,
                    help=f"context length for both models, {MIN_CTX} up to what the model was "
-                   "trained for (default 4096)")
+                   f"trained for (default {CTX})")
     g.add_argument("--batch", type=int, default=512,
                    help="most tokens per llama.cpp decode; longer batches are split (default 512, "
                    "capped at the context length)")
@@ -68,6 +68,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-rpc", metavar="HOST:PORT[,...]", default=None,
                    help="RPC workers for the draft (other workers than --rpc's)")
     g.add_argument("--no-budget-check", action="store_true", help="skip the memory fit check")
+    g.add_argument("--no-warmup", action="store_true", default=not LOAD.warmup,
+                   help="skip the warm-up decode at load (one token on each model, then its "
+                   "cache cleared, as llama-server does), which spares the first request the "
+                   "device's start-up")
     # Speculation options default to None, "not given" (app/runtime/tuned.py), and resolve to
     # the defaults of app/runtime/defaults.py where they are used.
     g.add_argument("--draft-quant", choices=QUANT_CHOICES, default=None,
@@ -168,7 +172,8 @@ def load_options(args: argparse.Namespace, drafters: Sequence[str] = (), early_e
                        early_exit=early_exit or "early-exit" in drafters,
                        early_exit_layers=early_exit_layers,
                        draft_quant=args.draft_quant or LOAD.draft_quant,
-                       draft_vocab=args.draft_vocab or LOAD.draft_vocab)
+                       draft_vocab=args.draft_vocab or LOAD.draft_vocab,
+                       warmup=not getattr(args, "no_warmup", not LOAD.warmup))
 
 
 def pairing_rule(args: argparse.Namespace) -> PairingRule:

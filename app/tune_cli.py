@@ -162,7 +162,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     # The draft as given: tuning decides whether a requantized or trimmed one is faster.
     opened = open_pair(pair_request(args, tcfg, dcfg, LoadOptions(
-        check_budget=not args.no_budget_check, draft_quant="off"),
+        check_budget=not args.no_budget_check, draft_quant="off", warmup=not args.no_warmup),
         PairingRule.ignored("tune measures the candidates itself")), announce=choose)
     pair, plan = opened.pair, opened.plan
     # The configs as placed: the record names the device the target ran on.
@@ -173,7 +173,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         results = _measure(PairHost(pair, tcfg, dcfg, max_tokens=config.max_tokens,
-                                    stop=config.stop), candidates, prompts, config.params,
+                                    stop=config.stop, plan=plan), candidates, prompts, config.params,
                            args.budget_minutes * 60)
     finally:
         pair.close()

@@ -6,8 +6,9 @@ derive: a heavy draft on the CPU is loaded as its derived Q4_0 copy unless
 `LoadOptions.draft_quant` says "off", and with a trimmed output vocabulary when
 `LoadOptions.draft_vocab` says "trim"; the early-exit drafter is derived from the target when
 the options ask for it. `execute` derives the files and loads the models, each by `loader`,
-llama.cpp's by default (tests pass fakes); a backend already loaded is closed again when a later
-step fails (an `ExitStack` holds each until the pair owns it).
+llama.cpp's by default (tests pass fakes), and warms each up unless the options say not
+(loading/warmup.py); a backend already loaded is closed again when a later step fails (an
+`ExitStack` holds each until the pair owns it).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from loading.derived.quantized import Quantizer, derive_quantized
 from loading.derived.vocab_trim import derive_trimmed
 from loading.options import LoadOptions
 from loading.plan import LoadPlan, plan_load
+from loading.warmup import warm_up
 from models.gguf_info import GGUFInfo, read_info
 from models.machine import Machine
 
@@ -36,15 +38,24 @@ Announce = Callable[[LoadPlan], None]
 Progress = Callable[[ModelConfig], None]
 
 
-def _loader(loader: Loader | None, progress: Progress | None = None) -> Loader:
-    # llama.cpp's by default, looked up at the call so a test may stand in for it.
+def _loader(loader: Loader | None, progress: Progress | None = None,
+            warmup: bool = False) -> Loader:
+    """`loader` (llama.cpp's by default, looked up at the call so a test may stand in for it),
+    telling `progress` of each model first and warming each up after (loading/warmup.py)."""
     chosen = loader or llama.load
-    if progress is None:
+    if progress is None and not warmup:
         return chosen
 
     def load(config: ModelConfig) -> Backend:
-        progress(config)
-        return chosen(config)
+        if progress is not None:
+            progress(config)
+        backend = chosen(config)
+        if warmup:
+            with ExitStack() as owned:
+                owned.callback(backend.close)
+                warm_up(backend)
+                owned.pop_all()
+        return backend
     return load
 
 
@@ -68,7 +79,7 @@ def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
             lookup_ngram: int = 3, quantizer: Quantizer | None = None,
             chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None) -> Pair:
     """Derive the files `plan` asks for, load the models and build the Pair."""
-    load = _loader(loader, progress)
+    load = _loader(loader, progress, warmup=plan.warmup)
     target, draft, trimmed = plan.target, plan.draft, None
     draft_info = plan.draft_info
     if draft is not None:

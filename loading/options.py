@@ -20,6 +20,9 @@ class LoadOptions:
     # "trim" loads the draft with a trimmed output vocabulary (loading/derived/vocab_trim.py):
     # cheaper per token on a CPU, at some acceptance; "full" as given.
     draft_vocab: str = "full"
+    # Decode one token on each model at load and forget it (loading/warmup.py), as llama-server
+    # does unless --no-warmup: the first request then does not pay the device's start-up.
+    warmup: bool = True
 
     @property
     def wants_early_exit(self) -> bool:

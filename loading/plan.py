@@ -8,8 +8,11 @@ the same headers it decides the derivations: the draft's requantization, its tri
 the early-exit depth. And it places every model on the GPU (`offload`, models/offload.py): GPU
 layers left on "auto" (None) are decided by the budget's byte accounting against the devices
 llama.cpp reports (loading/devices.py; tests pass a made-up `Machine`): the draft first, then
-the target's layers, then the early-exit drafter in what is left. The plan is data a test can
-inspect without loading anything; `loading.load.execute` carries it out.
+the target's layers, then the early-exit drafter in what is left. A draft that loads as a
+derived copy (requantized, trimmed) is placed from that copy's bytes
+(loading/derived/planned.py), and a model loaded later beside the pair (`tandem tune`'s
+candidates) in the room it left (`place_later`). The plan is data a test can inspect without
+loading anything; `loading.load.execute` carries it out.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from engine.limits import check_ctx_trained
 from engine.rpc import probe_all
 from loading.adapters import adapter_bytes, check_adapters
 from loading.derived.early_exit import default_layers
+from loading.derived.planned import planned_draft
 from loading.derived.quantized import resolve as resolve_quant
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from loading import devices
@@ -53,6 +57,13 @@ class LoadPlan:
     # and the early-exit drafter's GPU layers.
     offload: OffloadPlan | None = None
     early_exit_gpu_layers: int = 0
+    # The machine planned for, the GPU layers asked of target and draft (None: auto), and the
+    # RAM the pair takes: what a model loaded later is placed after (`place_later`).
+    machine: Machine | None = None
+    asked: tuple[int | None, int | None] = (None, None)
+    ram_used: int = 0
+    # Warm each model up once loaded (LoadOptions.warmup).
+    warmup: bool = True
 
 
 def plan_load(target: ModelConfig, draft: ModelConfig | None,
@@ -80,12 +91,21 @@ def plan_load(target: ModelConfig, draft: ModelConfig | None,
     workers = probe(target.rpc) if options.check_budget and target.rpc else ()
     report = budget.estimate(tinfo, dinfo, workers=workers, machine=m,
                              **budget_settings(target, draft))
-    if options.check_budget:
-        budget.require(report)
-    asked = target.n_gpu_layers
+    asked, draft_asked = target.n_gpu_layers, draft.n_gpu_layers if draft else None
+    given = (target, draft)
     target, draft, offload = _placed(report, target, tinfo, draft, dinfo, m)
     quant = (resolve_quant(options.draft_quant, dinfo, draft.n_gpu_layers or 0)
              if draft is not None and dinfo is not None else None)
+    trim = draft is not None and options.draft_vocab == "trim"
+    if dinfo is not None and (quant is not None or trim):
+        # The draft loads as its requantized or trimmed copy: planned from that file's bytes,
+        # not the source's (loading/derived/planned.py).
+        derived = planned_draft(dinfo, quant, trim)
+        report = budget.estimate(tinfo, derived, workers=workers, machine=m,
+                                 **budget_settings(*given))
+        target, draft, offload = _placed(report, given[0], tinfo, given[1], derived, m)
+    if options.check_budget:
+        budget.require(report)
     layers = None
     exit_gpu = 0
     if options.wants_early_exit:
@@ -94,8 +114,10 @@ def plan_load(target: ModelConfig, draft: ModelConfig | None,
         offload, exit_gpu = _place_early_exit(offload, m, target, tinfo, layers,
                                               report.ram_needed, asked)
     return LoadPlan(target, tinfo, draft, dinfo, draft_quant=quant,
-                    trim_vocab=draft is not None and options.draft_vocab == "trim",
-                    early_exit_layers=layers, offload=offload, early_exit_gpu_layers=exit_gpu)
+                    trim_vocab=trim,
+                    early_exit_layers=layers, offload=offload, early_exit_gpu_layers=exit_gpu,
+                    machine=m, asked=(asked, draft_asked), ram_used=report.ram_needed,
+                    warmup=options.warmup)
 
 
 def _placed(report: budget.BudgetReport, target: ModelConfig, tinfo: GGUFInfo,
@@ -151,6 +173,31 @@ def _place_early_exit(plan: OffloadPlan, m: Machine, target: ModelConfig, tinfo:
                        kv_type=target.kv_type, flash_attn=target.flash_attn, gpu_layers=asked,
                        ram_used=ram_used)
     return plan, plan.models[-1].gpu_layers if asked is None else asked
+
+
+def place_later(plan: LoadPlan, role: str, info: GGUFInfo) -> int:
+    """The GPU layers of a draft loaded beside the pair after the plan (`tandem tune`'s derived
+    drafts, one at a time), planned from its own header `info` in the room the pair left: the
+    draft's GPU layers when they were a number, else as many as fit."""
+    if plan.machine is None or plan.offload is None or plan.draft is None:
+        return 0
+    draft = plan.draft
+    if draft.rpc:
+        return -1 if plan.asked[1] is None else plan.asked[1]
+    placed = place_after(plan.offload, plan.machine, role, Layout.from_info(info),
+                         n_ctx=draft.n_ctx, n_ubatch=draft.n_batch, kv_type=draft.kv_type,
+                         flash_attn=draft.flash_attn, gpu_layers=plan.asked[1],
+                         ram_used=plan.ram_used)
+    return placed.models[-1].gpu_layers
+
+
+def place_early_exit(plan: LoadPlan, layers: int) -> int:
+    """The GPU layers of an early-exit drafter of `layers` blocks loaded after the plan
+    (`tandem tune`'s candidates), in the room the pair left."""
+    if plan.machine is None or plan.offload is None:
+        return 0
+    return _place_early_exit(plan.offload, plan.machine, plan.target, plan.target_info, layers,
+                             plan.ram_used, plan.asked[0])[1]
 
 
 def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:

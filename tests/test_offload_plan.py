@@ -12,6 +12,7 @@ import pytest
 
 from app.cli import main as cli_main
 from app.runtime.holder import PairHolder
+from app.runtime.loader_settings import LoaderSettings
 from app.ui import status_banner, wizard
 from engine.llama import backend as llama_backend
 
@@ -293,7 +294,7 @@ def test_rpc_workers_hold_the_target_and_the_draft_is_planned_here(tiny_pair):
 def test_the_models_tab_shows_the_plan_before_loading(tiny_pair, monkeypatch):
     monkeypatch.setattr("loading.devices.detect", lambda: card(3))
     html, ok = wizard._fit_html(wizard.ModelChoice("", tiny_pair[0]),
-                                wizard.ModelChoice("", tiny_pair[1]), 256)
+                                wizard.ModelChoice("", tiny_pair[1]), LoaderSettings(ctx=256))
     assert ok and "tandem-offload-plan" in html and "target 8/8 layers on Test GPU 3 GiB" in html
 
 

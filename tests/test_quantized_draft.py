@@ -128,3 +128,68 @@ def test_the_embedded_draft_requantized_still_drafts_the_targets_tokens(embedded
         assert backend.tokenize(" a + b", False, False) == p.tokens.tolist()
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("kind", ["q4_0", "q8_0"])
+def test_the_plan_sizes_a_requantized_draft_as_llama_cpp_writes_it(tmp_path, store, kind):
+    from loading.derived.quantized import planned_info
+    from models.budget import Layout
+    source = read_info(tinygguf.write(tmp_path / "f32.gguf", **TINY))
+    planned = Layout.from_info(planned_info(source, kind))
+    written = Layout.from_info(read_info(derive_quantized(source.path, kind)))
+    assert planned.layer_bytes == written.layer_bytes
+    assert (planned.output_bytes, planned.other_bytes) == (written.output_bytes,
+                                                            written.other_bytes)
+
+
+def test_a_requantized_draft_is_placed_from_its_own_bytes_not_its_sources(tmp_path, store):
+    from loading.plan import plan_load
+    from models.machine import Machine
+    gib = 1 << 30
+    card = Machine(64 * gib, 60 * gib, "Test GPU", 8 * gib, 8 * gib)
+    t = str(tinygguf.write(tmp_path / "t.gguf", **TINY))
+    d = str(tinygguf.write(tmp_path / "d.gguf", **TINY))
+    given = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256),
+                      LoadOptions(draft_quant="off"), machine=card)
+    q4 = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256),
+                   LoadOptions(draft_quant="q4_0"), machine=card)
+    assert q4.draft_quant == "q4_0" and q4.draft_info == given.draft_info
+    # F32 at 32 bits a weight against Q4_0's 4.5: the draft's GPU weights shrink as much.
+    f32_bytes = given.offload.placement("draft").weights
+    assert q4.offload.placement("draft").weights * 6 < f32_bytes
+
+
+def test_tune_plans_each_derived_draft_in_the_room_the_pair_left(tmp_path, store):
+    from bench.tuning.host import PairHost
+    from engine.pair import Pair
+    from loading.plan import plan_load
+    from models.candidate import Candidate
+    from models.machine import GPU_MARGIN, Machine
+    gib = 1 << 30
+    t = str(tinygguf.write(tmp_path / "t.gguf", **TINY))
+    d = str(tinygguf.write(tmp_path / "d.gguf", **TINY))
+
+    def variant_layers(free: int) -> tuple[int, int]:
+        card = Machine(64 * gib, 60 * gib, "Test GPU", free, free)
+        plan = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256),
+                         LoadOptions(draft_quant="off"), machine=card)
+        loaded: list[ModelConfig] = []
+
+        def loader(config: ModelConfig) -> FakeBackend:
+            loaded.append(config)
+            return FakeBackend(eog=59)
+        pair = Pair(FakeBackend(eog=59), FakeBackend(eog=59))
+        host = PairHost(pair, plan.target, plan.draft, max_tokens=4, loader=loader, plan=plan)
+        host._add_variant(Candidate("draft", draft_quant="q4_0"))
+        assert loaded[0].path != d and loaded[0].n_ctx == 256
+        return plan.draft.n_gpu_layers, loaded[0].n_gpu_layers
+
+    # Room to spare: the Q4_0 variant goes whole beside the pair.
+    assert variant_layers(8 * gib) == (TINY["n_layer"] + 1, TINY["n_layer"] + 1)
+    # The pair fills the card to its margin: the variant, planned from its own file, gets
+    # what is left (none here), not the draft's layers.
+    used = plan_load(ModelConfig(t, n_ctx=256), ModelConfig(d, n_ctx=256),
+                     LoadOptions(draft_quant="off"),
+                     machine=Machine(64 * gib, 60 * gib, "Test GPU", 8 * gib, 8 * gib)).offload.used
+    draft_layers, variant = variant_layers(used + GPU_MARGIN + 1024)
+    assert draft_layers == TINY["n_layer"] + 1 and variant == 0

@@ -238,3 +238,33 @@ def test_the_kept_rows_are_rounded_up_to_whole_kernel_tiles():
     assert round_up(ids, 100, multiple=8).tolist() == [0, 1, 2, 3, 4, 5, 6, 9]
     assert round_up(ids, 5, multiple=8).tolist() == [0, 1, 2, 3, 4, 5, 9]
     assert round_up(np.arange(16, dtype=np.int32), 100, multiple=8).tolist() == list(range(16))
+
+
+def test_a_trimmed_draft_in_the_store_is_planned_from_its_own_bytes(tmp_path):
+    from loading.derived.vocab_trim import DEFAULT_RANK_KEEP
+    from loading.plan import plan_load
+    from models.budget import Layout
+    from models.machine import Machine
+    gib = 1 << 30
+    card = Machine(64 * gib, 60 * gib, "Test GPU", 8 * gib, 8 * gib)
+    vocab = tinygguf.vocab(400)
+    rows = np.zeros((400, N_EMBD), dtype=np.float32)
+    t = tinygguf.write(tmp_path / "t.gguf", tokens=vocab, n_embd=N_EMBD)
+    d = tinygguf.write(tmp_path / "d.gguf", tokens=vocab, n_embd=N_EMBD, output=rows)
+    options = LoadOptions(draft_quant="off", draft_vocab="trim")
+
+    def draft_weights() -> int:
+        plan = plan_load(ModelConfig(str(t), n_ctx=256), ModelConfig(str(d), n_ctx=256),
+                         options, machine=card)
+        assert plan.trim_vocab and plan.draft_info.path == d
+        return plan.offload.placement("draft").weights
+
+    # Not built yet: planned at the full vocabulary (an upper bound), as the source.
+    full = draft_weights()
+    assert full == Layout.from_info(read_info(d)).output_bytes + sum(
+        Layout.from_info(read_info(d)).layer_bytes)
+    built = derive_trimmed(d, rank_keep=DEFAULT_RANK_KEEP,
+                           selection=lambda path, keep: np.arange(8, dtype=np.int32))
+    own = Layout.from_info(read_info(built))
+    # Built: the plan reads the trimmed file's own header, its output 32 rows of 400.
+    assert draft_weights() == own.output_bytes + sum(own.layer_bytes) < full

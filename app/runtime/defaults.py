@@ -12,7 +12,7 @@ from engine.sampling import SamplingParams
 from loading.options import LoadOptions
 from models.offload import AUTO
 
-__all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
+__all__ = ["CTX", "DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE", "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
            "NEEDS_DRAFT_MODEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
 
@@ -45,6 +45,8 @@ HISTORY_TOKENS = 2_000_000
 # (the draft whole first, then the target's layers, caches and buffers, a margin kept;
 # loading/plan.py). "all" or a number is taken as given.
 GPU_LAYERS = AUTO
+# The context length for both models when not given.
+CTX = 4096
 # Flash attention ("auto", "on", "off") and the KV cache's type ("f16", "q8_0", "q4_0") for
 # both models when not given (engine/attention.py); FLASH_ATTN_CHOICES and KV_TYPES the words.
 FLASH_ATTN, FLASH_ATTN_CHOICES = DEFAULT_FLASH_ATTN, FLASH_ATTN

@@ -26,6 +26,7 @@ from engine.pair import Pair
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
 from loading.load import Announce, Loader
+from app.runtime.loader_settings import LoaderSettings
 from models.offload import OffloadPlan
 
 LOADING, READY, ERROR, EMPTY = "loading", "ready", "error", "empty"
@@ -69,6 +70,8 @@ class PairHolder:
         # Where the loaded pair's layers went (models/offload.py), for the header and the API;
         # `announce` hears each load's plan too (`tandem ui` prints its line).
         self.offload: OffloadPlan | None = None
+        # The loader's settings the loaded pair was asked for, by the CLI's and the API's names.
+        self.settings: LoaderSettings | None = None
         self._announce = announce
         # The history of past requests for the loaded target's vocabulary (loading/history.py),
         # made at each load; `history_tokens` None turns it off (--no-history).
@@ -150,6 +153,7 @@ class PairHolder:
         pair, use = opened.pair, opened.pairing
         self.replace(pair)
         self.offload = opened.plan.offload
+        self.settings = LoaderSettings.of_plan(opened.plan)
         self.history = opened.history
         self.pairing = use
         self._names = names
@@ -219,6 +223,7 @@ class PairHolder:
                 self._pair.close()
             self._pair = None
         self.offload = None
+        self.settings = None
 
     def close(self) -> None:
         self._release()

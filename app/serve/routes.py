@@ -220,7 +220,9 @@ class Routes:
              "owned_by": "tandem", "pair": {"target": pair.target.backend.name, "draft": draft},
              "drafters": list(offer.drafters), "default_drafter": offer.drafter,
              "offload": (self.holder.offload.as_dict() if self.holder.offload is not None
-                         else None)}]})
+                         else None),
+             "settings": (self.holder.settings.as_dict() if self.holder.settings is not None
+                          else None)}]})
 
     async def chat_completions(self, request: Request) -> Response:
         return await self.generation(request, parse_chat)

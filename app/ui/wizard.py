@@ -12,22 +12,23 @@ from __future__ import annotations
 
 import html
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
 
 from app.runtime.ceiling_advice import MEASURED_AS_GIVEN, suggestions
+from app.runtime.defaults import CTX, FLASH_ATTN, FLASH_ATTN_CHOICES, GPU_LAYERS, KV_TYPE, KV_TYPES
+from app.runtime.loader_settings import LoaderSettings
 from app.runtime.holder import ERROR, LOADING, PairHolder
 from app.runtime.open_pair import QUIET, PairRequest, open_pair
 from app.runtime.tuned import PairingRule
 from engine.backend import ModelConfig
 from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
-from engine.errors import TandemError
-from loading import devices
-from models import (budget, catalog, compat, disk_pairs, found, hub, machine, offload,
-                    other_stores)
+from engine.errors import DoesNotFitError, TandemError
+from models import budget, catalog, compat, disk_pairs, found, hub, machine, other_stores
+from models.offload import ALL, AUTO
 from models.tandem_store import store_dir
 
 MIB = 1 << 20
@@ -158,10 +159,10 @@ class FoundList:
                 f" `{html.escape(str(m.path))}`): {drafts}")
 
 
-def _fit_html(target: ModelChoice, draft: ModelChoice, n_ctx: int) -> tuple[str, bool]:
+def _fit_html(target: ModelChoice, draft: ModelChoice, settings: LoaderSettings) -> tuple[str, bool]:
     tpath, dpath = target.local_path(), draft.local_path()
     if tpath is not None and dpath is not None:
-        report, plan = offload.plan_pair(tpath, dpath, devices.detect(), n_ctx=n_ctx)
+        report, plan = settings.plan(tpath, dpath)
         verdict = {"fits": "fits", "fits with offload": "fits with GPU offload"}.get(report.verdict, "does not fit")
         advice = "".join(f"<li>{html.escape(s)}</li>" for s in report.suggestions)
         return (f"<p><b>Memory: {verdict}</b> (from the GGUF headers)</p>"
@@ -203,8 +204,10 @@ def _compat_html(target: ModelChoice, draft: ModelChoice) -> tuple[str, bool]:
 
 
 def check(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
-          n_ctx: float) -> tuple[str, dict]:
-    """The fit and compatibility verdicts as HTML, and as data for API callers."""
+          n_ctx: float, gpu_layers: str = GPU_LAYERS, draft_gpu_layers: str = GPU_LAYERS,
+          flash_attn: str = FLASH_ATTN, kv_type: str = KV_TYPE) -> tuple[str, dict]:
+    """The fit (with the loader's settings) and compatibility verdicts as HTML, and as data
+    for API callers."""
     target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
     if not target.file or not draft.file:
         raise gr.Error("choose a target and a draft first")
@@ -215,7 +218,8 @@ def check(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
                   " machine, or a hub repo and file name")
         return f"<p><b>Refused:</b> {html.escape(reason)}</p>", {"ok": False, "reason": reason}
     try:
-        fit, fit_ok = _fit_html(target, draft, int(n_ctx))
+        settings = LoaderSettings(gpu_layers, draft_gpu_layers, int(n_ctx), flash_attn, kv_type)
+        fit, fit_ok = _fit_html(target, draft, settings)
         comp, comp_ok = _compat_html(target, draft)
     except TandemError as exc:
         return f"<p><b>Refused:</b> {html.escape(str(exc))}</p>", {"ok": False, "reason": str(exc)}
@@ -224,6 +228,35 @@ def check(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
             else "<p>Both files are on disk: load the pair.</p>")
     return (f'<div class="tandem-check">{fit}{comp}{todo}</div>',
             {"ok": fit_ok and comp_ok, "fits": fit_ok, "compatible": comp_ok, "missing": missing})
+
+
+def _plan_refusal(report: budget.BudgetReport) -> str | None:
+    """Why settings do not fit as set, in the plan's one line: a pair that does not fit, or GPU
+    layers given as numbers that only another split would fit (the line names it)."""
+    if report.verdict == "fits":
+        return None
+    return report.one_line()
+
+
+def plan_html(target_repo: str, target_file: str, draft_repo: str, draft_file: str,
+              n_ctx: float, gpu_layers: str = GPU_LAYERS, draft_gpu_layers: str = GPU_LAYERS,
+              flash_attn: str = FLASH_ATTN, kv_type: str = KV_TYPE) -> str:
+    """The plan the loader's settings make for the chosen files, before anything loads: its
+    line, or why the settings do not fit (the plan's one-line reason)."""
+    target = ModelChoice(target_repo.strip(), target_file.strip())
+    draft = ModelChoice(draft_repo.strip(), draft_file.strip())
+    tpath, dpath = target.local_path(), draft.local_path()
+    if tpath is None or (draft.file and dpath is None):
+        return "<p>The plan appears once the files are on disk.</p>"
+    try:
+        settings = LoaderSettings(gpu_layers, draft_gpu_layers, int(n_ctx), flash_attn, kv_type)
+        report, plan = settings.plan(tpath, dpath)
+    except TandemError as exc:
+        return f"<p><b>Refused:</b> {html.escape(str(exc))}</p>"
+    refusal = _plan_refusal(report)
+    if refusal is not None:
+        return f"<p><b>Does not fit as set:</b> {html.escape(refusal)}</p>"
+    return f"<p><b>Plan:</b> {html.escape(plan.line())}</p>"
 
 
 def ceiling_html(c: Ceiling, has_draft: bool = True) -> str:
@@ -329,25 +362,38 @@ def _adapters(path: str, scale: float) -> tuple[tuple[str, float], ...]:
     return ((str(Path(path).expanduser()), float(scale)),) if path else ()
 
 
+def _configs(target: ModelChoice, draft: ModelChoice, tpath: Path, dpath: Path | None,
+             settings: LoaderSettings, adapters: tuple) -> tuple[ModelConfig, ModelConfig | None]:
+    """The configs to load, with the loader's settings; DoesNotFitError (the plan's one-line
+    reason) when they do not fit as set, before anything loads."""
+    report, _ = settings.plan(tpath, dpath)
+    refusal = _plan_refusal(report)
+    if refusal is not None:
+        raise DoesNotFitError(refusal)
+    return settings.configs(
+        ModelConfig(str(tpath), lora=adapters[0], name=target.found_name()),
+        ModelConfig(str(dpath), lora=adapters[1], name=draft.found_name())
+        if dpath is not None else None)
+
+
 def load_pair(holder: PairHolder, target_repo: str, target_file: str, draft_repo: str, draft_file: str,
               n_ctx: float, lora: str = "", lora_scale: float = 1.0, draft_lora: str = "",
-              draft_lora_scale: float = 1.0) -> Iterator[str]:
-    """Load the chosen pair into the chat, yielding the loading status until it ends. `lora` and
-    `draft_lora` are GGUF LoRA adapters (local paths) for the target and the draft."""
+              draft_lora_scale: float = 1.0,
+              settings: LoaderSettings | None = None) -> Iterator[str]:
+    """Load the chosen pair into the chat with the loader's `settings` (`n_ctx` its context),
+    yielding the loading status until it ends. `lora` and `draft_lora` are GGUF LoRA adapters
+    (local paths) for the target and the draft."""
     target, draft = ModelChoice(target_repo.strip(), target_file.strip()), ModelChoice(draft_repo.strip(), draft_file.strip())
     tpath, dpath = target.local_path(), draft.local_path()
     if tpath is None or (draft.file and dpath is None):
         missing = ", ".join(c.label for c, p in ((target, tpath), (draft, dpath)) if c.file and p is None)
         yield f"<p><b>Refused:</b> not on disk yet: {html.escape(missing)}; download first (step 4).</p>"
         return
-    ctx = int(n_ctx)
+    chosen = replace(settings or LoaderSettings(), ctx=int(n_ctx))
     try:
-        holder.load_async(ModelConfig(str(tpath), n_ctx=ctx, lora=_adapters(lora, lora_scale),
-                                      name=target.found_name()),
-                          ModelConfig(str(dpath), n_ctx=ctx,
-                                      lora=_adapters(draft_lora, draft_lora_scale),
-                                      name=draft.found_name())
-                          if dpath is not None else None)
+        holder.load_async(*_configs(target, draft, tpath, dpath, chosen,
+                                    (_adapters(lora, lora_scale),
+                                     _adapters(draft_lora, draft_lora_scale))))
     except TandemError as exc:
         yield f"<p><b>Refused:</b> {html.escape(str(exc))}</p>"
         return
@@ -421,9 +467,9 @@ class Steps:
 
     def check_pair(self) -> None:
         with gr.Group():
-            gr.Markdown("### 3. Memory fit and compatibility")
+            gr.Markdown("### 3. Loader settings, memory fit and compatibility")
+            self.loader_settings()
             with gr.Row():
-                self.n_ctx = gr.Number(value=4096, precision=0, label="context length (tokens)")
                 self.check_btn = gr.Button("Check", variant="secondary", elem_id="wizard-check")
             self.report = gr.HTML(elem_id="wizard-report")
             self.verdict = gr.JSON(visible=False)
@@ -431,6 +477,28 @@ class Steps:
                 self.ceiling_btn = gr.Button("Measure ceiling", variant="secondary",
                                              elem_id="wizard-ceiling")
             self.ceiling_note = gr.HTML(elem_id="wizard-ceiling-note")
+
+    def loader_settings(self) -> None:
+        """The loader's settings, each labelled with its CLI option (and API name), and the
+        plan they make, updated as they change."""
+        layers = [AUTO, ALL]
+        with gr.Row():
+            self.gpu_layers = gr.Dropdown(layers, value=GPU_LAYERS, allow_custom_value=True,
+                                          label="target GPU layers --gpu-layers (auto, all, N)",
+                                          elem_id="wizard-gpu-layers")
+            self.draft_gpu_layers = gr.Dropdown(
+                layers, value=GPU_LAYERS, allow_custom_value=True,
+                label="draft GPU layers --draft-gpu-layers", elem_id="wizard-draft-gpu-layers")
+            self.n_ctx = gr.Number(value=CTX, precision=0, label="context length --ctx",
+                                   elem_id="wizard-ctx")
+            self.flash_attn = gr.Dropdown(list(FLASH_ATTN_CHOICES), value=FLASH_ATTN,
+                                          label="flash attention --flash-attn",
+                                          elem_id="wizard-flash-attn")
+            self.kv_type = gr.Dropdown(list(KV_TYPES), value=KV_TYPE,
+                                       label="KV cache type --kv-type", elem_id="wizard-kv-type")
+        self.plan_note = gr.HTML(elem_id="wizard-plan")
+        self.settings = [self.n_ctx, self.gpu_layers, self.draft_gpu_layers, self.flash_attn,
+                         self.kv_type]
 
     def load_step(self) -> None:
         with gr.Group():
@@ -497,7 +565,12 @@ class Steps:
     def wire_actions(self, holder: PairHolder) -> Any:
         """Check, measure, download and load; returns the load event (the page follows it)."""
         fields, n_ctx = self.fields, self.n_ctx
-        self.check_btn.click(check, [*fields, n_ctx], [self.report, self.verdict], api_name="check")
+        self.check_btn.click(check, [*fields, *self.settings], [self.report, self.verdict],
+                             api_name="check")
+        for part in (*fields, *self.settings):
+            # The plan follows the files and the settings before anything loads.
+            part.change(plan_html, [*fields, *self.settings], self.plan_note,
+                        api_visibility="private")
         # Loading and timing the models takes the CPU: one at a time, like generations.
         one_at_a_time = {"concurrency_id": "generation", "concurrency_limit": 1}
         self.ceiling_btn.click(measure_ceiling, [*fields, n_ctx], self.ceiling_note,
@@ -507,13 +580,17 @@ class Steps:
 
         def on_load(t_repo: str, t_file: str, d_repo: str, d_file: str, ctx: float,
                     lora_path: str = "", scale: float = 1.0, draft_lora_path: str = "",
-                    draft_scale: float = 1.0) -> Iterator[str]:
+                    draft_scale: float = 1.0, gpu_layers: str = GPU_LAYERS,
+                    draft_gpu_layers: str = GPU_LAYERS, flash_attn: str = FLASH_ATTN,
+                    kv_type: str = KV_TYPE) -> Iterator[str]:
+            settings = LoaderSettings(gpu_layers, draft_gpu_layers, CTX, flash_attn, kv_type)
             yield from load_pair(holder, t_repo, t_file, d_repo, d_file, ctx, lora_path, scale,
-                                 draft_lora_path, draft_scale)
+                                 draft_lora_path, draft_scale, settings)
 
         load_event = self.load_btn.click(
             on_load, [*fields, n_ctx, self.lora, self.lora_scale, self.draft_lora,
-                      self.draft_lora_scale], self.load_note, api_name="load_pair", **one_at_a_time)
+                      self.draft_lora_scale, *self.settings[1:]], self.load_note,
+            api_name="load_pair", **one_at_a_time)
         self.catalog_btn.click(catalog_rows, None, self.table, api_name="catalog")
         return load_event
 

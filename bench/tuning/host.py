@@ -19,11 +19,13 @@ from engine.sampling import SamplingParams
 from engine.stats import GenerationStats
 from models.candidate import Candidate
 from bench.tuning.measure import TuneHost
+from loading.derived.early_exit import default_layers
 from loading.derived.embeddings import load_trimmed
 from loading.derived.quantized import derive_quantized
 from loading.derived.vocab_trim import derive_trimmed
 from loading.load import Loader, add_early_exit
-from models.gguf_info import read_info
+from loading.plan import LoadPlan, place_early_exit, place_later
+from models.gguf_info import GGUFInfo, read_info
 
 # A short unmeasured generation per candidate first: page faults and first-call costs.
 WARMUP_TEXT = "Say hello."
@@ -32,8 +34,11 @@ WARMUP_TOKENS = 8
 
 class PairHost(TuneHost):
     def __init__(self, pair: Pair, target: ModelConfig, draft: ModelConfig | None,
-                 max_tokens: int, stop: tuple[str, ...] = (), loader: Loader | None = None) -> None:
+                 max_tokens: int, stop: tuple[str, ...] = (), loader: Loader | None = None,
+                 plan: LoadPlan | None = None) -> None:
         self.pair = pair
+        # The pair's load plan: each variant's GPU layers are planned in the room it left.
+        self.plan = plan
         self.target = target
         self.draft = draft
         self.max_tokens = max_tokens
@@ -50,7 +55,12 @@ class PairHost(TuneHost):
 
     def open(self, c: Candidate) -> None:
         if c.drafter == "early-exit":
-            add_early_exit(self.pair, self.target, c.early_exit_layers, self.loader)
+            layers, gpu = c.early_exit_layers, None
+            if self.plan is not None:
+                # Planned, like the variants, in the room the pair left.
+                layers = layers or default_layers(self.plan.target_info.n_layer)
+                gpu = place_early_exit(self.plan, layers)
+            add_early_exit(self.pair, self.target, layers, self.loader, gpu_layers=gpu)
             self._names[c] = "early-exit"
         elif self._variant(c):
             self._names[c] = c.name
@@ -66,9 +76,10 @@ class PairHost(TuneHost):
         cfg = self.draft
         if c.draft_quant != "off":
             cfg = replace(cfg, path=str(derive_quantized(cfg.path, c.draft_quant)))
+        source = read_info(cfg.path)
         if c.draft_vocab == "trim":
-            source = read_info(cfg.path)
             trimmed = replace(cfg, path=str(derive_trimmed(cfg.path, info=source)))
+            trimmed = self._placed(trimmed, c)
             inner = self.loader(trimmed)
             try:
                 backend = load_trimmed(source, trimmed.path, inner)
@@ -76,11 +87,19 @@ class PairHost(TuneHost):
                 inner.close()
                 raise
         else:
-            backend = self.loader(cfg)
+            backend = self.loader(self._placed(cfg, c, source))
         # The pair owns the variant's model and closes it when the drafter is removed.
         self.pair.add_drafter(c.name, DraftModelDrafter(backend, p_min=self.pair.p_min,
                                                         chain_min=self.pair.chain_min),
                               backend=backend)
+
+    def _placed(self, cfg: ModelConfig, c: Candidate, info: GGUFInfo | None = None) -> ModelConfig:
+        """The variant's config with its GPU layers planned from its own file's header, beside
+        the loaded pair (as given where there is no plan)."""
+        if self.plan is None:
+            return cfg
+        return replace(cfg, n_gpu_layers=place_later(self.plan, c.name,
+                                                     info or read_info(cfg.path)))
 
     def run(self, c: Candidate | None, prompt: SuitePrompt,
             params: SamplingParams) -> GenerationStats:

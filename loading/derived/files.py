@@ -16,7 +16,7 @@ from typing import Callable
 
 from engine.errors import ModelFileError
 from models.atomic import write_atomically, write_text
-from models.tandem_store import sha256_of, store_dir, store_errors, writable_dir
+from models.tandem_store import sha256_of, store_dir, store_errors, store_path, writable_dir
 
 # prepare(source, sha) checks the source and returns the function that writes the derived file
 # to a given path; it runs only when no current file exists.
@@ -74,6 +74,18 @@ def file_sha256(path: Path) -> str:
     except OSError:
         pass  # the sidecar only saves a re-read: a full or read-only store must not stop a load
     return digest
+
+
+def current_build(source: str | Path, tag: str) -> Path | None:
+    """The store's current build of `source` under `tag`, or None: for a plan, which derives
+    nothing and creates no folder. The source is hashed (or its hash read from the sidecar)
+    only where a build of the tag exists."""
+    source, folder = Path(source), store_path() / "derived"
+    if not folder.is_dir() or not source.is_file() or not any(
+            is_build_of(p.name, source, tag) for p in folder.glob(f"{source.stem}.{tag}.*.gguf")):
+        return None
+    out = folder / f"{source.stem}.{tag}.{file_sha256(source)[:16]}.gguf"
+    return out if out.is_file() else None
 
 
 def derive(source: str | Path, tag: str, prepare: Prepare) -> Path:

@@ -13,8 +13,11 @@ changed draft gets a new file (the stale one is removed) and an unchanged one is
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
+
+import gguf
 
 from engine.llama import quantize as llama_quantize
 from engine.errors import ModelFileError, SettingsError
@@ -53,6 +56,27 @@ def resolve(choice: str, model: GGUFInfo, gpu_layers: int) -> str | None:
             return None
         return "q4_0"
     return choice
+
+
+def planned_info(model: GGUFInfo, kind: str) -> GGUFInfo:
+    """`model`'s header as its requantization to `kind` will be, for the plan before the file
+    is derived: every matrix whose rows split into `kind`'s blocks stored as `kind` (the
+    quantizer is "pure", embeddings and output included; engine/llama/quantize.py), the norms
+    and other vectors as they are."""
+    qtype = gguf.GGMLQuantizationType[kind.upper()]
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    tensors = tuple(
+        replace(t, type_name=qtype.name, n_bytes=_elements(t.shape) // block * size)
+        if len(t.shape) >= 2 and t.shape[0] % block == 0 else t for t in model.tensors)
+    return replace(model, tensors=tensors, file_type=qtype.name,
+                   tensor_bytes=sum(t.n_bytes for t in tensors))
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def derive_quantized(source: str | Path, kind: str, quantizer: Quantizer | None = None) -> Path:
