@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from models.budget import (GIB, RAM_SHARE, Breakdown, BudgetReport, Layout, ModelLike,
-                           blocks_on_gpu, estimate_pair, estimate_model, flash_in_use, layout_of,
-                           pair_device_bytes)
-from models.machine import Machine
+                           blocks_on_gpu, device_bytes, estimate_pair, estimate_model, flash_in_use,
+                           layout_of, pair_device_bytes)
+from models.machine import GPU_MARGIN, Machine
 
 # --gpu-layers and --draft-gpu-layers: "auto" (the plan places them), "all", or a number.
 AUTO, ALL = "auto", "all"
@@ -167,9 +167,9 @@ def first_layers(layout: Layout, k: int, name: str) -> Layout:
 def place_after(plan: OffloadPlan, m: Machine, role: str, layout: Layout, *, n_ctx: int,
                 n_ubatch: int, kv_type: str = "f16", flash_attn: str = "auto",
                 gpu_layers: int | None = None, ram_used: int = 0) -> OffloadPlan:
-    """`plan` with one more model loaded after it, on what the GPU has left less the margin:
-    as many of its layers as fit from the output end when `gpu_layers` is None, else the number
-    given. `ram_used` is what the models before it take of RAM (unified memory shares it)."""
+    """`plan` with one more model loaded after it, on what the GPU has left less the margin
+    (each card's, on several): as many of its layers as fit from the output end when
+    `gpu_layers` is None, else the number given. `ram_used` is what the models before it take of RAM (unified memory shares it)."""
     def est(g: int):
         return estimate_model(layout, role=role, n_ctx=n_ctx, kv_type=kv_type, gpu_layers=g,
                               n_ubatch=n_ubatch, repack=m.cpu_repacks,
@@ -181,11 +181,14 @@ def place_after(plan: OffloadPlan, m: Machine, role: str, layout: Layout, *, n_c
         chosen = layout.n_layer + 1 if gpu_layers < 0 else gpu_layers
     else:
         room = m.gpu_room - plan.used
+        # Several GPUs: llama.cpp splits this model by what each has free when it loads.
+        left = [free - used for _, used, free in plan.devices]
         chosen = 0
         for g in range(layout.n_layer + 1, 0, -1):
             b = est(g)
             ram = ram_used + b.cpu + (plan.used + b.gpu if m.unified else 0)
-            if b.gpu <= room and ram <= m.ram_available * RAM_SHARE:
+            per_card = all(u <= f - GPU_MARGIN for u, f in zip(device_bytes(layout, b, left), left))
+            if b.gpu <= room and ram <= m.ram_available * RAM_SHARE and per_card:
                 chosen = g
                 break
     return replace(plan, models=plan.models + (placement(role, layout, est(chosen)),))

@@ -404,3 +404,21 @@ def test_several_gpus_are_placed_per_card_with_the_output_on_the_last():
     # A number given that overfills the last card is refused per card, not passed as pooled.
     given, _ = plan_pair(Q7B, Q05B, two_cards(20, 1.6), gpu_layers=-1, draft_gpu_layers=-1)
     assert given.verdict != "fits"
+
+
+def test_a_model_loaded_after_the_pair_is_placed_per_card_too():
+    from models.budget import device_bytes, estimate_model
+    from models.offload import first_layers, place_after
+    ee = first_layers(Q7B, 21, "7b first 21")
+    kw = dict(n_ctx=4096, n_ubatch=512)
+    _, pooled = plan_pair(Q7B, Q05B, card(21.6))
+    whole_ee = place_after(pooled, card(21.6), "early exit", ee, **kw).models[-1]
+    assert whole_ee.gpu_layers == ee.n_layer + 1
+    m = two_cards(20, 1.6)
+    _, plan = plan_pair(Q7B, Q05B, m)
+    placed = place_after(plan, m, "early exit", ee, **kw).models[-1]
+    # The small last card has no room for its share of all 22 layers: fewer go.
+    assert 0 < placed.gpu_layers < ee.n_layer + 1
+    left = [free - used for _, used, free in plan.devices]
+    b = estimate_model(ee, role="early exit", gpu_layers=placed.gpu_layers, flash_attn=True, **kw)
+    assert all(u <= f - GPU_MARGIN for u, f in zip(device_bytes(ee, b, left), left))

@@ -484,10 +484,11 @@ class Steps:
         layers = [AUTO, ALL]
         with gr.Row():
             self.gpu_layers = gr.Dropdown(layers, value=GPU_LAYERS, allow_custom_value=True,
-                                          label="target GPU layers --gpu-layers (auto, all, N)",
+                                          label="target GPU layers --gpu-layers",
+                                          info="auto, all or a number",
                                           elem_id="wizard-gpu-layers")
             self.draft_gpu_layers = gr.Dropdown(
-                layers, value=GPU_LAYERS, allow_custom_value=True,
+                layers, value=GPU_LAYERS, allow_custom_value=True, info="auto, all or a number",
                 label="draft GPU layers --draft-gpu-layers", elem_id="wizard-draft-gpu-layers")
             self.n_ctx = gr.Number(value=CTX, precision=0, label="context length --ctx",
                                    elem_id="wizard-ctx")
