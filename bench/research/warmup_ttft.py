@@ -3,8 +3,11 @@
 requests; alternate the two modes and compare the first request's TTFT (and the load's time).
 
   .venv/bin/python -m bench.research.warmup_ttft on|off [--drafter plain] [--target P --draft P]
+      [--draft none] [--flash-attn auto|on|off]
 
-Without --target and --draft, the embedded pair. Prints one JSON line per run.
+Without --target and --draft, the embedded pair; `--draft none` loads the target alone. On
+Mesa's lavapipe: `GGML_VK_VISIBLE_DEVICES=0 .venv-vulkan/bin/python -m bench.research.warmup_ttft
+on --target SMALL.gguf --draft none --ctx 256 --flash-attn off`. Prints one JSON line per run.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target")
     ap.add_argument("--draft")
     ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--flash-attn", default="auto", choices=("auto", "on", "off"))
     args = ap.parse_args(argv)
     target, draft = args.target, args.draft
     if target is None or draft is None:
@@ -35,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         t, d = embedded.ensure()
         target, draft = target or str(t), draft or str(d)
     started = time.perf_counter()
-    pair = load_pair(ModelConfig(target, n_ctx=args.ctx), ModelConfig(draft, n_ctx=args.ctx),
+    def config(path: str) -> ModelConfig:
+        return ModelConfig(path, n_ctx=args.ctx, flash_attn=args.flash_attn)
+
+    pair = load_pair(config(target), None if draft == "none" else config(draft),
                      LoadOptions(warmup=args.warmup == "on", draft_quant="off"))
     out: dict = {"warmup": args.warmup, "drafter": args.drafter,
                  "load_s": round(time.perf_counter() - started, 2)}
