@@ -18,6 +18,7 @@ from typing import Any
 from app.runtime.ranges import BY_NAME, SETTINGS, SpecError
 from app.runtime.request import Offer, RunSpec, resolve
 from app.runtime.tool_calls import Tools
+from app.runtime.tool_syntax import Syntax
 from app.serve import formats
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, integer, refuse_unknown
@@ -56,6 +57,8 @@ class GenerationRequest:
     # The tools offered (chat only); their grammar and rendering are set when the pair is known
     # (app/serve/routes.py `prepared`).
     tools: Tools | None = None
+    # The template's call syntax, set with the tools' grammar.
+    syntax: Syntax | None = None
 
 
 def parse_json(body: bytes) -> dict:

@@ -23,7 +23,9 @@ from app.serve.errors import (BadRequestError, InternalError, NotFoundError, Too
                               UnavailableError, UnsupportedMediaError, as_api_error)
 from app.runtime.request import Offer
 from app.runtime.run import prompt_tokens
-from app.runtime.tool_calls import prompt_with_tools, tags_are_tokens, tool_grammar
+from app.runtime.tool_calls import prompt_with_tools
+from app.runtime.tool_grammar import control_tokens, tool_grammar
+from app.runtime.tool_reading import ends_calls
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.runtime.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
@@ -132,9 +134,12 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
     offered = req.tools is not None and req.tools.offered
     if req.tools is not None:
         backend = pair.target.backend
-        messages, entries = prompt_with_tools(backend, spec.prompt, req.tools)
-        spec = replace(spec, prompt=messages, tools=entries,
-                       grammar=tool_grammar(req.tools, tags_are_tokens(backend)) or spec.grammar)
+        shown = prompt_with_tools(backend, spec.prompt, req.tools)
+        grammar = tool_grammar(shown.syntax, req.tools, control_tokens(backend, shown.syntax))
+        spec = replace(spec, prompt=shown.messages, tools=shown.entries,
+                       grammar=grammar or spec.grammar,
+                       until=ends_calls(shown.syntax, req.tools) if offered else None)
+        req = replace(req, syntax=shown.syntax)
     if spec.grammar is not None:
         try:
             pair.compile_grammar(spec.grammar)

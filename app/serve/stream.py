@@ -22,7 +22,7 @@ from app.serve.parsing import GenerationRequest
 from app.runtime.queue import GenerationQueue
 from app.runtime.run import generate
 from app.serve.responses import DONE, Formatter, sse
-from app.runtime.tool_calls import CallReader, Content
+from app.runtime.tool_reading import Content
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.logprobs import TokenLogprob
 from engine.pair import Pair
@@ -108,7 +108,7 @@ async def stream_events(job: Job, fmt: Formatter) -> AsyncIterator[str]:
     once it is complete), then the finish reason, the statistics chunk and [DONE]. Each token's
     log probability rides on the first chunk sent after it was committed. An error after the
     headers went out becomes an error event."""
-    reader = CallReader() if fmt.reads_calls else None
+    reader = fmt.reader()
     pending: list[TokenLogprob] = []
     try:
         await job.turn()
