@@ -159,6 +159,28 @@ def test_a_named_tool_call_and_its_streamed_deltas_in_openais_format(client):
     assert [c["choices"][0]["finish_reason"] for c in got if c["choices"]][-1] == "tool_calls"
 
 
+def test_required_gives_one_call_unless_parallel_calls_are_asked_for(client):
+    body = {"tools": TOOLS[:1], "tool_choice": "required", "max_tokens": LONG, "temperature": 0}
+    message = post(client, **body).json()["choices"][0]["message"]
+    assert len(message["tool_calls"]) == 1
+    # Asked for: calls may follow, but never one identical to an earlier one.
+    for seed in range(3):
+        choice = post(client, **{**body, "temperature": 0.8}, seed=seed,
+                      parallel_tool_calls=True).json()["choices"][0]
+        keys = [(c["function"]["name"], c["function"]["arguments"])
+                for c in choice["message"].get("tool_calls") or ()]
+        assert len(keys) == len(set(keys))
+
+
+def test_tools_on_completions_in_the_templates_syntax(client):
+    body = {"prompt": "Call get_weather.\n", "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "max_tokens": LONG, "temperature": 0}
+    choice = client.post("/v1/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["text"] == ""
+    assert [c["function"]["name"] for c in choice["tool_calls"]] == ["get_weather"]
+
+
 def test_tool_choice_none_answers_text(client):
     choice = post(client, tools=TOOLS, tool_choice="none", max_tokens=8).json()["choices"][0]
     assert choice["finish_reason"] == "length" and "tool_calls" not in choice["message"]

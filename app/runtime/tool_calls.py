@@ -144,3 +144,15 @@ def prompt_with_tools(backend: Backend, messages: Sequence[dict], tools: Tools) 
     if native:
         return ToolPrompt(tuple(messages), tuple(entries), detect(rendered))
     return ToolPrompt(tuple(as_text_turns(messages, tools.functions)), (), hermes)
+
+
+def template_syntax(backend: Backend, tools: Tools) -> Syntax | None:
+    """The call syntax of the model's chat template, for a raw prompt (/v1/completions) that
+    the caller wrote the tools into; None when the template does not read tools (or fails)."""
+    probe = [{"role": "user", "content": "?"}]
+    entries = [f.entry() for f in tools.functions]
+    try:
+        rendered = backend.chat_prompt(probe, entries)
+        return detect(rendered) if rendered != backend.chat_prompt(probe) else None
+    except Exception:  # noqa: BLE001 - no template, or one that fails on tools: none
+        return None

@@ -44,7 +44,6 @@ GUARD = {
 GENERATION_ERRORS = {
     **GUARD,
     "400": _error("a field out of range, of the wrong type, unknown, or JSON that cannot be read"),
-    "404": _error("a model this server does not serve"),
     "413": _error("a prompt longer than the context, or a body over 8 MiB"),
     "415": _error("a body not sent as application/json"),
     "503": _error("the pair is still loading, or the queue is full (Retry-After says when to retry)"),
@@ -123,7 +122,8 @@ CALL = {
                                                              "description": "a JSON object"}}}},
 }
 SAMPLING: dict[str, Any] = {
-    "model": {"type": "string"},
+    "model": {"type": "string", "description": "any name: the loaded pair answers (the "
+                                               "answer's model says which)"},
     **{s.api_field: _schema(s) for s in SETTINGS
        if "." not in s.api_field and s is not TOP_LOGPROBS},
     "max_completion_tokens": {"type": "integer", "minimum": 1, "nullable": True},
@@ -145,10 +145,14 @@ CHAT_ONLY: dict[str, Any] = {
                  "description": "each token's log probability (the target's, at temperature 1)"},
     TOP_LOGPROBS.api_field: {**_schema(TOP_LOGPROBS), "description": "alternatives per token; "
                              "needs logprobs: true"},
+}
+# On completions too: the prompt describes the tools, the template's syntax holds the answer.
+TOOLS_FIELDS: dict[str, Any] = {
     "tools": {"type": "array", "minItems": 1, "nullable": True, "items": TOOL},
     "tool_choice": TOOL_CHOICE,
     "parallel_tool_calls": {"type": "boolean", "nullable": True,
-                            "description": "false: at most one call (only with tools)"},
+                            "description": "several calls allowed (default: true with auto, "
+                                           "false with required or a named function)"},
 }
 # The legacy endpoint's `logprobs` is the number of alternatives (the same row).
 COMPLETION_ONLY: dict[str, Any] = {"logprobs": {**_schema(TOP_LOGPROBS),
@@ -173,14 +177,15 @@ MESSAGE = {
 CHAT_REQUEST = {
     "type": "object", "required": ["messages"], "additionalProperties": False,
     "properties": {"messages": {"type": "array", "minItems": 1, "items": MESSAGE}, **SAMPLING,
-                   **CHAT_ONLY},
+                   **CHAT_ONLY, **TOOLS_FIELDS},
 }
 COMPLETION_REQUEST = {
     "type": "object", "required": ["prompt"], "additionalProperties": False,
     "properties": {"prompt": {"oneOf": [
         {"type": "string", "minLength": 1},
         {"type": "array", "minItems": 1, "maxItems": 1,
-         "items": {"type": "string", "minLength": 1}}]}, **SAMPLING, **COMPLETION_ONLY},
+         "items": {"type": "string", "minLength": 1}}]}, **SAMPLING, **COMPLETION_ONLY,
+                   **TOOLS_FIELDS},
 }
 COMPLETION = {
     "type": "object", "required": ["id", "object", "created", "model", "choices"],

@@ -70,7 +70,9 @@ class Formatter:
                 logprobs: Sequence[TokenLogprob] = (), calls: Sequence[dict] = ()) -> dict:
         lp = self.logprobs(logprobs, text or "")
         if self.kind == "completion":
-            return {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
+            # Tool calls on completions: beside the text, in the chat's shape (an extension).
+            return {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish,
+                    **({"tool_calls": list(calls)} if calls else {})}
         if chunk:
             delta: dict = {"role": "assistant"} if first else {}
             if text is not None:

@@ -23,7 +23,8 @@ from app.serve.errors import (BadRequestError, InternalError, NotFoundError, Too
                               UnavailableError, UnsupportedMediaError, as_api_error)
 from app.runtime.request import Offer
 from app.runtime.run import prompt_tokens
-from app.runtime.tool_calls import prompt_with_tools
+from app.runtime.tool_calls import Tools, prompt_with_tools, template_syntax
+from app.runtime.tool_syntax import Syntax
 from app.runtime.tool_grammar import control_tokens, tool_grammar
 from app.runtime.tool_reading import ends_calls
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
@@ -37,6 +38,7 @@ from engine.errors import GrammarError, PromptTooLongError
 from engine.grammar.llg import compile_grammar
 from engine.grammar.spec import GrammarSpec
 from engine.logprobs import TokenLogprob
+from engine.backend import Backend
 from engine.pair import Pair
 
 log = logging.getLogger("tandem.serve")
@@ -107,13 +109,11 @@ async def read_body(request: Request) -> dict:
     return parse_json(bytes(body))
 
 
-def check_model(pair: Pair, wanted: str | None) -> str:
-    """The id the pair is served as; 404 when the request names another model."""
-    served = model_id(pair.target.backend.name)
-    if wanted is not None and wanted != served:
-        raise NotFoundError(f"model {wanted!r} is not served here; this server serves "
-                            f"{served!r}", param="model", code="model_not_found")
-    return served
+def served_model(pair: Pair) -> str:
+    """The id the pair is served as. A request's `model` may name any model, as llama-server
+    allows: some clients send a fixed name, and one pair is served whatever it says; the
+    answer's `model` says which."""
+    return model_id(pair.target.backend.name)
 
 
 def fitted_tokens(pair: Pair, req: GenerationRequest) -> list[int]:
@@ -127,19 +127,23 @@ def fitted_tokens(pair: Pair, req: GenerationRequest) -> list[int]:
 
 def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
     """The request made ready for this pair: the tools rendered for the target's chat template
-    (natively, or the Hermes fallback) with the grammar of their call syntax, and any grammar
+    (natively, or the Hermes fallback) with the grammar of its call syntax, and any grammar
     compiled now, so a schema the constraint engine refuses is a 400 with its message before
     the request is queued (the generation finds it compiled: the pair keeps the last few)."""
     spec = req.spec
     offered = req.tools is not None and req.tools.offered
     if req.tools is not None:
         backend = pair.target.backend
-        shown = prompt_with_tools(backend, spec.prompt, req.tools)
-        grammar = tool_grammar(shown.syntax, req.tools, control_tokens(backend, shown.syntax))
-        spec = replace(spec, prompt=shown.messages, tools=shown.entries,
-                       grammar=grammar or spec.grammar,
-                       until=ends_calls(shown.syntax, req.tools) if offered else None)
-        req = replace(req, syntax=shown.syntax)
+        if req.kind == "chat":
+            shown = prompt_with_tools(backend, spec.prompt, req.tools)
+            spec = replace(spec, prompt=shown.messages, tools=shown.entries)
+            syntax = shown.syntax
+        else:
+            syntax = _completion_syntax(backend, req.tools)
+        grammar = tool_grammar(syntax, req.tools, control_tokens(backend, syntax))
+        spec = replace(spec, grammar=grammar or spec.grammar,
+                       until=ends_calls(syntax, req.tools) if offered else None)
+        req = replace(req, syntax=syntax)
     if spec.grammar is not None:
         try:
             pair.compile_grammar(spec.grammar)
@@ -148,6 +152,17 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
                 raise _refused_tool(pair, req) or _refusal(exc, "tools") from None
             raise _refusal(exc, "response_format") from None
     return replace(req, spec=spec)
+
+
+def _completion_syntax(backend: Backend, tools: Tools) -> Syntax:
+    """Tools on /v1/completions: the prompt is the caller's (it describes the tools), the
+    syntax the template's; 400 when the template does not read tools."""
+    syntax = template_syntax(backend, tools)
+    if syntax is None:
+        raise BadRequestError(f"tools on /v1/completions need a chat template that reads tools, "
+                              f"and {backend.name}'s does not; use /v1/chat/completions",
+                              param="tools")
+    return syntax
 
 
 def _refusal(exc: GrammarError, param: str) -> BadRequestError:
@@ -183,7 +198,7 @@ class Routes:
         body = await read_body(request)
         pair = self.loaded_pair()
         req = parse(body, self.holder.offer())
-        served = check_model(pair, req.model)
+        served = served_model(pair)
         # Compiling a grammar reads the vocabulary once per model (about a second for Qwen's).
         req = await to_thread.run_sync(prepared, pair, req)
         tokens = await to_thread.run_sync(fitted_tokens, pair, req)
