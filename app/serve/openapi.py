@@ -15,6 +15,7 @@ from typing import Any
 from app.runtime.defaults import DEFAULT_MAX_TOKENS
 from app.runtime.ranges import BY_NAME, CHOICE, FLAG, INTEGER, SETTINGS, TEXTS, Setting
 from app.runtime.tool_calls import MODES, NAME_PATTERN
+from app.serve.responses_request import PASSED as RESPONSES_PASSED
 from engine.control.registry import POLICIES
 
 JSON = "application/json"
@@ -187,6 +188,27 @@ COMPLETION_REQUEST = {
          "items": {"type": "string", "minLength": 1}}]}, **SAMPLING, **COMPLETION_ONLY,
                    **TOOLS_FIELDS},
 }
+RESPONSES_REQUEST = {
+    "type": "object", "required": ["input"], "additionalProperties": False,
+    "description": "read as the chat request it amounts to (app/serve/responses_request.py)",
+    "properties": {
+        "input": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {
+            "type": "object", "description": "a message, function_call or "
+                                             "function_call_output item"}}]},
+        "instructions": {"type": "string", "nullable": True},
+        "max_output_tokens": {"type": "integer", "minimum": 1, "nullable": True},
+        "tools": {"type": "array", "minItems": 1, "nullable": True, "items": {
+            "type": "object", "description": '{"type": "function", "name", "description", '
+                                             '"parameters", "strict"}'}},
+        "tool_choice": {"nullable": True},
+        "parallel_tool_calls": TOOLS_FIELDS["parallel_tool_calls"],
+        "text": {"type": "object", "nullable": True,
+                 "description": '{"format": {"type": "text|json_object|json_schema", ...}}'},
+        "store": {"type": "boolean", "nullable": True, "description": "false: nothing is kept"},
+        "metadata": {"type": "object", "nullable": True},
+        "include": {"type": "array", "maxItems": 0, "nullable": True},
+        **{k: v for k, v in SAMPLING.items() if k in RESPONSES_PASSED}},
+}
 COMPLETION = {
     "type": "object", "required": ["id", "object", "created", "model", "choices"],
     "properties": {"id": {"type": "string"}, "object": {"type": "string"},
@@ -228,8 +250,10 @@ def document(version: str = "1") -> dict:
                                                  "503": GENERATION_ERRORS["503"]}}},
             "/v1/chat/completions": _generation("a chat answer", "ChatRequest"),
             "/v1/completions": _generation("a raw completion", "CompletionRequest"),
+            "/v1/responses": _generation("a Responses API answer", "ResponsesRequest"),
         },
         "components": {"schemas": {"Error": ERROR, "ChatRequest": CHAT_REQUEST,
                                    "CompletionRequest": COMPLETION_REQUEST,
+                                   "ResponsesRequest": RESPONSES_REQUEST,
                                    "Completion": COMPLETION}},
     }

@@ -99,7 +99,10 @@ class Formatter:
                 "usage": usage(stats), "speculative": speculative(stats, self.request)}
 
     def opening(self) -> str:
-        """A chat stream opens with the assistant's role, as OpenAI's does."""
+        """A chat stream opens with the assistant's role, as OpenAI's does (completions: no
+        opening)."""
+        if self.kind != "chat":
+            return ""
         return sse({**self._head(True), "choices": [self._choice("", None, True, first=True)]})
 
     def delta(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> str:
@@ -153,6 +156,10 @@ class Formatter:
             return {"token": piece.decode("utf-8", errors="replace"),
                     "logprob": max(logprob, FLOOR_LOGPROB), "bytes": list(piece)}
         return {**one(lp.token, lp.logprob), "top_logprobs": [one(t, v) for t, v in lp.top]}
+
+    def failure(self, body: dict) -> str:
+        """An error after the stream began: its body as an event, then [DONE]."""
+        return sse(body) + DONE
 
     def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = ()) -> str:
         """The finish reason (with the log probabilities no earlier chunk carried), then the

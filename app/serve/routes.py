@@ -1,6 +1,6 @@
 """The API's routes: /health, /v1/models (the loaded pair: the target it is served as, its
-draft and drafters), /v1/chat/completions, /v1/completions, and an OpenAI-style 404 for any
-other /v1 path.
+draft and drafters), /v1/chat/completions, /v1/completions, /v1/responses (OpenAI's Responses
+API, read as the chat request it amounts to), and an OpenAI-style 404 for any other /v1 path.
 
 The routes live on an APIRouter so the same routes serve alone (`tandem serve`) or beside the
 Gradio app (`tandem ui --api`). Errors are answered inside each route, not by app-wide exception
@@ -30,6 +30,8 @@ from app.runtime.tool_reading import ends_calls
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.runtime.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
+from app.serve.responses_objects import ResponsesFormatter
+from app.serve.responses_request import parse_responses
 from app.serve.stream import ClosingStreamingResponse, Job, run_to_end, stream_events
 from app.serve.access import bearer_token
 from loading.history import LOCAL, owner_for_key
@@ -194,7 +196,9 @@ class Routes:
         except NotReadyError as exc:
             raise UnavailableError(str(exc), headers={"Retry-After": "5"}) from None
 
-    async def generation(self, request: Request, parse: Parse) -> Response:
+    async def generation(self, request: Request, parse: Parse,
+                         responses: bool = False) -> Response:
+        """One generation: chat or completions (`parse`), or the Responses API's."""
         body = await read_body(request)
         pair = self.loaded_pair()
         req = parse(body, self.holder.offer())
@@ -209,7 +213,8 @@ class Routes:
         except QueueFullError as exc:
             raise UnavailableError(str(exc), code="queue_full",
                                    headers={"Retry-After": str(exc.retry_after)}) from None
-        fmt = Formatter(req, served, pair.target.backend.token_bytes)
+        fmt = (ResponsesFormatter(req, body, served) if responses
+               else Formatter(req, served, pair.target.backend.token_bytes))
         if req.stream:
             return ClosingStreamingResponse(stream_events(job, fmt), job.close,
                                             media_type="text/event-stream",
@@ -248,9 +253,12 @@ class Routes:
     async def completions(self, request: Request) -> Response:
         return await self.generation(request, parse_completion)
 
+    async def responses(self, request: Request) -> Response:
+        return await self.generation(request, parse_responses, responses=True)
+
     async def unknown(self, request: Request) -> Response:
         raise NotFoundError(f"no route {request.method} {request.url.path} on this server "
-                            "(it serves /v1/models, /v1/chat/completions, /v1/completions)",
+                            "(it serves /v1/models, /v1/chat/completions, /v1/completions, /v1/responses)",
                             code="unknown_url")
 
 
@@ -262,6 +270,7 @@ def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
     router.add_api_route("/v1/chat/completions", answered(routes.chat_completions),
                          methods=["POST"])
     router.add_api_route("/v1/completions", answered(routes.completions), methods=["POST"])
+    router.add_api_route("/v1/responses", answered(routes.responses), methods=["POST"])
     router.add_api_route("/v1/{path:path}", answered(routes.unknown),
                          methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     return router
