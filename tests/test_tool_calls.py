@@ -13,7 +13,7 @@ from app.runtime.tool_calls import (AUTO, NONE, REQUIRED, Function, ToolChoice, 
                                     as_text_turns, prompt_with_tools)
 from app.runtime.tool_grammar import control_tokens, tool_grammar
 from app.runtime.tool_reading import Arguments, Call, CallReader, Content, ends_calls, read_answer
-from app.runtime.tool_syntax import BY_NAME, HERMES, LLAMA3, MISTRAL, QWEN3_XML, detect
+from app.runtime.tool_syntax import BY_NAME, HERMES, LLAMA3, MISTRAL, QWEN3_XML, as_read, detect
 from engine.grammar.llg import compile_grammar
 from tests.byte_fake import EOG, ByteFake, ChatByteFake
 from bench.fakes.backend import FakeBackend
@@ -91,6 +91,13 @@ def test_each_rows_syntax_is_held_and_read(syntax, text, backend):
     content, calls = read_answer(text, row, choice())
     assert content is None and calls and calls[-1].name == "get_weather"
     assert json.loads(calls[-1].arguments)["city"] in ("Paris", "Rome")
+
+
+def test_a_control_token_written_as_nothing_is_not_looked_for_in_the_text():
+    # Mistral's [TOOL_CALLS] is a control token: the grammar holds it, the text lacks it.
+    shown = as_read(BY_NAME[MISTRAL], {"[TOOL_CALLS]"})
+    content, calls = read_answer(MISTRAL_CALLS.removeprefix("[TOOL_CALLS]"), shown, choice())
+    assert content is None and [c.name for c in calls] == ["get_time", "get_weather"]
 
 
 def test_a_template_is_matched_to_its_row_by_what_it_renders():

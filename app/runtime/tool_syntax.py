@@ -22,7 +22,7 @@ does not read tools at all, app/runtime/tool_calls.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 HERMES, LLAMA3, MISTRAL, QWEN3_XML = "hermes", "llama3", "mistral", "qwen3xml"
 
@@ -82,3 +82,14 @@ def detect(rendered: str) -> Syntax:
         if all(m in rendered for m in syntax.markers):
             return syntax
     return BY_NAME[HERMES]
+
+
+def as_read(syntax: Syntax, silent: set[str]) -> Syntax:
+    """The syntax as the answer's text shows it: without the pieces that are control tokens the
+    vocabulary writes as nothing (Mistral's `[TOOL_CALLS]`), which the grammar still holds."""
+    def strip(pieces: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(p for p in pieces if p not in silent)
+    forms = tuple(replace(f, head=strip(f.head), call_open=strip(f.call_open),
+                          call_close=strip(f.call_close), tail=strip(f.tail), sep=strip(f.sep))
+                  for f in syntax.forms)
+    return replace(syntax, forms=forms)

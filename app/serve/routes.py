@@ -24,7 +24,7 @@ from app.serve.errors import (BadRequestError, InternalError, NotFoundError, Too
 from app.runtime.request import Offer
 from app.runtime.run import prompt_tokens
 from app.runtime.tool_calls import Tools, prompt_with_tools, template_syntax
-from app.runtime.tool_syntax import Syntax
+from app.runtime.tool_syntax import Syntax, as_read
 from app.runtime.tool_grammar import control_tokens, tool_grammar
 from app.runtime.tool_reading import ends_calls
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
@@ -142,7 +142,10 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
             syntax = shown.syntax
         else:
             syntax = _completion_syntax(backend, req.tools)
-        grammar = tool_grammar(syntax, req.tools, control_tokens(backend, syntax))
+        tokens = control_tokens(backend, syntax)
+        grammar = tool_grammar(syntax, req.tools, tokens)
+        # Read in the text as it shows: a control token written as nothing is not in it.
+        syntax = as_read(syntax, {p for p, t in tokens.items() if not backend.token_bytes(t)})
         spec = replace(spec, grammar=grammar or spec.grammar,
                        until=ends_calls(syntax, req.tools) if offered else None)
         req = replace(req, syntax=syntax)
