@@ -1,5 +1,6 @@
 """The answer being committed: its tokens and text, and the rules that end it (an
-end-of-generation token, a stop string, the token budget, the context).
+end-of-generation token, a stop string or the config's `until` rule, the token budget, the
+context).
 
 A round offers tokens (engine/round.py); `commit` takes them in order until one of the rules
 ends the answer, turning each into text as it goes (engine/textstream.py). The answer also
@@ -68,7 +69,8 @@ class Answer:
                 self.stats.ttft_ms = self.clock() - self.t_start
             yield TokenEvent(token=token, text=text, origin=origin, index=len(self.tokens) - 1,
                              logprob=logprob)
-            if self.stream.stopped:
+            if self.stream.stopped or (text and self.config.until is not None
+                                       and self.config.until(text)):
                 self.finish = "stop"
                 return
             if len(self.tokens) >= self.config.max_tokens:

@@ -4,6 +4,7 @@ the stop strings, the grammar its answer follows and whether to report log proba
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from engine.errors import SettingsError
 from engine.grammar.guide import CompiledGrammar
@@ -23,6 +24,10 @@ class GenerationConfig:
     grammar: CompiledGrammar | None = field(default=None, compare=False)
     # Each committed token's log probability with this many alternatives (0..20); None: none.
     logprobs: int | None = None
+    # A rule read on the answer's text as it is committed (each new piece in turn) that ends it,
+    # as a stop string does, when it returns True (a tool call repeated: app/runtime/
+    # tool_reading.py); stateful, so made fresh for each generation. None: no such rule.
+    until: Callable[[str], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not (0 <= self.gamma <= MAX_GAMMA):

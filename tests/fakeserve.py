@@ -5,7 +5,8 @@ options, checks and server, with no model to load, so a test starts one in secon
     python -m tests.fakeserve ui --api --port 8124
 
 With TANDEM_FAKE_PAIR=bytes in the environment, the pair is tests/serve_fakes.py's byte_pair
-(grammars, response_format and tool calls work on it).
+(grammars, response_format and tool calls work on it); with =agent, its agent_pair (answers as
+a small tool-using model: tests/agent_fake.py).
 """
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from app.serve_cli import checked_max_queue, serve, serve_access
 from app.runtime.holder import PairHolder
 from app.ui_cli import serve_app, ui_access
 from engine.errors import TandemError
-from tests.serve_fakes import byte_pair, fake_pair
+from tests.serve_fakes import agent_pair, byte_pair, fake_pair
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        pair = byte_pair() if os.environ.get("TANDEM_FAKE_PAIR") == "bytes" else fake_pair()
+        kind = os.environ.get("TANDEM_FAKE_PAIR")
+        pair = byte_pair() if kind == "bytes" else agent_pair() if kind == "agent" else fake_pair()
         holder = PairHolder(pair, queue=GenerationQueue(checked_max_queue(args.max_queue)))
         if args.command == "serve":
             return serve(holder, serve_access(args))

@@ -29,6 +29,12 @@ def byte_pair() -> Pair:
     return Pair(ChatByteFake(seed=1, n_ctx=4 * N_CTX), ChatByteFake(seed=1, noise=0.5, n_ctx=4 * N_CTX))
 
 
+def agent_pair() -> Pair:
+    """A pair that answers as a small tool-using model (tests/agent_fake.py): the clients' suite."""
+    from tests.agent_fake import AgentFake
+    return Pair(AgentFake(seed=1, n_ctx=8 * N_CTX), AgentFake(seed=1, noise=0.5, n_ctx=8 * N_CTX))
+
+
 def serve_access(api_key: str | None = API_KEY, **kwargs) -> Access:
     """The access of `tandem serve` on 127.0.0.1:8080, also answering the test client's Host."""
     return Access("127.0.0.1", 8080, allowed_hosts=((TEST_HOST, None),), api_key=api_key, **kwargs)

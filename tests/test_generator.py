@@ -120,6 +120,21 @@ def test_stop_string_is_not_shown_and_ends_generation():
     assert shown == done2.text
 
 
+def test_an_until_rule_ends_the_answer_where_it_says_as_a_stop_string_does():
+    base = Session(FakeBackend())
+    text = run(base, None, GenerationConfig(params=GREEDY, max_tokens=40))[0].text
+    seen: list[str] = []
+
+    def until(piece: str) -> bool:
+        seen.append(piece)
+        return len("".join(seen)) >= 10
+
+    done, _ = run(Session(FakeBackend()), ScriptedDrafter(FakeBackend(), [3]),
+                  GenerationConfig(params=GREEDY, gamma=3, max_tokens=40, until=until))
+    assert done.stats.finish_reason == "stop" and done.text == "".join(seen)
+    assert text.startswith(done.text) and 10 <= len(done.text) < len(text)
+
+
 def test_multibyte_characters_split_across_tokens_stream_whole():
     from engine.textstream import TextStream
     fb = FakeBackend()

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode, Response
 
 from app.serve.openapi import SAMPLING, document
+from app.serve.responses_request import RESPONSES_FIELDS
 from app.serve.parsing import CHAT_FIELDS, COMPLETION_FIELDS, MESSAGE_FIELDS, SPECULATIVE_FIELDS
 from tests.test_serve_security import KEY, Server
 
@@ -40,6 +41,7 @@ def test_the_document_lists_exactly_the_fields_the_server_takes():
     schemas = document()["components"]["schemas"]
     assert set(schemas["ChatRequest"]["properties"]) == set(CHAT_FIELDS)
     assert set(schemas["CompletionRequest"]["properties"]) == set(COMPLETION_FIELDS)
+    assert set(schemas["ResponsesRequest"]["properties"]) == set(RESPONSES_FIELDS)
     assert set(SAMPLING["speculative"]["properties"]) == set(SPECULATIVE_FIELDS)
     message = schemas["ChatRequest"]["properties"]["messages"]["items"]
     assert set(message["properties"]) == set(MESSAGE_FIELDS)
@@ -72,6 +74,10 @@ def check(case: Case, response: Response, seen: Counter) -> None:
             events = [e for e in response.text.split("\n\n")[:-1] if e.strip()]
             assert events, label
             for event in events:
+                if case.path == "/v1/responses":  # typed events: `event: TYPE`, its data
+                    kind_line, _, data = event.partition("\ndata: ")
+                    assert json.loads(data)["type"] == kind_line.removeprefix("event: "), label
+                    continue
                 data = event.removeprefix("data: ")
                 assert data == "[DONE]" or "choices" in json.loads(data), f"{label}: {event}"
         else:
@@ -87,9 +93,10 @@ def short(case: Case) -> Case:
     """Answers of 16 tokens where the request leaves the length to the server (its default,
     256, would spend the run generating); lengths the request gives are sent as generated."""
     body = case.body
-    if isinstance(body, dict) and body.get("max_tokens") is None \
+    length = "max_output_tokens" if case.path == "/v1/responses" else "max_tokens"
+    if isinstance(body, dict) and body.get(length) is None \
             and body.get("max_completion_tokens") is None:
-        body["max_tokens"] = 16
+        body[length] = 16
     return case
 
 

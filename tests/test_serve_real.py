@@ -215,7 +215,7 @@ def test_a_client_that_gives_up_on_a_whole_answer_frees_the_pair(server):
 
 @pytest.mark.parametrize("name, request_kwargs, status", [
     ("malformed JSON", {"content": b"{not json"}, 400),
-    ("unknown model", {"json": {"model": "gpt-5", "messages": CODE}}, 404),
+    ("unknown role", {"json": {"messages": [{"role": "bot", "content": "hi"}]}}, 400),
     ("prompt longer than the context", {"json": {"messages": [{"role": "user", "content": "word " * N_CTX}]}}, 413),
     ("bad sampling value", {"json": {"messages": CODE, "top_p": 1.5}}, 400),
     ("unsupported field", {"json": {"messages": CODE, "logit_bias": {"1": 2}}}, 400),
@@ -234,8 +234,8 @@ def test_bad_input_gets_an_openai_error(server, name, request_kwargs, status):
 def test_a_tool_call_round_trip(client):
     """The model's own template shows the tools (Qwen2.5's reads `tools`), the grammar holds its
     <tool_call> syntax, the call comes back streamed as OpenAI's deltas, and the tool's result
-    sent back gets a text answer. `required`: left to `auto`, this coder model answers with a
-    fenced JSON block instead of its template's call syntax."""
+    sent back gets a text answer. `required` with one call (under `auto` this coder model
+    answers with a fenced JSON block, read as its call too: tests/test_clients_real.py)."""
     model = "qwen2.5-coder-1.5b-instruct-q4_k_m"
     tools = [{"type": "function", "function": {
         "name": "get_weather", "description": "The current weather in a city",

@@ -147,11 +147,38 @@ def test_a_named_tool_call_and_its_streamed_deltas_in_openais_format(client):
     got = chunks(post(client, **body, stream=True))
     deltas = [c["choices"][0]["delta"] for c in got if c["choices"]]
     assert deltas[0] == {"role": "assistant", "content": ""}
-    head, args = deltas[1]["tool_calls"], deltas[2]["tool_calls"]
+    head = deltas[1]["tool_calls"]
     assert head == [{"index": 0, "id": head[0]["id"], "type": "function",
                      "function": {"name": "get_weather", "arguments": ""}}]
-    assert args == [{"index": 0, "function": {"arguments": call["function"]["arguments"]}}]
+    # The arguments as they are drawn, in several deltas.
+    args = [d["tool_calls"] for d in deltas[2:] if d.get("tool_calls")]
+    assert len(args) > 1 and all(a[0]["index"] == 0 and set(a[0]) == {"index", "function"}
+                                 for a in args)
+    assert json.loads("".join(a[0]["function"]["arguments"] for a in args)) == \
+        json.loads(call["function"]["arguments"])
     assert [c["choices"][0]["finish_reason"] for c in got if c["choices"]][-1] == "tool_calls"
+
+
+def test_required_gives_one_call_unless_parallel_calls_are_asked_for(client):
+    body = {"tools": TOOLS[:1], "tool_choice": "required", "max_tokens": LONG, "temperature": 0}
+    message = post(client, **body).json()["choices"][0]["message"]
+    assert len(message["tool_calls"]) == 1
+    # Asked for: calls may follow, but never one identical to an earlier one.
+    for seed in range(3):
+        choice = post(client, **{**body, "temperature": 0.8}, seed=seed,
+                      parallel_tool_calls=True).json()["choices"][0]
+        keys = [(c["function"]["name"], c["function"]["arguments"])
+                for c in choice["message"].get("tool_calls") or ()]
+        assert len(keys) == len(set(keys))
+
+
+def test_tools_on_completions_in_the_templates_syntax(client):
+    body = {"prompt": "Call get_weather.\n", "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "max_tokens": LONG, "temperature": 0}
+    choice = client.post("/v1/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["text"] == ""
+    assert [c["function"]["name"] for c in choice["tool_calls"]] == ["get_weather"]
 
 
 def test_tool_choice_none_answers_text(client):

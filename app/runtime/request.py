@@ -7,7 +7,7 @@ error, in all three; the spec then builds the engine's settings and the one gamm
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY, HISTORY, PLAIN, POLICIES, plain_alias
 from app.runtime.ranges import BY_NAME, RANDOM_SEED, SETTINGS, SPECULATION, SpecError
@@ -59,6 +59,9 @@ class RunSpec:
     logprobs: int | None = None
     # Tools the chat template describes to the model (OpenAI's `tools` entries); empty: none.
     tools: tuple[dict, ...] = ()
+    # Makes each generation's rule that ends the answer early (GenerationConfig.until: a
+    # repeated tool call); None: none.
+    until: Callable[[], Callable[[str], bool]] | None = field(default=None, compare=False)
 
     @property
     def seed(self) -> int:
@@ -68,7 +71,8 @@ class RunSpec:
     def config(self) -> GenerationConfig:
         return GenerationConfig(params=self.sampling, gamma=self.gamma,
                                 max_tokens=self.max_tokens, stop=self.stop,
-                                logprobs=self.logprobs)
+                                logprobs=self.logprobs,
+                                until=self.until() if self.until is not None else None)
 
     def make_policy(self) -> GammaPolicy | None:
         """The one way a request's gamma policy is built (engine/control/registry.py), fresh for

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.runtime.tool_calls import MODES, NAME_PATTERN, REQUIRED, Function, ToolChoice, Tools
+from app.runtime.tool_calls import AUTO, MODES, NAME_PATTERN, REQUIRED, Function, ToolChoice, Tools
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, refuse_unknown
 from engine.errors import GrammarError
@@ -67,7 +67,8 @@ def response_format(value: Any) -> GrammarSpec | None:
 def tools(body: dict) -> Tools | None:
     """The tools a chat request offers and how the model may use them; None without tools."""
     value, choice_value = body.get("tools"), body.get("tool_choice")
-    parallel = boolean(body, "parallel_tool_calls", True)
+    asked = body.get("parallel_tool_calls")
+    asked = None if asked is None else boolean(body, "parallel_tool_calls", True)
     if value is None:
         if choice_value is not None:
             raise BadRequestError("tool_choice is only allowed with tools", param="tool_choice")
@@ -97,13 +98,18 @@ def tools(body: dict) -> Tools | None:
         if description is not None and not isinstance(description, str):
             raise BadRequestError(f"{where}.description must be a string",
                                   param=where + ".description")
-        boolean(function, "strict", False, name=where + ".strict")
+        # Absent: enforced (a small model keeps to the schema only when held to it).
+        strict = boolean(function, "strict", True, name=where + ".strict")
         # No parameters: the function takes none (an empty object), as OpenAI reads it.
         parameters = function.get("parameters")
         parameters = ({"type": "object", "properties": {}} if parameters is None
                       else _object(parameters, where + ".parameters", "a JSON schema (an object)"))
-        functions.append(Function(name, parameters, description))
-    return Tools(tuple(functions), _tool_choice(choice_value, functions), parallel)
+        functions.append(Function(name, parameters, description, strict))
+    choice = _tool_choice(choice_value, functions)
+    # OpenAI's default, parallel calls, for `auto`; `required` and a named function give one
+    # call unless parallel calls are asked for.
+    parallel = asked if asked is not None else (choice.mode == AUTO and choice.name is None)
+    return Tools(tuple(functions), choice, parallel)
 
 
 def _tool_choice(value: Any, functions: list[Function]) -> ToolChoice:

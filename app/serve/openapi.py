@@ -15,6 +15,7 @@ from typing import Any
 from app.runtime.defaults import DEFAULT_MAX_TOKENS
 from app.runtime.ranges import BY_NAME, CHOICE, FLAG, INTEGER, SETTINGS, TEXTS, Setting
 from app.runtime.tool_calls import MODES, NAME_PATTERN
+from app.serve.responses_request import PASSED as RESPONSES_PASSED
 from engine.control.registry import POLICIES
 
 JSON = "application/json"
@@ -44,7 +45,6 @@ GUARD = {
 GENERATION_ERRORS = {
     **GUARD,
     "400": _error("a field out of range, of the wrong type, unknown, or JSON that cannot be read"),
-    "404": _error("a model this server does not serve"),
     "413": _error("a prompt longer than the context, or a body over 8 MiB"),
     "415": _error("a body not sent as application/json"),
     "503": _error("the pair is still loading, or the queue is full (Retry-After says when to retry)"),
@@ -123,7 +123,8 @@ CALL = {
                                                              "description": "a JSON object"}}}},
 }
 SAMPLING: dict[str, Any] = {
-    "model": {"type": "string"},
+    "model": {"type": "string", "description": "any name: the loaded pair answers (the "
+                                               "answer's model says which)"},
     **{s.api_field: _schema(s) for s in SETTINGS
        if "." not in s.api_field and s is not TOP_LOGPROBS},
     "max_completion_tokens": {"type": "integer", "minimum": 1, "nullable": True},
@@ -145,10 +146,14 @@ CHAT_ONLY: dict[str, Any] = {
                  "description": "each token's log probability (the target's, at temperature 1)"},
     TOP_LOGPROBS.api_field: {**_schema(TOP_LOGPROBS), "description": "alternatives per token; "
                              "needs logprobs: true"},
+}
+# On completions too: the prompt describes the tools, the template's syntax holds the answer.
+TOOLS_FIELDS: dict[str, Any] = {
     "tools": {"type": "array", "minItems": 1, "nullable": True, "items": TOOL},
     "tool_choice": TOOL_CHOICE,
     "parallel_tool_calls": {"type": "boolean", "nullable": True,
-                            "description": "false: at most one call (only with tools)"},
+                            "description": "several calls allowed (default: true with auto, "
+                                           "false with required or a named function)"},
 }
 # The legacy endpoint's `logprobs` is the number of alternatives (the same row).
 COMPLETION_ONLY: dict[str, Any] = {"logprobs": {**_schema(TOP_LOGPROBS),
@@ -173,14 +178,36 @@ MESSAGE = {
 CHAT_REQUEST = {
     "type": "object", "required": ["messages"], "additionalProperties": False,
     "properties": {"messages": {"type": "array", "minItems": 1, "items": MESSAGE}, **SAMPLING,
-                   **CHAT_ONLY},
+                   **CHAT_ONLY, **TOOLS_FIELDS},
 }
 COMPLETION_REQUEST = {
     "type": "object", "required": ["prompt"], "additionalProperties": False,
     "properties": {"prompt": {"oneOf": [
         {"type": "string", "minLength": 1},
         {"type": "array", "minItems": 1, "maxItems": 1,
-         "items": {"type": "string", "minLength": 1}}]}, **SAMPLING, **COMPLETION_ONLY},
+         "items": {"type": "string", "minLength": 1}}]}, **SAMPLING, **COMPLETION_ONLY,
+                   **TOOLS_FIELDS},
+}
+RESPONSES_REQUEST = {
+    "type": "object", "required": ["input"], "additionalProperties": False,
+    "description": "read as the chat request it amounts to (app/serve/responses_request.py)",
+    "properties": {
+        "input": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {
+            "type": "object", "description": "a message, function_call or "
+                                             "function_call_output item"}}]},
+        "instructions": {"type": "string", "nullable": True},
+        "max_output_tokens": {"type": "integer", "minimum": 1, "nullable": True},
+        "tools": {"type": "array", "minItems": 1, "nullable": True, "items": {
+            "type": "object", "description": '{"type": "function", "name", "description", '
+                                             '"parameters", "strict"}'}},
+        "tool_choice": {"nullable": True},
+        "parallel_tool_calls": TOOLS_FIELDS["parallel_tool_calls"],
+        "text": {"type": "object", "nullable": True,
+                 "description": '{"format": {"type": "text|json_object|json_schema", ...}}'},
+        "store": {"type": "boolean", "nullable": True, "description": "false: nothing is kept"},
+        "metadata": {"type": "object", "nullable": True},
+        "include": {"type": "array", "maxItems": 0, "nullable": True},
+        **{k: v for k, v in SAMPLING.items() if k in RESPONSES_PASSED}},
 }
 COMPLETION = {
     "type": "object", "required": ["id", "object", "created", "model", "choices"],
@@ -223,8 +250,10 @@ def document(version: str = "1") -> dict:
                                                  "503": GENERATION_ERRORS["503"]}}},
             "/v1/chat/completions": _generation("a chat answer", "ChatRequest"),
             "/v1/completions": _generation("a raw completion", "CompletionRequest"),
+            "/v1/responses": _generation("a Responses API answer", "ResponsesRequest"),
         },
         "components": {"schemas": {"Error": ERROR, "ChatRequest": CHAT_REQUEST,
                                    "CompletionRequest": COMPLETION_REQUEST,
+                                   "ResponsesRequest": RESPONSES_REQUEST,
                                    "Completion": COMPLETION}},
     }

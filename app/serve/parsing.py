@@ -18,6 +18,7 @@ from typing import Any
 from app.runtime.ranges import BY_NAME, SETTINGS, SpecError
 from app.runtime.request import Offer, RunSpec, resolve
 from app.runtime.tool_calls import Tools
+from app.runtime.tool_syntax import Syntax
 from app.serve import formats
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, integer, refuse_unknown
@@ -32,9 +33,10 @@ TOP_LOGPROBS = BY_NAME["top_logprobs"].api_field
 COMMON_FIELDS = ("model", *(f for f in SETTING_FIELDS if "." not in f and f != TOP_LOGPROBS),
                  "max_completion_tokens", "stream", "stream_options", "n", SPECULATIVE,
                  "response_format", "logprobs")
-CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, "tools", "tool_choice",
-               "parallel_tool_calls")
-COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS)
+TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
+CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, *TOOL_FIELDS)
+# Tools on completions: the prompt describes them, the template's syntax holds the answer.
+COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS, *TOOL_FIELDS)
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
 ROLES = ("system", "user", "assistant", "tool")
 CALL_FIELDS = ("id", "type", "function")
@@ -53,9 +55,11 @@ class GenerationRequest:
     spec: RunSpec
     stream: bool
     include_usage: bool
-    # The tools offered (chat only); their grammar and rendering are set when the pair is known
+    # The tools offered; their grammar and rendering are set when the pair is known
     # (app/serve/routes.py `prepared`).
     tools: Tools | None = None
+    # The template's call syntax, set with the tools' grammar.
+    syntax: Syntax | None = None
 
 
 def parse_json(body: bytes) -> dict:
@@ -112,7 +116,7 @@ def _request(kind: str, body: dict, prompt: str | tuple[dict, ...], offer: Offer
     given, fields = _settings(body)
     _logprobs(body, kind, given, fields)
     grammar = formats.response_format(body.get("response_format"))
-    tools = formats.tools(body) if kind == "chat" else None
+    tools = formats.tools(body)
     if grammar is not None and tools is not None and tools.offered:
         raise BadRequestError("response_format with tools is not supported: the answer is "
                               "either tool calls or the format; drop one (or tool_choice: none)",

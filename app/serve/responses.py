@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Callable, Sequence
 
-from app.runtime.tool_calls import Call, Content, Piece, read_answer
+from app.runtime.tool_reading import Call, CallReader, Content, Piece, read_answer
 from app.serve.parsing import GenerationRequest
 from engine.logprobs import TokenLogprob
 from engine.stats import GenerationStats
@@ -54,6 +54,14 @@ class Formatter:
         """Whether the answer is read for tool calls (tools offered, not tool_choice none)."""
         return self.request.tools is not None and self.request.tools.offered
 
+    def reader(self) -> CallReader | None:
+        """The reader of a streamed answer's tool calls; None when it is not read for them.
+        Arguments stream as drawn when every tool is held to its schema (`strict`)."""
+        tools, syntax = self.request.tools, self.request.syntax
+        if not self.reads_calls or tools is None or syntax is None:
+            return None
+        return CallReader(syntax, tools, all(f.strict for f in tools.functions))
+
     def _head(self, chunk: bool) -> dict:
         return {"id": self.id, "object": OBJECTS[self.kind][int(chunk)], "created": self.created,
                 "model": self.model}
@@ -62,7 +70,9 @@ class Formatter:
                 logprobs: Sequence[TokenLogprob] = (), calls: Sequence[dict] = ()) -> dict:
         lp = self.logprobs(logprobs, text or "")
         if self.kind == "completion":
-            return {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
+            # Tool calls on completions: beside the text, in the chat's shape (an extension).
+            return {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish,
+                    **({"tool_calls": list(calls)} if calls else {})}
         if chunk:
             delta: dict = {"role": "assistant"} if first else {}
             if text is not None:
@@ -79,8 +89,8 @@ class Formatter:
                  logprobs: Sequence[TokenLogprob] = ()) -> dict:
         content: str | None = text
         calls: list[dict] = []
-        if self.reads_calls:
-            content, found = read_answer(text)
+        if self.reads_calls and self.request.tools and self.request.syntax:
+            content, found = read_answer(text, self.request.syntax, self.request.tools)
             calls = [c.as_dict() for c in found]
             self.calls_sent = len(calls)
         return {**self._head(False),
@@ -89,7 +99,10 @@ class Formatter:
                 "usage": usage(stats), "speculative": speculative(stats, self.request)}
 
     def opening(self) -> str:
-        """A chat stream opens with the assistant's role, as OpenAI's does."""
+        """A chat stream opens with the assistant's role, as OpenAI's does (completions: no
+        opening)."""
+        if self.kind != "chat":
+            return ""
         return sse({**self._head(True), "choices": [self._choice("", None, True, first=True)]})
 
     def delta(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> str:
@@ -98,19 +111,18 @@ class Formatter:
 
     def piece(self, piece: Piece, logprobs: Sequence[TokenLogprob] = ()) -> str:
         """A piece of the answer as read for tool calls: text as a content delta; a call as
-        OpenAI streams one: its index, id, type and name (arguments ""), then its arguments."""
+        OpenAI streams one: its index, id, type and name (arguments ""), then its arguments
+        as they come."""
         if isinstance(piece, Content):
             return self.delta(piece.text, logprobs)
-        assert isinstance(piece, Call)
-        self.calls_sent += 1
-        call = piece.call
-        head = {"index": piece.index, "id": call.id, "type": "function",
-                "function": {"name": call.name, "arguments": ""}}
-        body = {"index": piece.index, "function": {"arguments": call.arguments}}
-        return (sse({**self._head(True), "choices": [self._choice(None, None, True, calls=[head],
-                                                                  logprobs=logprobs)]})
-                + sse({**self._head(True), "choices": [self._choice(None, None, True,
-                                                                    calls=[body])]}))
+        if isinstance(piece, Call):
+            self.calls_sent += 1
+            delta = {"index": piece.index, "id": piece.id, "type": "function",
+                     "function": {"name": piece.name, "arguments": ""}}
+        else:
+            delta = {"index": piece.index, "function": {"arguments": piece.text}}
+        return sse({**self._head(True), "choices": [self._choice(None, None, True, calls=[delta],
+                                                                 logprobs=logprobs)]})
 
     def finish_reason(self, stats: GenerationStats) -> str:
         """The engine's reason in OpenAI's words; an answer that ended normally with tool calls
@@ -144,6 +156,10 @@ class Formatter:
             return {"token": piece.decode("utf-8", errors="replace"),
                     "logprob": max(logprob, FLOOR_LOGPROB), "bytes": list(piece)}
         return {**one(lp.token, lp.logprob), "top_logprobs": [one(t, v) for t, v in lp.top]}
+
+    def failure(self, body: dict) -> str:
+        """An error after the stream began: its body as an event, then [DONE]."""
+        return sse(body) + DONE
 
     def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = ()) -> str:
         """The finish reason (with the log probabilities no earlier chunk carried), then the

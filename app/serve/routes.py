@@ -1,6 +1,6 @@
 """The API's routes: /health, /v1/models (the loaded pair: the target it is served as, its
-draft and drafters), /v1/chat/completions, /v1/completions, and an OpenAI-style 404 for any
-other /v1 path.
+draft and drafters), /v1/chat/completions, /v1/completions, /v1/responses (OpenAI's Responses
+API, read as the chat request it amounts to), and an OpenAI-style 404 for any other /v1 path.
 
 The routes live on an APIRouter so the same routes serve alone (`tandem serve`) or beside the
 Gradio app (`tandem ui --api`). Errors are answered inside each route, not by app-wide exception
@@ -23,10 +23,15 @@ from app.serve.errors import (BadRequestError, InternalError, NotFoundError, Too
                               UnavailableError, UnsupportedMediaError, as_api_error)
 from app.runtime.request import Offer
 from app.runtime.run import prompt_tokens
-from app.runtime.tool_calls import prompt_with_tools, tags_are_tokens, tool_grammar
+from app.runtime.tool_calls import Tools, prompt_with_tools, template_syntax
+from app.runtime.tool_syntax import Syntax, as_read
+from app.runtime.tool_grammar import control_tokens, tool_grammar
+from app.runtime.tool_reading import ends_calls
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.runtime.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
+from app.serve.responses_objects import ResponsesFormatter
+from app.serve.responses_request import parse_responses
 from app.serve.stream import ClosingStreamingResponse, Job, run_to_end, stream_events
 from app.serve.access import bearer_token
 from loading.history import LOCAL, owner_for_key
@@ -35,6 +40,7 @@ from engine.errors import GrammarError, PromptTooLongError
 from engine.grammar.llg import compile_grammar
 from engine.grammar.spec import GrammarSpec
 from engine.logprobs import TokenLogprob
+from engine.backend import Backend
 from engine.pair import Pair
 
 log = logging.getLogger("tandem.serve")
@@ -105,13 +111,11 @@ async def read_body(request: Request) -> dict:
     return parse_json(bytes(body))
 
 
-def check_model(pair: Pair, wanted: str | None) -> str:
-    """The id the pair is served as; 404 when the request names another model."""
-    served = model_id(pair.target.backend.name)
-    if wanted is not None and wanted != served:
-        raise NotFoundError(f"model {wanted!r} is not served here; this server serves "
-                            f"{served!r}", param="model", code="model_not_found")
-    return served
+def served_model(pair: Pair) -> str:
+    """The id the pair is served as. A request's `model` may name any model, as llama-server
+    allows: some clients send a fixed name, and one pair is served whatever it says; the
+    answer's `model` says which."""
+    return model_id(pair.target.backend.name)
 
 
 def fitted_tokens(pair: Pair, req: GenerationRequest) -> list[int]:
@@ -125,16 +129,26 @@ def fitted_tokens(pair: Pair, req: GenerationRequest) -> list[int]:
 
 def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
     """The request made ready for this pair: the tools rendered for the target's chat template
-    (natively, or the Hermes fallback) with the grammar of their call syntax, and any grammar
+    (natively, or the Hermes fallback) with the grammar of its call syntax, and any grammar
     compiled now, so a schema the constraint engine refuses is a 400 with its message before
     the request is queued (the generation finds it compiled: the pair keeps the last few)."""
     spec = req.spec
     offered = req.tools is not None and req.tools.offered
     if req.tools is not None:
         backend = pair.target.backend
-        messages, entries = prompt_with_tools(backend, spec.prompt, req.tools)
-        spec = replace(spec, prompt=messages, tools=entries,
-                       grammar=tool_grammar(req.tools, tags_are_tokens(backend)) or spec.grammar)
+        if req.kind == "chat":
+            shown = prompt_with_tools(backend, spec.prompt, req.tools)
+            spec = replace(spec, prompt=shown.messages, tools=shown.entries)
+            syntax = shown.syntax
+        else:
+            syntax = _completion_syntax(backend, req.tools)
+        tokens = control_tokens(backend, syntax)
+        grammar = tool_grammar(syntax, req.tools, tokens)
+        # Read in the text as it shows: a control token written as nothing is not in it.
+        syntax = as_read(syntax, {p for p, t in tokens.items() if not backend.token_bytes(t)})
+        spec = replace(spec, grammar=grammar or spec.grammar,
+                       until=ends_calls(syntax, req.tools) if offered else None)
+        req = replace(req, syntax=syntax)
     if spec.grammar is not None:
         try:
             pair.compile_grammar(spec.grammar)
@@ -143,6 +157,17 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
                 raise _refused_tool(pair, req) or _refusal(exc, "tools") from None
             raise _refusal(exc, "response_format") from None
     return replace(req, spec=spec)
+
+
+def _completion_syntax(backend: Backend, tools: Tools) -> Syntax:
+    """Tools on /v1/completions: the prompt is the caller's (it describes the tools), the
+    syntax the template's; 400 when the template does not read tools."""
+    syntax = template_syntax(backend, tools)
+    if syntax is None:
+        raise BadRequestError(f"tools on /v1/completions need a chat template that reads tools, "
+                              f"and {backend.name}'s does not; use /v1/chat/completions",
+                              param="tools")
+    return syntax
 
 
 def _refusal(exc: GrammarError, param: str) -> BadRequestError:
@@ -174,11 +199,13 @@ class Routes:
         except NotReadyError as exc:
             raise UnavailableError(str(exc), headers={"Retry-After": "5"}) from None
 
-    async def generation(self, request: Request, parse: Parse) -> Response:
+    async def generation(self, request: Request, parse: Parse,
+                         responses: bool = False) -> Response:
+        """One generation: chat or completions (`parse`), or the Responses API's."""
         body = await read_body(request)
         pair = self.loaded_pair()
         req = parse(body, self.holder.offer())
-        served = check_model(pair, req.model)
+        served = served_model(pair)
         # Compiling a grammar reads the vocabulary once per model (about a second for Qwen's).
         req = await to_thread.run_sync(prepared, pair, req)
         tokens = await to_thread.run_sync(fitted_tokens, pair, req)
@@ -189,7 +216,8 @@ class Routes:
         except QueueFullError as exc:
             raise UnavailableError(str(exc), code="queue_full",
                                    headers={"Retry-After": str(exc.retry_after)}) from None
-        fmt = Formatter(req, served, pair.target.backend.token_bytes)
+        fmt = (ResponsesFormatter(req, body, served) if responses
+               else Formatter(req, served, pair.target.backend.token_bytes))
         if req.stream:
             return ClosingStreamingResponse(stream_events(job, fmt), job.close,
                                             media_type="text/event-stream",
@@ -230,9 +258,12 @@ class Routes:
     async def completions(self, request: Request) -> Response:
         return await self.generation(request, parse_completion)
 
+    async def responses(self, request: Request) -> Response:
+        return await self.generation(request, parse_responses, responses=True)
+
     async def unknown(self, request: Request) -> Response:
         raise NotFoundError(f"no route {request.method} {request.url.path} on this server "
-                            "(it serves /v1/models, /v1/chat/completions, /v1/completions)",
+                            "(it serves /v1/models, /v1/chat/completions, /v1/completions, /v1/responses)",
                             code="unknown_url")
 
 
@@ -244,6 +275,7 @@ def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
     router.add_api_route("/v1/chat/completions", answered(routes.chat_completions),
                          methods=["POST"])
     router.add_api_route("/v1/completions", answered(routes.completions), methods=["POST"])
+    router.add_api_route("/v1/responses", answered(routes.responses), methods=["POST"])
     router.add_api_route("/v1/{path:path}", answered(routes.unknown),
                          methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     return router

@@ -57,7 +57,8 @@ async def framework_error(request: Request, exc: Exception) -> JSONResponse:
     detail = exc.detail if isinstance(exc, HTTPException) else type(exc).__name__
     code = {404: "unknown_url", 405: "method_not_allowed"}.get(status, "http_error")
     error = APIError(f"{detail}: {request.method} {request.url.path} (this server serves /health, "
-                     "/v1/models, /v1/chat/completions, /v1/completions)", code=code)
+                     "/v1/models, /v1/chat/completions, /v1/completions, /v1/responses)",
+                     code=code)
     return JSONResponse(error.body(), status_code=status,
                         headers=getattr(exc, "headers", None) or {})
 

@@ -21,8 +21,9 @@ from app.serve.errors import as_api_error
 from app.serve.parsing import GenerationRequest
 from app.runtime.queue import GenerationQueue
 from app.runtime.run import generate
-from app.serve.responses import DONE, Formatter, sse
-from app.runtime.tool_calls import CallReader, Content
+from app.serve.responses import Formatter
+from app.serve.responses_objects import ResponsesFormatter
+from app.runtime.tool_reading import Content
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.logprobs import TokenLogprob
 from engine.pair import Pair
@@ -103,17 +104,17 @@ async def run_to_end(job: Job, gone: Callable[[], Awaitable[bool]],
         job.close()
 
 
-async def stream_events(job: Job, fmt: Formatter) -> AsyncIterator[str]:
-    """Server-sent events: the role, the text as it is committed (or, with tools, each tool call
-    once it is complete), then the finish reason, the statistics chunk and [DONE]. Each token's
-    log probability rides on the first chunk sent after it was committed. An error after the
+async def stream_events(job: Job, fmt: Formatter | ResponsesFormatter) -> AsyncIterator[str]:
+    """Server-sent events in the formatter's shape (chat and completions chunks, or the
+    Responses API's events): the opening, the text as it is committed (or, with tools, each
+    tool call's name, then its arguments), then the end and the statistics. Each token's log
+    probability rides on the first chunk sent after it was committed. An error after the
     headers went out becomes an error event."""
-    reader = CallReader() if fmt.reads_calls else None
+    reader = fmt.reader()
     pending: list[TokenLogprob] = []
     try:
         await job.turn()
-        if job.request.kind == "chat":
-            yield fmt.opening()
+        yield fmt.opening()
         async with aclosing(job.events()) as events:
             async for event in events:
                 if isinstance(event, TokenEvent):
@@ -134,7 +135,7 @@ async def stream_events(job: Job, fmt: Formatter) -> AsyncIterator[str]:
         error = as_api_error(exc)
         if error.status >= 500:
             log.exception("generation failed")
-        yield sse(error.body()) + DONE
+        yield fmt.failure(error.body())
     finally:
         job.close()
 

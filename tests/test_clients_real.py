@@ -1,0 +1,98 @@
+"""The client suite's full form (tests/test_clients.py's checks) on the embedded pair, served by
+a real `tandem serve`: the agents call their tool under `auto` with the model people run by
+default (Qwen2.5-Coder-1.5B, which writes its calls as fenced JSON), `required` gives one call,
+structured output and streaming. Minutes on a 2-core CPU: `long` (scripts/test --all)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import instructor
+import pytest
+
+from tests.appserver import free_port
+from tests.test_clients import (City, agents_sdk, langchain_required, openai_round_trip,
+                                openai_streamed_call, pydantic_ai_agent, sync_client)
+from tests.test_serve_security import KEY
+
+pytestmark = [pytest.mark.real, pytest.mark.long]
+
+ROOT = Path(__file__).resolve().parents[1]
+N_CTX = 4096
+START_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def server(embedded_paths):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--ctx", str(N_CTX), "--threads", "2", "--api-key", KEY,
+         "--target", str(embedded_paths[0]), "--draft", str(embedded_paths[1])],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"tandem serve exited with {proc.returncode}: {proc.stdout.read()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("tandem serve did not come up")
+        time.sleep(0.5)
+    yield url + "/v1"
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+MODEL = "qwen2.5-coder"  # any name: the loaded pair answers
+
+
+def test_openai_a_call_under_auto_then_the_final_text(server):
+    assert openai_round_trip(server, MODEL).strip()
+
+
+def test_openai_a_streamed_call_under_auto(server):
+    call = openai_streamed_call(server, MODEL)
+    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] == "Paris"
+
+
+# The 1.5B model may call the tool again after its answer (a new turn, not a repeat within one
+# answer) and its final text may not quote the tool's answer: the agent loop is what is tested.
+def test_pydantic_ai_calls_its_tool_under_auto_and_finishes(server):
+    calls, output = pydantic_ai_agent(server, MODEL)
+    assert calls and set(calls) == {"Paris"} and isinstance(output, str) and output.strip()
+
+
+@pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses"])
+def test_the_agents_sdk_calls_its_tool_under_auto_and_finishes(server, responses):
+    calls, output = agents_sdk(server, MODEL, responses)
+    assert calls and set(calls) == {"Paris"} and isinstance(output, str) and output.strip()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_langchain_required_gives_one_call_not_four(server, stream):
+    calls = langchain_required(server, MODEL, stream)
+    assert [(c["name"], c["args"]) for c in calls] == [("add", {"a": 17, "b": 25})]
+
+
+def test_instructor_structured_output(server):
+    client = instructor.from_openai(sync_client(server), mode=instructor.Mode.JSON_SCHEMA)
+    city = client.chat.completions.create(
+        model=MODEL, response_model=City, max_retries=0, max_tokens=64, messages=[
+            {"role": "user", "content": "Which city is the Eiffel Tower in? Give the city's "
+                                        "name and country."}])
+    assert city.name.strip() and city.country.strip()
