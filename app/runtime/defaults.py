@@ -4,6 +4,7 @@ start from the same settings. What the engine falls back on when nobody says (th
 drafter, the draft's chain stop) is the engine's, and named here for the app."""
 from __future__ import annotations
 
+from app.runtime.overflow import DROP_OLDEST, STOP
 from engine.drafters.base import PLAIN, plain_alias
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
 from engine.control.registry import POLICIES
@@ -13,7 +14,7 @@ from models.offload import AUTO
 
 __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "GPU_LAYERS", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
-           "NEEDS_DRAFT_MODEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
+           "NEEDS_DRAFT_MODEL", "OVERFLOW", "OVERFLOW_API", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
 # a generation's mode and a token's origin (engine/drafters/base.py). The control policy that
@@ -39,6 +40,12 @@ LOOKUP_NGRAM = 3
 # (16 bytes each in memory, 4 on disk), least recently used first out.
 HISTORY = True
 HISTORY_TOKENS = 2_000_000
+
+# When a chat outgrows the context (app/runtime/overflow.py): the page leaves out the oldest
+# turns and keeps the system prompt, as Ollama does; the API refuses, as llama-server does,
+# unless a request asks for a policy (`context_overflow`).
+OVERFLOW = DROP_OLDEST
+OVERFLOW_API = STOP
 
 # Layers on the GPU for target and draft when not given: "auto", the loading plan places them
 # (the draft whole first, then the target's layers, caches and buffers, a margin kept;

@@ -12,9 +12,11 @@ formats.py; log probabilities are the `top_logprobs` row (chat: `logprobs: true`
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from app.runtime.defaults import OVERFLOW_API
+from app.runtime.overflow import POLICIES as OVERFLOW_POLICIES
 from app.runtime.ranges import BY_NAME, SETTINGS, SpecError
 from app.runtime.request import Offer, RunSpec, resolve
 from app.runtime.tool_calls import Tools
@@ -32,8 +34,9 @@ TOP_LOGPROBS = BY_NAME["top_logprobs"].api_field
 COMMON_FIELDS = ("model", *(f for f in SETTING_FIELDS if "." not in f and f != TOP_LOGPROBS),
                  "max_completion_tokens", "stream", "stream_options", "n", SPECULATIVE,
                  "response_format", "logprobs")
+OVERFLOW_FIELD = "context_overflow"
 CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, "tools", "tool_choice",
-               "parallel_tool_calls")
+               "parallel_tool_calls", OVERFLOW_FIELD)
 COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS)
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
 ROLES = ("system", "user", "assistant", "tool")
@@ -56,6 +59,9 @@ class GenerationRequest:
     # The tools offered (chat only); their grammar and rendering are set when the pair is known
     # (app/serve/routes.py `prepared`).
     tools: Tools | None = None
+    # What to do when a chat outgrows the context (app/runtime/overflow.py); the default
+    # refuses with a 413, as llama-server does.
+    overflow: str = OVERFLOW_API
 
 
 def parse_json(body: bytes) -> dict:
@@ -92,7 +98,17 @@ def json_depth(value: Any) -> int:
 
 def parse_chat(body: dict, offer: Offer) -> GenerationRequest:
     refuse_unknown(body, CHAT_FIELDS)
-    return _request("chat", body, _messages(body.get("messages")), offer)
+    request = _request("chat", body, _messages(body.get("messages")), offer)
+    return replace(request, overflow=_overflow(body.get(OVERFLOW_FIELD)))
+
+
+def _overflow(value: Any) -> str:
+    if value is None:
+        return OVERFLOW_API
+    if value not in OVERFLOW_POLICIES:
+        raise BadRequestError(f"{OVERFLOW_FIELD} must be one of {', '.join(OVERFLOW_POLICIES)}, "
+                              f"got {value!r}", param=OVERFLOW_FIELD)
+    return str(value)
 
 
 def parse_completion(body: dict, offer: Offer) -> GenerationRequest:
