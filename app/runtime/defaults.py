@@ -14,7 +14,7 @@ from models.offload import AUTO
 
 __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "GPU_LAYERS", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
-           "NEEDS_DRAFT_MODEL", "OVERFLOW", "OVERFLOW_API", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
+           "NEEDS_DRAFT_MODEL", "OVERFLOW", "OVERFLOW_API", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "SYSTEM_PRESETS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
 # a generation's mode and a token's origin (engine/drafters/base.py). The control policy that
@@ -46,6 +46,16 @@ HISTORY_TOKENS = 2_000_000
 # unless a request asks for a policy (`context_overflow`).
 OVERFLOW = DROP_OLDEST
 OVERFLOW_API = STOP
+
+# The page's system prompt presets, by the name the menu shows; a chat keeps its own prompt.
+SYSTEM_PRESETS = {
+    "none": "",
+    "helpful assistant": "You are a helpful assistant.",
+    "concise coder": "You are an expert programmer. Answer with the code first, then at most "
+                     "two sentences.",
+    "code reviewer": "You review code: name each bug or risk with its line, then show the fix.",
+    "teacher": "You explain step by step, with a small example, for someone learning.",
+}
 
 # Layers on the GPU for target and draft when not given: "auto", the loading plan places them
 # (the draft whole first, then the target's layers, caches and buffers, a margin kept;
