@@ -120,13 +120,21 @@ def test_the_sidebar_renames_deletes_and_exports(tmp_path):
     title, listing = t.rename(a, "Renamed")
     # A rename changes no message: the order stays newest first.
     assert title == "Renamed" and listing["choices"] == [("second chat", b), ("Renamed", a)]
-    md = open(chat_sidebar.export(t.store, a, "md"), encoding="utf-8").read()
+    md = open(chat_sidebar.export(t.store, a, "md")["value"], encoding="utf-8").read()
     assert md.startswith("# Renamed") and "## You\n\nfirst chat" in md
-    assert chat_sidebar.export(t.store, a, "json").endswith(".json")
+    assert chat_sidebar.export(t.store, a, "json")["value"].endswith(".json")
     shown = t.delete(b)
     assert shown[0] == a and [c.id for c in t.store.list()] == [a]
     with pytest.raises(gr.Error, match="nothing to export"):
         chat_sidebar.export(t.store, "", "md")
+
+
+def test_a_send_from_an_empty_window_never_overwrites_a_saved_chat(tmp_path):
+    t = tab(tmp_path)
+    _, *_, a, _ = last(t.run(REQUEST, "kept", Values.of(values([]))))
+    # The page had the chat's id but not yet its messages (a send right after a reload).
+    _, *_, b, _ = last(t.run(REQUEST, "other", Values.of(values([], chat_id=a))))
+    assert b != a and [m["content"] for m in t.store.get(a).messages][0] == "kept"
 
 
 def test_pop_last_turn_and_the_restored_settings():

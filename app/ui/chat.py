@@ -288,8 +288,12 @@ class ChatTab:
             yield (*frame, chat.id, chat_sidebar.listing(self.store, chat.id))
 
     def _chat(self, v: Values) -> Chat:
+        """The chat an answer goes into: the page's, or a new one. A send from an empty chat
+        window never overwrites a saved conversation (one the page had not shown yet)."""
         chat = self.store.get(v.chat_id) if v.chat_id else None
-        return chat or self.store.new(v.system, chat_sidebar.chat_settings(v.kept()))
+        if chat is None or (chat.messages and not v.history):
+            return self.store.new(v.system, chat_sidebar.chat_settings(v.kept()))
+        return chat
 
     def _save(self, chat: Chat, history: list[dict], v: Values) -> Chat:
         messages = [m for m in to_messages(history) if m["content"] or m["role"] == "user"]
@@ -402,6 +406,8 @@ class ChatTab:
     def wire_sidebar(self) -> None:
         side, private = self.side, dict(api_visibility="private", queue=False)
         side.new.click(lambda: self.show(None), None, self.shown, **private)
+        # The Chatbot's own clear button starts a new chat too (the cleared one stays saved).
+        self.chatbot.clear(lambda: self.show(None), None, self.shown, **private)
         side.chats.input(self.open, side.chats, self.shown, **private)
         side.rename.click(self.rename, [self.state, side.title], [side.title, side.chats], **private)
         side.title.submit(self.rename, [self.state, side.title], [side.title, side.chats], **private)

@@ -51,8 +51,7 @@ def build() -> Sidebar:
     with gr.Row():
         export_md = gr.Button("Export .md", size="sm", elem_id="chat-export-md")
         export_json = gr.Button("Export .json", size="sm", elem_id="chat-export-json")
-    download = gr.File(label="export", elem_id="chat-export", interactive=False, visible=True,
-                       height=60)
+    download = gr.File(label="export", elem_id="chat-export", interactive=False, visible=False)
     return Sidebar(new, chats, title, rename, delete, export_md, export_json, download)
 
 
@@ -63,15 +62,15 @@ def listing(store: ChatStore, current: str | None) -> dict:
     return gr.update(choices=choices, value=current if current in ids else None)
 
 
-def export(store: ChatStore, chat_id: str, kind: str) -> str:
-    """The chat written to a temporary file for the browser to download; its path."""
+def export(store: ChatStore, chat_id: str, kind: str) -> dict:
+    """The chat written to a temporary file, shown for the browser to download."""
     chat = store.get(chat_id) if chat_id else None
     if chat is None:
         raise gr.Error("nothing to export yet: send a message first")
     text = to_markdown(chat) if kind == "md" else to_json(chat)
     out = Path(tempfile.mkdtemp(prefix="tandem-export-")) / f"{file_stem(chat)}.{kind}"
     out.write_text(text, encoding="utf-8")
-    return str(out)
+    return gr.update(value=str(out), visible=True)
 
 
 def preset_text(name: str | None) -> str:
