@@ -107,7 +107,9 @@ def _report(args: argparse.Namespace, spec: RunSpec, use: PairingUse, out: Outco
     forced = (f", {s.forced_tokens} forced by the grammar ({s.forced_tokens / s.output_tokens:.0%})"
               if s.forced_tokens and s.output_tokens else "")
     print(f"\n\n[{s.mode}] {s.output_tokens} tokens, {s.tokens_per_s:.2f} tok/s, "
-          f"TTFT {s.ttft_ms:.0f} ms, total {s.total_time_ms:.0f} ms{forced}"
+          f"TTFT {s.ttft_ms:.0f} ms, prompt {s.prompt_tokens} tokens "
+          f"({s.prompt_cached_tokens} from the cache, {s.prompt_computed_tokens} computed), "
+          f"total {s.total_time_ms:.0f} ms{forced}"
           + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
              f", {s.drafter}/{spec.policy} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
              f" ({s.gammas.count(0)} plain rounds); {s.reason}"

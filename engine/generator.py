@@ -53,6 +53,9 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     answer = Answer(target.backend, config, stats, clock)
     context = [int(t) for t in prompt]
     check_prompt_fits(len(context), target.backend.n_ctx)
+    # What the cache keeps of the prompt (the last token is fed by the first round).
+    stats.prompt_cached_tokens = min(target.common_prefix(context), len(context) - 1)
+    stats.prompt_computed_tokens = len(context) - stats.prompt_cached_tokens
     target.sync(context, feed_last=False)
     rounds.drafter.prefill(context)
     answer.prefilled()

@@ -66,6 +66,10 @@ class GenerationStats:
     drafter: str = ""
     gamma: int = 0
     prompt_tokens: int = 0
+    # Of the prompt's tokens, those the target's KV cache already held from the previous
+    # generation (a chat's earlier turns: engine/session.py `sync`), and those decoded now.
+    prompt_cached_tokens: int = 0
+    prompt_computed_tokens: int = 0
     output_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -11,6 +12,7 @@ from app.serve.server import launch
 from app.ui import build_app, page_mounter
 from app.runtime.holder import PairHolder
 from engine.backend import ModelConfig
+from loading.chats import ChatStore
 
 # The embedded draft serves as both target and draft: same tokenizer, and fast enough on 2 cores.
 SMALL_MODEL = Path.home() / ".cache" / "tandem" / "models" / "qwen2.5-coder-0.5b-instruct.gguf"
@@ -38,8 +40,12 @@ def load_small_pair(holder: PairHolder) -> None:
 
 @contextmanager
 def serve(holder: PairHolder, api=None) -> Iterator[str]:
-    """The page (and `api`, an APIRouter, beside it) on 127.0.0.1 and a free port."""
-    running = launch(page_mounter(build_app(holder)), Access("127.0.0.1", free_port(), keyed=("/v1",)), api)
+    """The page (and `api`, an APIRouter, beside it) on 127.0.0.1 and a free port, with an empty
+    chats store of its own: a page opens the chat open last, with its settings, so a chat one
+    test left must not change the next test's page."""
+    chats = ChatStore(Path(tempfile.mkdtemp(prefix="tandem-test-chats-")))
+    running = launch(page_mounter(build_app(holder, chats=chats)),
+                     Access("127.0.0.1", free_port(), keyed=("/v1",)), api)
     try:
         yield running.url
     finally:

@@ -18,6 +18,8 @@ os.environ["TANDEM_EVIDENCE"] = tempfile.mkdtemp(prefix="tandem-test-evidence-")
 # Nor may the user's history of past requests (loading/history.py), and the tests' own
 # generations must not land in it.
 os.environ["TANDEM_HISTORY"] = tempfile.mkdtemp(prefix="tandem-test-history-")
+# The app's saved chats likewise (loading/chats.py).
+os.environ["TANDEM_CHATS"] = tempfile.mkdtemp(prefix="tandem-test-chats-")
 
 LONG_SKIP = "long real-model test: run it with scripts/test --all (or TANDEM_TEST_ALL=1)"
 

@@ -40,7 +40,7 @@ def test_chat_streams_text_and_returns_stats(client):
     settings = ("draft", "fixed", 2, 0.0, 0, 1.0, 0.0, -1, 16)
     job = client.submit("Write a Python function that adds two numbers.", [], *settings, api_name="/chat")
     outputs = list(job)
-    history, tokens_html, panel, stats, box = job.result()
+    history, tokens_html, panel, stats, box, *_ = job.result()
     texts = [assistant_text(o[0]) for o in outputs if o[0]]
     assert box == "" and history[-2]["role"] == "user" and history[-1]["role"] == "assistant"
     assert stats["output_tokens"] > 0 and stats["drafted_tokens"] > 0 and stats["mode"] == "speculative"
@@ -56,7 +56,7 @@ def test_chat_streams_text_and_returns_stats(client):
 
 
 def test_plain_decoding_from_the_chat(client):
-    history, _, panel, stats, _ = client.predict("Say hi.", [], "plain", *GREEDY[1:], api_name="/chat")
+    history, _, panel, stats, _, *_ = client.predict("Say hi.", [], "plain", *GREEDY[1:], api_name="/chat")
     assert stats["mode"] == "plain" and stats["drafted_tokens"] == 0 and stats["output_tokens"] > 0
     assert "n/a" in panel
 

@@ -111,7 +111,7 @@ def test_a_bad_page_value_is_the_tables_one_line_message(values, message):
 def test_chat_with_each_engine_drafter_and_policy(drafter, policy):
     holder, flags = fake_holder(), StopFlags()
     assert drafter in holder.pair.drafters
-    *_, (history, _, panel, stats, _) = respond(holder, flags, "s", "hello hello hello", [],
+    *_, (history, _, panel, stats, _, _) = respond(holder, flags, "s", "hello hello hello", [],
                                                 settings(drafter=drafter, policy=policy, max_tokens=12))
     assert stats["output_tokens"] == 12 and stats["mode"] == "speculative" and 'data-state="done"' in panel
 
@@ -176,7 +176,7 @@ def test_stop_ends_generation_and_frees_the_lock(monkeypatch):
     next(stream)
     flags.stop("s1")
     outs = list(stream)
-    history, _, panel, stats, _ = outs[-1]
+    history, _, panel, stats, _, _ = outs[-1]
     assert "stopped" in panel and stats["finish_reason"] == "stopped" and stats["output_tokens"] < 200
     assert history[-1]["content"] == stats["text"] and history[-1]["content"]
     # The stopped answer gave its turn back.
@@ -248,8 +248,9 @@ def test_a_prompt_the_context_cannot_hold_is_a_page_error_and_the_app_goes_on():
     holder = PairHolder(Pair(FakeBackend(n_ctx=64, n_batch=16), FakeBackend(noise=0.5, n_ctx=64,
                                                                           n_batch=16)))
     flags = StopFlags()
-    with pytest.raises(gr.Error, match="the prompt needs .* tokens, the context holds 64"):
+    with pytest.raises(gr.Error, match="the newest message alone needs .* tokens and the context "
+                                       "has room for 40 besides the answer"):
         list(respond(holder, flags, "s", "a long message " * 20, [], settings()))
-    *_, (history, _, _, stats, _) = respond(holder, flags, "s", "short", [], settings())
+    *_, (history, _, _, stats, _, _) = respond(holder, flags, "s", "short", [], settings())
     assert stats["output_tokens"] > 0 and history[-1]["content"] == stats["text"]
     assert stats["prompt_tokens"] + stats["output_tokens"] <= 64

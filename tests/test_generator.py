@@ -189,6 +189,19 @@ def test_second_generation_reuses_the_cached_prompt():
     assert len(target.backend.calls) - n_calls == 5
 
 
+def test_statistics_count_the_prompt_tokens_the_cache_held():
+    target = Session(FakeBackend())
+    first, _ = run(target, None, GenerationConfig(params=GREEDY, max_tokens=5))
+    assert (first.stats.prompt_cached_tokens, first.stats.prompt_computed_tokens) == (0, len(PROMPT))
+    # The next turn: the prompt, the answer, then more; the cache holds all but the answer's
+    # last token (the first round feeds it).
+    longer = PROMPT + list(first.tokens) + [7, 8]
+    events = list(generate(target, None, longer, GenerationConfig(params=GREEDY, max_tokens=3)))
+    stats = events[-1].stats
+    assert stats.prompt_cached_tokens == len(PROMPT) + len(first.tokens) - 1
+    assert stats.prompt_cached_tokens + stats.prompt_computed_tokens == len(longer) == stats.prompt_tokens
+
+
 def test_context_overflow_is_a_clear_error():
     target = Session(FakeBackend(n_ctx=4))
     with pytest.raises(SettingsError, match="the prompt needs .* tokens, the context holds 4"):

@@ -119,9 +119,9 @@ def test_the_apps_setting_turns_the_history_off(tmp_path):
     list(respond(holder, flags, "s", "def add(a, b): return a + b", [], off))
     assert holder.history.index().n_documents == 0 and not holder.history.path().exists()
     on = controls.spec(holder.offer(), *values, history=True)
-    *_, (_, _, _, stats, _) = respond(holder, flags, "s", "def add(a, b): return a + b", [], on)
+    *_, (_, _, _, stats, _, _) = respond(holder, flags, "s", "def add(a, b): return a + b", [], on)
     assert holder.history.index().n_documents == 1 and holder.history.path().exists()
-    *_, (_, _, _, stats, _) = respond(holder, flags, "s", "def add(a, b): return a + b", [],
+    *_, (_, _, _, stats, _, _) = respond(holder, flags, "s", "def add(a, b): return a + b", [],
                                       controls.spec(holder.offer(), *values))
     assert stats["accepted_by"].get("suffix", 0) > 0
     assert History(holder.history).index is holder.history.index()

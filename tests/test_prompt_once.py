@@ -66,13 +66,18 @@ def test_the_api_tokenizes_and_checks_once(counted):
         assert (target.prompts(), len(fits)) == (1, 1)
 
 
-def test_the_page_tokenizes_and_checks_once(counted):
+def test_the_page_tokenizes_and_checks_once(counted, monkeypatch):
+    """The page's chat is fitted by its overflow policy (app/runtime/overflow.py), whose rule
+    keeps room for the answer: stricter than the engine's, which it therefore implies."""
     pair, target, fits = counted
+    fitted: list[int] = []
+    fit = chat.fit
+    monkeypatch.setattr(chat, "fit", lambda *a, **k: fitted.append(1) or fit(*a, **k))
     holder = PairHolder(pair)
     spec = controls.spec(holder.offer(), "hybrid", "adaptive", 4, 0.0, 0, 1.0, 0.0, -1, 4,
                          history=False)
-    *_, (_, _, _, stats, _) = chat.respond(holder, StopFlags(), "s", MARK, [], spec)
-    assert stats["output_tokens"] == 4 and (target.prompts(), len(fits)) == (1, 1)
+    *_, (_, _, _, stats, _, _) = chat.respond(holder, StopFlags(), "s", MARK, [], spec)
+    assert stats["output_tokens"] == 4 and (target.prompts(), len(fitted) + len(fits)) == (1, 1)
 
 
 def test_tandem_generate_tokenizes_and_checks_once(counted, monkeypatch, capsys):

@@ -97,6 +97,10 @@ def test_a_streamed_chat_matches_the_whole_answer_and_ends_with_stats(client):
     assert len([c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]) > 1
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     final = chunks[-1]
+    # The same prompt again: the cache held it this time (all of it but its last token).
+    details = final["usage"].pop("prompt_tokens_details")
+    assert details == {"cached_tokens": whole["usage"]["prompt_tokens"] - 1}
+    whole["usage"].pop("prompt_tokens_details")
     assert final["choices"] == [] and final["usage"] == whole["usage"]
     assert final["speculative"]["drafted_tokens"] == whole["speculative"]["drafted_tokens"]
     # Without include_usage the final chunk still carries the statistics, not the usage.
@@ -325,3 +329,42 @@ def test_the_openai_client_sees_each_error_status(client, oai):
                             http_client=TestClient(client.app), max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad_key.models.list()
+
+
+def test_a_second_turn_reports_the_prompt_tokens_the_cache_held(client):
+    first = client.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 6}).json()
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert first["speculative"]["prompt_computed_tokens"] == first["usage"]["prompt_tokens"]
+    turn = HI + [first["choices"][0]["message"], {"role": "user", "content": "and more"}]
+    second = client.post("/v1/chat/completions", json={"messages": turn, "max_tokens": 6}).json()
+    cached = second["speculative"]["prompt_cached_tokens"]
+    assert cached == second["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert cached + second["speculative"]["prompt_computed_tokens"] == second["usage"]["prompt_tokens"]
+
+
+def long_chat(turns: int) -> list[dict]:
+    msgs = [{"role": "system", "content": "be brief"}]
+    for i in range(turns):
+        msgs += [{"role": "user", "content": f"question {i} " + "word " * 8},
+                 {"role": "assistant", "content": "answer " * 6}]
+    return msgs + [{"role": "user", "content": "the last question"}]
+
+
+def test_a_chat_longer_than_the_context_is_refused_unless_it_asks_for_a_policy(client):
+    body = {"messages": long_chat(N_CTX // 40), "max_tokens": 8}
+    assert_error(client.post("/v1/chat/completions", json=body), 413, param="messages")
+    assert_error(client.post("/v1/chat/completions", json={**body, "context_overflow": "stop"}),
+                 413, param="messages")
+    for policy in ("drop-oldest", "truncate-middle"):
+        r = client.post("/v1/chat/completions", json={**body, "context_overflow": policy})
+        assert r.status_code == 200, r.text
+        dropped = int(r.headers["x-tandem-dropped-messages"])
+        assert 0 < dropped < len(body["messages"]) - 2
+        assert r.json()["usage"]["prompt_tokens"] + 8 <= N_CTX
+    short = client.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 4,
+                                                      "context_overflow": "drop-oldest"})
+    assert short.headers["x-tandem-dropped-messages"] == "0"
+    assert "x-tandem-dropped-messages" not in client.post(
+        "/v1/chat/completions", json={"messages": HI, "max_tokens": 4}).headers
+    assert_error(client.post("/v1/chat/completions", json={**body, "context_overflow": "rolling"}),
+                 400, param="context_overflow")

@@ -34,7 +34,7 @@ def test_the_page_and_the_api_share_one_server(app_with_api):
     stream = httpx.post(f"{url}/v1/completions", timeout=60,
                         json={"prompt": "ab", "max_tokens": 4, "stream": True})
     assert stream.text.rstrip().endswith("data: [DONE]") and '"speculative"' in stream.text
-    _, _, _, stats, _ = Client(url, verbose=False).predict("hi", [], *GREEDY, api_name="/chat")
+    _, _, _, stats, _, *_ = Client(url, verbose=False).predict("hi", [], *GREEDY, api_name="/chat")
     assert stats["output_tokens"] == 8
 
 

@@ -22,7 +22,7 @@ def _request(stream: bool = False):
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": MAX_TOKENS,
             "speculative": {"drafter": "plain"}, "stream": stream}
     req = prepared(pair, parse_chat(body, OFFER))
-    return pair, req, fitted_tokens(pair, req)
+    return pair, req, fitted_tokens(pair, req)[0]
 
 
 def _answer(leaves_after: int | None) -> tuple[object, int, GenerationQueue]:

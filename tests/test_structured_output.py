@@ -183,7 +183,7 @@ def test_the_page_setting_makes_the_grammar():
 def test_the_chat_answers_in_the_schema_with_forced_tokens_coloured_and_counted():
     holder = PairHolder(byte_pair())
     spec = page_spec(SCHEMA, json.dumps(SCHEMA_DOC))
-    *_, (history, tokens, panel, stats, box) = respond(holder, StopFlags(), "s", "hi", [], spec)
+    *_, (history, tokens, panel, stats, box, _) = respond(holder, StopFlags(), "s", "hi", [], spec)
     assert follows_schema(stats["text"]) and history[-1]["content"] == stats["text"]
     assert stats["forced_tokens"] > 0 and box == ""
     assert f'class="tok-{FORCED}"' in tokens and metrics.ORIGIN_COLORS[FORCED] in tokens

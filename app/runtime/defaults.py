@@ -5,6 +5,7 @@ drafter, the draft's chain stop) is the engine's, and named here for the app."""
 from __future__ import annotations
 
 from engine.attention import DEFAULT_FLASH_ATTN, DEFAULT_KV_TYPE, FLASH_ATTN, KV_TYPES
+from app.runtime.overflow import DROP_OLDEST, STOP
 from engine.drafters.base import PLAIN, plain_alias
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
 from engine.control.registry import POLICIES
@@ -13,8 +14,10 @@ from loading.options import LoadOptions
 from models.offload import AUTO
 
 __all__ = ["CTX", "DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
-           "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE", "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM",
-           "NEEDS_DRAFT_MODEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS", "plain_alias"]
+           "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE",
+           "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL",
+           "OVERFLOW", "OVERFLOW_API", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS",
+           "SYSTEM_PRESETS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
 # a generation's mode and a token's origin (engine/drafters/base.py). The control policy that
@@ -40,6 +43,22 @@ LOOKUP_NGRAM = 3
 # (16 bytes each in memory, 4 on disk), least recently used first out.
 HISTORY = True
 HISTORY_TOKENS = 2_000_000
+
+# When a chat outgrows the context (app/runtime/overflow.py): the page leaves out the oldest
+# turns and keeps the system prompt, as Ollama does; the API refuses, as llama-server does,
+# unless a request asks for a policy (`context_overflow`).
+OVERFLOW = DROP_OLDEST
+OVERFLOW_API = STOP
+
+# The page's system prompt presets, by the name the menu shows; a chat keeps its own prompt.
+SYSTEM_PRESETS = {
+    "none": "",
+    "helpful assistant": "You are a helpful assistant.",
+    "concise coder": "You are an expert programmer. Answer with the code first, then at most "
+                     "two sentences.",
+    "code reviewer": "You review code: name each bug or risk with its line, then show the fix.",
+    "teacher": "You explain step by step, with a small example, for someone learning.",
+}
 
 # Layers on the GPU for target and draft when not given: "auto", the loading plan places them
 # (the draft whole first, then the target's layers, caches and buffers, a margin kept;

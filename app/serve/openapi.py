@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.runtime.overflow import POLICIES as OVERFLOW_POLICIES
 from app.runtime.defaults import DEFAULT_MAX_TOKENS
 from app.runtime.ranges import BY_NAME, CHOICE, FLAG, INTEGER, SETTINGS, TEXTS, Setting
 from app.runtime.tool_calls import MODES, NAME_PATTERN
@@ -154,6 +155,10 @@ TOOLS_FIELDS: dict[str, Any] = {
     "parallel_tool_calls": {"type": "boolean", "nullable": True,
                             "description": "several calls allowed (default: true with auto, "
                                            "false with required or a named function)"},
+    "context_overflow": {"type": "string", "nullable": True, "enum": [*OVERFLOW_POLICIES, None],
+                         "description": "when the messages outgrow the context: stop (default, "
+                         "a 413), drop-oldest or truncate-middle (turns left out, the system "
+                         "prompt kept; the X-Tandem-Dropped-Messages header counts them)"},
 }
 # The legacy endpoint's `logprobs` is the number of alternatives (the same row).
 COMPLETION_ONLY: dict[str, Any] = {"logprobs": {**_schema(TOP_LOGPROBS),

@@ -12,9 +12,11 @@ formats.py; log probabilities are the `top_logprobs` row (chat: `logprobs: true`
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from app.runtime.defaults import OVERFLOW_API
+from app.runtime.overflow import POLICIES as OVERFLOW_POLICIES
 from app.runtime.ranges import BY_NAME, SETTINGS, SpecError
 from app.runtime.request import Offer, RunSpec, resolve
 from app.runtime.tool_calls import Tools
@@ -34,7 +36,8 @@ COMMON_FIELDS = ("model", *(f for f in SETTING_FIELDS if "." not in f and f != T
                  "max_completion_tokens", "stream", "stream_options", "n", SPECULATIVE,
                  "response_format", "logprobs")
 TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
-CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, *TOOL_FIELDS)
+OVERFLOW_FIELD = "context_overflow"
+CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, *TOOL_FIELDS, OVERFLOW_FIELD)
 # Tools on completions: the prompt describes them, the template's syntax holds the answer.
 COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS, *TOOL_FIELDS)
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
@@ -60,6 +63,9 @@ class GenerationRequest:
     tools: Tools | None = None
     # The template's call syntax, set with the tools' grammar.
     syntax: Syntax | None = None
+    # What to do when a chat outgrows the context (app/runtime/overflow.py); the default
+    # refuses with a 413, as llama-server does.
+    overflow: str = OVERFLOW_API
 
 
 def parse_json(body: bytes) -> dict:
@@ -96,7 +102,17 @@ def json_depth(value: Any) -> int:
 
 def parse_chat(body: dict, offer: Offer) -> GenerationRequest:
     refuse_unknown(body, CHAT_FIELDS)
-    return _request("chat", body, _messages(body.get("messages")), offer)
+    request = _request("chat", body, _messages(body.get("messages")), offer)
+    return replace(request, overflow=_overflow(body.get(OVERFLOW_FIELD)))
+
+
+def _overflow(value: Any) -> str:
+    if value is None:
+        return OVERFLOW_API
+    if value not in OVERFLOW_POLICIES:
+        raise BadRequestError(f"{OVERFLOW_FIELD} must be one of {', '.join(OVERFLOW_POLICIES)}, "
+                              f"got {value!r}", param=OVERFLOW_FIELD)
+    return str(value)
 
 
 def parse_completion(body: dict, offer: Offer) -> GenerationRequest:

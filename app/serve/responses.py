@@ -187,7 +187,9 @@ def finish_reason(stats: GenerationStats) -> str:
 
 def usage(stats: GenerationStats) -> dict:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.output_tokens,
-            "total_tokens": stats.prompt_tokens + stats.output_tokens}
+            "total_tokens": stats.prompt_tokens + stats.output_tokens,
+            # OpenAI's name for the prompt tokens the KV cache already held.
+            "prompt_tokens_details": {"cached_tokens": stats.prompt_cached_tokens}}
 
 
 def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
@@ -210,6 +212,10 @@ def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:
         "tokens_per_s": round(stats.tokens_per_s, 3),
         "decode_ms": round(stats.decode_time_ms, 1),
         "ttft_ms": round(stats.ttft_ms, 1),
+        # The prompt's tokens the target's KV cache held from the previous request (a chat's
+        # earlier turns) and those decoded for this one.
+        "prompt_cached_tokens": stats.prompt_cached_tokens,
+        "prompt_computed_tokens": stats.prompt_computed_tokens,
         "prefill_ms": round(stats.prefill_ms, 1),
         "total_ms": round(stats.total_time_ms, 1),
         "controller": {

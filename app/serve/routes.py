@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect
 from app.serve.errors import (BadRequestError, InternalError, NotFoundError, TooLargeError,
                               UnavailableError, UnsupportedMediaError, as_api_error)
 from app.runtime.request import Offer
+from app.runtime.overflow import STOP, fit, reserve
 from app.runtime.run import prompt_tokens
 from app.runtime.tool_calls import Tools, prompt_with_tools, template_syntax
 from app.runtime.tool_syntax import Syntax, as_read
@@ -54,6 +55,10 @@ MAX_DRAIN_BYTES = 64 * 1024 * 1024
 # The one media type of a request body: a web page can send text/plain or a form to any server
 # without asking first (a CORS "simple request"), but not JSON.
 JSON_MEDIA_TYPE = "application/json"
+
+# The header that tells a request with a `context_overflow` policy how many of its messages
+# the policy left out to fit the context.
+DROPPED_HEADER = "X-Tandem-Dropped-Messages"
 
 Handler = Callable[[Request], Awaitable[Response]]
 Parse = Callable[[dict, Offer], GenerationRequest]
@@ -118,11 +123,18 @@ def served_model(pair: Pair) -> str:
     return model_id(pair.target.backend.name)
 
 
-def fitted_tokens(pair: Pair, req: GenerationRequest) -> list[int]:
-    """The prompt's tokens, the one time they are counted; 413 when the context cannot hold
-    them (the engine's rule, app/runtime/run.py)."""
+def fitted_tokens(pair: Pair, req: GenerationRequest) -> tuple[list[int], int]:
+    """The prompt's tokens, the one time they are counted, and how many messages the
+    request's overflow policy left out; 413 when the context cannot hold them (the engine's
+    rule, app/runtime/run.py, or the policy's: app/runtime/overflow.py)."""
     try:
-        return prompt_tokens(pair, req.spec)
+        if req.overflow == STOP or req.kind != "chat":
+            return prompt_tokens(pair, req.spec), 0
+        spec = req.spec
+        room = pair.n_ctx - reserve(spec.max_tokens, pair.n_ctx)
+        fitted = fit(list(spec.prompt), req.overflow,
+                     lambda messages: pair.tokens_for(messages, tools=spec.tools or None), room)
+        return fitted.tokens, len(fitted.dropped)
     except PromptTooLongError as exc:
         raise TooLargeError(str(exc), param="messages" if req.kind == "chat" else "prompt") from None
 
@@ -208,7 +220,9 @@ class Routes:
         served = served_model(pair)
         # Compiling a grammar reads the vocabulary once per model (about a second for Qwen's).
         req = await to_thread.run_sync(prepared, pair, req)
-        tokens = await to_thread.run_sync(fitted_tokens, pair, req)
+        tokens, dropped = await to_thread.run_sync(fitted_tokens, pair, req)
+        # Said only to a request that chose a policy: how many messages it left out.
+        context = {} if req.overflow == STOP else {DROPPED_HEADER: str(dropped)}
         try:
             # Each API key drafts from, and adds to, a history of its own.
             job = Job(pair, req, self.queue, tokens,
@@ -221,13 +235,13 @@ class Routes:
         if req.stream:
             return ClosingStreamingResponse(stream_events(job, fmt), job.close,
                                             media_type="text/event-stream",
-                                            headers={"Cache-Control": "no-cache"})
+                                            headers={"Cache-Control": "no-cache", **context})
         logprobs: list[TokenLogprob] = []
         done = await run_to_end(job, request.is_disconnected, logprobs)
         if done is None:
             # The client is gone; nobody reads this answer.
             return Response(status_code=499)
-        return JSONResponse(fmt.response(done.text, done.stats, logprobs))
+        return JSONResponse(fmt.response(done.text, done.stats, logprobs), headers=context)
 
     async def health(self, request: Request) -> Response:
         # Open without a key (access.py OPEN_PATHS).

@@ -1,4 +1,5 @@
-"""The Gradio app: a loading/status banner over three tabs (chat, side-by-side, models).
+"""The Gradio app: a loading/status banner over three tabs (chat with its saved conversations,
+side-by-side, models).
 
 `build_app(holder)` builds the Blocks without launching; `page_mounter` hands app/serve/server.py
 `launch(...)` what puts it on its app, behind the same guard as the API.
@@ -22,6 +23,7 @@ from app.ui import chat, compare, wizard  # noqa: E402
 from app.runtime.defaults import DEFAULT_DRAFTER, DEFAULT_GAMMA, DEFAULT_POLICY, PLAIN  # noqa: E402
 from app.runtime.holder import ERROR, LOADING, READY, PairHolder  # noqa: E402
 from app.ui.state import StopFlags  # noqa: E402
+from loading.chats import ChatStore  # noqa: E402
 
 TITLE = "Tandem: exact speculative decoding"
 POLL_S = 0.4
@@ -68,8 +70,10 @@ def _choice_updates(holder: PairHolder) -> tuple[dict, ...]:
                       else (speculative[0] if speculative else None)), *settled)
 
 
-def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
-    """The whole page for `holder`'s pair; it works (and says so) while loading or after a failure."""
+def build_app(holder: PairHolder, flags: StopFlags | None = None,
+              chats: ChatStore | None = None) -> gr.Blocks:
+    """The whole page for `holder`'s pair; it works (and says so) while loading or after a
+    failure. `chats`: where the chat tab saves its conversations (default: the user's store)."""
     flags = flags or StopFlags()
     ready = holder.status.state == READY
     drafters = list(holder.offer().drafters) if ready else [DEFAULT_DRAFTER, "draft", PLAIN]
@@ -80,7 +84,7 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
         banner = gr.HTML(status_banner(holder), elem_id="status-banner")
         with gr.Tabs():
             with gr.Tab("Chat", id="chat"):
-                chat_parts = chat.build(holder, flags, drafters, default)
+                chat_parts = chat.build(holder, flags, drafters, default, chats)
             with gr.Tab("Side by side", id="compare"):
                 compare_parts = compare.build(holder, flags, drafters, default)
             with gr.Tab("Models", id="models"):
@@ -96,6 +100,9 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None) -> gr.Blocks:
 
         demo.load(watch, None, [banner, *choices], api_name="status", concurrency_limit=None,
                   show_progress="hidden")
+        # A reload, or the first page after a restart, opens the chat open last.
+        demo.load(chat_parts["open_last"], None, chat_parts["shown"], api_visibility="private",
+                  queue=False)
         wizard_parts["load_event"].then(lambda: (status_banner(holder), *_choice_updates(holder)),
                                         None, [banner, *choices], api_visibility="private",
                                         queue=False)

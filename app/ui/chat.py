@@ -1,5 +1,10 @@
-"""The chat tab: a streaming multi-turn chat over `pair.generate`, with stop and clear, the live
-metrics panel and the token view.
+"""The chat tab: a streaming multi-turn chat over `pair.generate` with a system prompt, retry,
+edit, undo and stop, its saved chats in a sidebar (app/ui/chat_sidebar.py), a context meter and
+an overflow policy (app/runtime/overflow.py), the live metrics panel and the token view.
+
+Retry, edit and undo are Gradio's own Chatbot events (`.retry`, `.edit`, `.undo`, shown as
+buttons on the messages), as are the copy buttons; each sends the chat up to the changed turn,
+so the target's KV cache (engine/session.py `sync`) still holds everything before it.
 
 The callback only forwards engine events to the page. It refreshes the page once per target
 call (a RoundEvent) and at most every `MIN_REFRESH_S`, since re-rendering after every token would
@@ -8,25 +13,32 @@ take CPU from the decoding it is showing.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import gradio as gr
 
 from app.runtime.tuned import chosen_acceptance, stale_line
-from app.ui import controls, metrics
-from app.runtime.defaults import HISTORY
-from app.runtime.holder import PairHolder
+from app.ui import chat_sidebar, controls, metrics
+from app.runtime.defaults import HISTORY, OVERFLOW, SYSTEM_PRESETS
+from app.runtime.holder import READY, PairHolder
+from app.runtime.overflow import LABELS as OVERFLOW_LABELS
+from app.runtime.overflow import Fitted, fit, reserve
 from app.runtime.request import RunSpec
+from app.runtime.structured import OFF
 from app.runtime.run import generate
 from app.ui.state import StopFlags
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
 from engine.stats import GenerationStats
+from loading.chats import Chat, ChatStore
 from loading.history import History
 
 MIN_REFRESH_S = 0.15
+# What the chat streams to the page: history, token view, metrics panel, stats, the textbox,
+# the context meter.
+Frame = tuple[list[dict], str, str, "dict | None", str, str]
 
 
 def plain_text(content: Any) -> str:
@@ -49,11 +61,29 @@ def stats_payload(stats: GenerationStats, text: str) -> dict:
     return {"text": text, **stats.as_dict()}
 
 
+def chat_messages(system: str, history: list[dict], message: str) -> list[dict]:
+    """What the model reads: the system prompt (when there is one), the chat, the new message."""
+    head = [{"role": "system", "content": system}] if system and system.strip() else []
+    return head + to_messages(history) + [{"role": "user", "content": message}]
+
+
+def pop_last_turn(history: list[dict]) -> tuple[list[dict], str]:
+    """The chat without its last user message and the answers after it, and that message's
+    text (retry sends it again; undo puts it back in the box)."""
+    i = len(history) - 1
+    while i >= 0 and history[i].get("role") != "user":
+        i -= 1
+    if i < 0:
+        return list(history), ""
+    return list(history[:i]), plain_text(history[i].get("content"))
+
+
 def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
-            spec: RunSpec) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
-    """Yield (history, token view, metrics panel, stats, textbox) while the answer streams,
-    once this answer's turn in the holder's queue (shared with the API) has come. With
-    `spec.history` the answer drafts from the history of past requests and is added to it."""
+            spec: RunSpec, system: str = "", overflow: str = OVERFLOW) -> Iterator[Frame]:
+    """Yield (history, token view, metrics panel, stats, textbox, context meter) while the answer
+    streams, once this answer's turn in the holder's queue (shared with the API) has come. The
+    chat is fitted to the context by `overflow` (app/runtime/overflow.py). With `spec.history`
+    the answer drafts from the history of past requests and is added to it."""
     if not message or not message.strip():
         raise gr.Error("type a message first")
     try:
@@ -63,30 +93,43 @@ def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
     try:
         holder.queue.wait(ticket)
         yield from _answer(holder, flags, session, message, history, spec,
-                           holder.history_for() if spec.history else None)
+                           holder.history_for() if spec.history else None, system, overflow)
     finally:
         holder.queue.leave(ticket)
 
 
-def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
-            spec: RunSpec, past: History | None
-            ) -> Iterator[tuple[list[dict], str, str, dict | None, str]]:
+def _start(holder: PairHolder, message: str, history: list[dict], spec: RunSpec,
+           past: History | None, system: str, overflow: str) -> tuple[Iterator, Fitted]:
+    """The generation's events and the messages it reads, fitted to the context."""
     try:
         if spec.grammar is not None:
             # Refused (with llguidance's message) before the message leaves the box.
             holder.pair.compile_grammar(spec.grammar)
-        messages = to_messages(history) + [{"role": "user", "content": message}]
-        events = watch(generate(holder.pair, replace(spec, prompt=tuple(messages)),
+        pair = holder.pair
+        fitted = fit(chat_messages(system, history, message), overflow, pair.tokens_for,
+                     pair.n_ctx - reserve(spec.max_tokens, pair.n_ctx))
+        events = watch(generate(pair, replace(spec, prompt=fitted.messages), fitted.tokens,
                                 history=past.index if past else None),
                        chosen_acceptance(holder.pairing, spec.drafter))
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
+    return events, fitted
+
+
+def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
+            spec: RunSpec, past: History | None, system: str, overflow: str) -> Iterator[Frame]:
+    events, fitted = _start(holder, message, history, spec, past, system, overflow)
+    n_ctx, note = holder.pair.n_ctx, fitted.note(overflow)
+
+    def meter(out: int) -> str:
+        return metrics.context_meter(len(fitted.tokens) + out, n_ctx, note)
+
     history = [*history, {"role": "user", "content": message}, {"role": "assistant", "content": ""}]
     pieces: list[metrics.Piece] = []
     answer = ""
     stats: GenerationStats | None = None
     flags.begin(session)
-    yield history, metrics.token_view(pieces), metrics.live_panel(None), None, ""
+    yield history, metrics.token_view(pieces), metrics.live_panel(None), None, "", meter(0)
     last = time.monotonic()
     try:
         for ev in events:
@@ -100,7 +143,8 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
                 if time.monotonic() - last >= MIN_REFRESH_S:
                     last = time.monotonic()
                     history[-1] = {"role": "assistant", "content": answer}
-                    yield history, metrics.token_view(pieces), metrics.live_panel(stats), None, ""
+                    yield (history, metrics.token_view(pieces), metrics.live_panel(stats), None,
+                           "", meter(len(pieces)))
             elif isinstance(ev, StaleDraftEvent):
                 gr.Warning(stale_line(ev))
             elif isinstance(ev, DoneEvent):
@@ -108,7 +152,7 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
                     past.save()
                 history[-1] = {"role": "assistant", "content": ev.text}
                 yield (history, metrics.token_view(pieces), metrics.live_panel(ev.stats, done=True),
-                       stats_payload(ev.stats, ev.text), "")
+                       stats_payload(ev.stats, ev.text), "", meter(ev.stats.output_tokens))
                 return
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
@@ -121,12 +165,13 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
         stats.finish_reason = "stopped"
         stats.output_tokens = len(pieces)
     yield (history, metrics.token_view(pieces), metrics.live_panel(stats, done=False, note="stopped"),
-           stats_payload(stats, answer) if stats else None, "")
+           stats_payload(stats, answer) if stats else None, "", meter(len(pieces)))
 
 
-def _settings(drafters: list[str], default_drafter: str) -> tuple[list, gr.Checkbox, gr.Button, list]:
+def _settings(drafters: list[str], default_drafter: str) -> tuple[list, gr.Checkbox, gr.Button, list,
+                                                                  gr.Dropdown]:
     """The settings accordion: the shared controls, the history's switch and its clear button,
-    and structured output."""
+    structured output and the overflow policy."""
     with gr.Accordion("settings", open=False, elem_id="chat-settings"):
         widgets = controls.build(drafters, default_drafter, "chat")
         with gr.Row():
@@ -135,61 +180,266 @@ def _settings(drafters: list[str], default_drafter: str) -> tuple[list, gr.Check
                 info="hybrid and suffix copy from your earlier prompts and answers, "
                      "kept on this machine only (off: neither read nor added to)")
             forget = gr.Button("clear history", size="sm", elem_id="chat-forget")
+        overflow = gr.Dropdown([(label, name) for name, label in OVERFLOW_LABELS.items()],
+                               value=OVERFLOW, label="when the chat outgrows the context",
+                               elem_id="chat-overflow")
         output = controls.build_output("chat")
-    return widgets, remember, forget, output
+    return widgets, remember, forget, output, overflow
 
 
-def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_drafter: str) -> dict[str, Any]:
-    """Lay out the chat tab inside the current Blocks; returns the components others update."""
-    with gr.Row():
-        with gr.Column(scale=3):
-            chatbot = gr.Chatbot(label="chat", height=380, elem_id="chatbot")
-            with gr.Row(equal_height=True):
-                message = gr.Textbox(placeholder="Ask for some code…", show_label=False, scale=8,
-                                     elem_id="chat-input", lines=1, container=False)
-                send = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="chat-send")
-            with gr.Row():
-                stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
-                clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
-            widgets, remember, forget, output = _settings(drafters, default_drafter)
-        with gr.Column(scale=2):
-            panel = gr.HTML(metrics.live_panel(None), elem_id="chat-metrics")
-            tokens = gr.HTML(metrics.token_view([]), elem_id="chat-tokens")
-            with gr.Accordion("raw statistics", open=False):
-                stats = gr.JSON(label="stats", elem_id="chat-stats")
+@dataclass
+class Values:
+    """The values every chat event reads, in `ChatTab.inputs` order."""
+    history: list[dict]
+    settings: list[Any]  # controls.WIDGETS' values
+    remember: bool
+    output: str
+    schema: str
+    chat_id: str
+    system: str
+    overflow: str
 
-    def on_send(message_text: str, history: list[dict], drafter: str, policy: str, gamma: float,
-                temperature: float, top_k: float, top_p: float, min_p: float, seed: float | None,
-                max_tokens: float, remember_value: bool, output_choice: str, schema: str,
-                request: gr.Request):
+    @classmethod
+    def of(cls, values: tuple) -> "Values":
+        n = len(controls.WIDGETS)
+        history, *rest = values
+        settings, (remember, output, schema, chat_id, system, overflow) = rest[:n], rest[n:]
+        return cls(list(history or []), list(settings), bool(remember), output, schema,
+                   chat_id or "", system or "", overflow or OVERFLOW)
+
+    def spec(self, holder: PairHolder) -> RunSpec:
         try:
-            spec = controls.spec(holder.offer(), drafter, policy, gamma, temperature, top_k,
-                                 top_p, min_p, seed, max_tokens, bool(remember_value),
-                                 output=output_choice, schema=schema)
+            return controls.spec(holder.offer(), *self.settings, self.remember,
+                                 output=self.output, schema=self.schema)
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
-        yield from respond(holder, flags, request.session_hash or "", message_text, history or [],
-                           spec)
 
-    def on_stop(request: gr.Request) -> None:
-        flags.stop(request.session_hash or "")
+    def kept(self) -> dict[str, Any]:
+        """What the chat keeps of its controls."""
+        return {**dict(zip(controls.WIDGETS, self.settings)), "overflow": self.overflow,
+                "history": self.remember}
 
-    def on_forget() -> None:
-        store = holder.history
+
+class ChatTab:
+    """The chat tab's components and its events: send, retry, edit, undo, stop, and the
+    sidebar's chats (app/ui/chat_sidebar.py), saved in `store` as they go."""
+
+    def __init__(self, holder: PairHolder, flags: StopFlags, store: ChatStore) -> None:
+        self.holder, self.flags, self.store = holder, flags, store
+
+    def layout(self, drafters: list[str], default_drafter: str) -> None:
+        with gr.Row():
+            with gr.Column(scale=1, min_width=200, elem_id="chat-sidebar"):
+                self.side = chat_sidebar.build()
+            with gr.Column(scale=3):
+                self.state = gr.State("")
+                with gr.Row(equal_height=True):
+                    self.preset = gr.Dropdown(list(SYSTEM_PRESETS), value=None, label="preset",
+                                              scale=1, elem_id="chat-preset")
+                    self.system = gr.Textbox(label="system prompt", lines=1, max_lines=6, scale=4,
+                                             placeholder="how the assistant should answer (kept "
+                                             "with this chat)", elem_id="chat-system")
+                self.meter = gr.HTML(metrics.context_meter(None, None), elem_id="chat-context")
+                self.chatbot = gr.Chatbot(label="chat", height=380, elem_id="chatbot",
+                                          editable="user", buttons=["copy", "copy_all"])
+                with gr.Row(equal_height=True):
+                    self.message = gr.Textbox(placeholder="Ask for some code…", show_label=False,
+                                              scale=8, elem_id="chat-input", lines=1,
+                                              container=False)
+                    self.send_button = gr.Button("Send", variant="primary", scale=1, min_width=80,
+                                                 elem_id="chat-send")
+                self.stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
+                (self.widgets, self.remember, self.forget, self.output,
+                 self.overflow) = _settings(drafters, default_drafter)
+            with gr.Column(scale=2):
+                self.panel = gr.HTML(metrics.live_panel(None), elem_id="chat-metrics")
+                self.tokens = gr.HTML(metrics.token_view([]), elem_id="chat-tokens")
+                with gr.Accordion("raw statistics", open=False):
+                    self.stats = gr.JSON(label="stats", elem_id="chat-stats")
+
+    @property
+    def inputs(self) -> list:
+        return [self.chatbot, *self.widgets, self.remember, *self.output, self.state,
+                self.system, self.overflow]
+
+    @property
+    def outputs(self) -> list:
+        """What an answer updates: respond's frame, then the chat's id and the list."""
+        return [self.chatbot, self.tokens, self.panel, self.stats, self.message, self.meter,
+                self.state, self.side.chats]
+
+    def run(self, request: gr.Request, message: str, v: Values) -> Iterator[tuple]:
+        """Answer `message` after `v.history`, saving the chat as it goes: once the answer
+        starts (the question is kept), and when it ends, is stopped or fails."""
+        chat, frame = self._chat(v), None
+        try:
+            for frame in respond(self.holder, self.flags, request.session_hash or "", message,
+                                 v.history, v.spec(self.holder), v.system, v.overflow):
+                if frame[3] is None and frame[0][-1]["content"] == "":
+                    # The answer starts: the question is kept from now on.
+                    chat = self._save(chat, frame[0], v)
+                    yield (*frame, chat.id, chat_sidebar.listing(self.store, chat.id))
+                else:
+                    yield (*frame, chat.id, gr.update())
+        finally:
+            if frame is not None:
+                chat = self._save(chat, frame[0], v)
+        if frame is not None:
+            yield (*frame, chat.id, chat_sidebar.listing(self.store, chat.id))
+
+    def _chat(self, v: Values) -> Chat:
+        """The chat an answer goes into: the page's, or a new one. A send from an empty chat
+        window never overwrites a saved conversation (one the page had not shown yet)."""
+        chat = self.store.get(v.chat_id) if v.chat_id else None
+        if chat is None or (chat.messages and not v.history):
+            return self.store.new(v.system, chat_sidebar.chat_settings(v.kept()))
+        return chat
+
+    def _save(self, chat: Chat, history: list[dict], v: Values) -> Chat:
+        messages = [m for m in to_messages(history) if m["content"] or m["role"] == "user"]
+        saved = self.store.save(chat_sidebar.with_messages(chat, messages, v.system, v.kept()))
+        if saved.id != v.chat_id:
+            self.store.remember(saved.id)
+        return saved
+
+    def send(self, request: gr.Request, message: str, history: list[dict], drafter: str,
+             policy: str, gamma: float, temperature: float, top_k: float, top_p: float,
+             min_p: float, seed: float | None, max_tokens: float, remember: bool = HISTORY,
+             output: str | None = None, schema: str | None = None, chat_id: str | None = None,
+             system: str | None = None, overflow: str | None = None) -> Iterator[tuple]:
+        """The page's (and the /chat API's) send; the settings by name, as the API lists them."""
+        yield from self.run(request, message, Values.of((
+            history, drafter, policy, gamma, temperature, top_k, top_p, min_p, seed, max_tokens,
+            remember, output or OFF, schema or "", chat_id, system, overflow)))
+
+    def retry(self, request: gr.Request, *values: Any) -> Iterator[tuple]:
+        """The last answer again: the chat up to the last question, which is sent again (the
+        KV cache still holds everything before the answer, so it starts at once)."""
+        v = Values.of(values)
+        v.history, message = pop_last_turn(v.history)
+        yield from self.run(request, message, v)
+
+    def edit(self, edit: gr.EditData, request: gr.Request, *values: Any) -> Iterator[tuple]:
+        """A sent message changed: the chat up to it, then the new text, answered afresh."""
+        v = Values.of(values)
+        index = edit.index[0] if isinstance(edit.index, (list, tuple)) else edit.index
+        v.history = v.history[:index]
+        yield from self.run(request, plain_text(edit.value), v)
+
+    def undo(self, *values: Any) -> tuple:
+        """The last question and its answer leave the chat; the question goes back in the box."""
+        v = Values.of(values)
+        history, message = pop_last_turn(v.history)
+        chat = self.store.get(v.chat_id) if v.chat_id else None
+        if chat is not None:
+            self._save(chat, history, v)
+        return history, message, self.count(v.system, history)
+
+    def count(self, system: str, history: list[dict], note: str = "") -> str:
+        """The context meter for a chat at rest (a dash until a model is loaded)."""
+        if self.holder.status.state != READY:
+            return metrics.context_meter(None, None)
+        pair = self.holder.pair
+        messages = to_messages(history)
+        head = [{"role": "system", "content": system}] if system.strip() else []
+        used = len(pair.tokens_for(head + messages)) if messages else 0
+        return metrics.context_meter(used, pair.n_ctx, note)
+
+    def show(self, chat: Chat | None) -> tuple:
+        """The page's values for an opened chat (None: a new, empty one)."""
+        if chat is not None:
+            self.store.remember(chat.id)
+        messages = list(chat.messages) if chat else []
+        system = chat.system if chat else ""
+        return (chat.id if chat else "", messages, system, chat.title if chat else "",
+                chat_sidebar.listing(self.store, chat.id if chat else None),
+                self.count(system, messages), metrics.live_panel(None), metrics.token_view([]),
+                *chat_sidebar.restored(chat, (*controls.WIDGETS, "overflow")))
+
+    @property
+    def shown(self) -> list:
+        return [self.state, self.chatbot, self.system, self.side.title, self.side.chats,
+                self.meter, self.panel, self.tokens, *self.widgets, self.overflow]
+
+    def open(self, chat_id: str | None) -> tuple:
+        chat = self.store.get(chat_id) if chat_id else None
+        if chat_id and chat is None:
+            gr.Warning("that chat is gone (deleted in another tab?)")
+        return self.show(chat)
+
+    def rename(self, chat_id: str, title: str) -> tuple:
+        if not chat_id:
+            raise gr.Error("send a message first: an empty chat is not saved")
+        try:
+            chat = self.store.rename(chat_id, title)
+        except TandemError as exc:
+            raise gr.Error(str(exc)) from None
+        return chat.title, chat_sidebar.listing(self.store, chat.id)
+
+    def delete(self, chat_id: str) -> tuple:
+        if chat_id:
+            self.store.delete(chat_id)
+        rest = self.store.list()
+        return self.show(rest[0] if rest else None)
+
+    def save_system(self, chat_id: str, system: str) -> None:
+        chat = self.store.get(chat_id) if chat_id else None
+        if chat is not None and chat.system != system:
+            self.store.save(replace(chat, system=system), touch=False)
+
+    def wire(self) -> None:
+        """The events."""
+        common = dict(concurrency_limit=None, show_progress="hidden")
+        # Not limited by Gradio: answers take their turns in the holder's queue (app/runtime/queue.py).
+        self.send_button.click(self.send, [self.message, *self.inputs], self.outputs,
+                               api_name="chat", **common)
+        self.message.submit(self.send, [self.message, *self.inputs], self.outputs,
+                            api_visibility="private", **common)
+        self.chatbot.retry(self.retry, self.inputs, self.outputs, api_visibility="private", **common)
+        self.chatbot.edit(self.edit, self.inputs, self.outputs, api_visibility="private", **common)
+        self.chatbot.undo(self.undo, self.inputs, [self.chatbot, self.message, self.meter],
+                          api_visibility="private", queue=False)
+        self.stop.click(self.stop_answer, None, None, api_name="stop", queue=False)
+        self.forget.click(self.forget_history, None, None, api_visibility="private", queue=False)
+        self.wire_sidebar()
+
+    def wire_sidebar(self) -> None:
+        side, private = self.side, dict(api_visibility="private", queue=False)
+        side.new.click(lambda: self.show(None), None, self.shown, **private)
+        # The Chatbot's own clear button starts a new chat too (the cleared one stays saved).
+        self.chatbot.clear(lambda: self.show(None), None, self.shown, **private)
+        side.chats.input(self.open, side.chats, self.shown, **private)
+        side.rename.click(self.rename, [self.state, side.title], [side.title, side.chats], **private)
+        side.title.submit(self.rename, [self.state, side.title], [side.title, side.chats], **private)
+        side.delete.click(self.delete, self.state, self.shown, **private)
+        side.export_md.click(lambda i: chat_sidebar.export(self.store, i, "md"), self.state,
+                             side.download, **private)
+        side.export_json.click(lambda i: chat_sidebar.export(self.store, i, "json"), self.state,
+                               side.download, **private)
+        self.preset.input(chat_sidebar.preset_text, self.preset, self.system, **private)
+        self.system.blur(self.save_system, [self.state, self.system], None, **private)
+
+    def stop_answer(self, request: gr.Request) -> None:
+        self.flags.stop(request.session_hash or "")
+
+    def forget_history(self) -> None:
+        store = self.holder.history
         if store is None:
             raise gr.Error("history is off (--no-history) or no model is loaded")
         store.clear()
         gr.Info("history cleared")
 
-    inputs = [message, chatbot, *widgets, remember, *output]
-    outputs = [chatbot, tokens, panel, stats, message]
-    # Not limited by Gradio: answers take their turns in the holder's queue (app/runtime/queue.py).
-    send.click(on_send, inputs, outputs, api_name="chat", concurrency_limit=None,
-               show_progress="hidden")
-    message.submit(on_send, inputs, outputs, api_visibility="private", concurrency_limit=None,
-                   show_progress="hidden")
-    stop.click(on_stop, None, None, api_name="stop", queue=False)
-    forget.click(on_forget, None, None, api_visibility="private", queue=False)
-    clear.click(lambda: ([], metrics.token_view([]), metrics.live_panel(None), None), None,
-                [chatbot, tokens, panel, stats], api_name="clear", queue=False)
-    return {**dict(zip(controls.WIDGETS, widgets)), "chatbot": chatbot}
+    def open_last(self) -> tuple:
+        """What a page (re)load shows: the chat open last (after a restart too)."""
+        return self.show(self.store.last())
+
+
+def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_drafter: str,
+          store: ChatStore | None = None) -> dict[str, Any]:
+    """Lay out the chat tab inside the current Blocks; returns the components others update,
+    and `open_last` with the components it fills, for the page's load event."""
+    tab = ChatTab(holder, flags, store or ChatStore())
+    tab.layout(drafters, default_drafter)
+    tab.wire()
+    return {**dict(zip(controls.WIDGETS, tab.widgets)), "chatbot": tab.chatbot,
+            "open_last": tab.open_last, "shown": tab.shown}

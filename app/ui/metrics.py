@@ -1,6 +1,6 @@
-"""HTML for generation statistics: the live metrics panel, the acceptance-by-position chart and
-the token view coloured by origin (the tokens a grammar forced in their own colour), with its
-legend.
+"""HTML for generation statistics: the live metrics panel (with the prompt tokens the KV cache
+held), the context meter, the acceptance-by-position chart and the token view coloured by origin
+(the tokens a grammar forced in their own colour), with its legend.
 
 Everything is inline-styled HTML built from `GenerationStats` and token events, so it renders
 the same in any theme and costs no plotting library on a CPU that is busy decoding.
@@ -89,6 +89,10 @@ def live_panel(stats: GenerationStats | None, done: bool = False, note: str = ""
         _card("verify ms / round", f"{stats.verify_time_ms / rounds:.0f}",
               "target forward pass over the drafted tokens"),
         _card("TTFT ms", f"{stats.ttft_ms:.0f}" if stats.ttft_ms else "…", "time to first token"),
+        _card("prompt from cache", f"{stats.prompt_cached_tokens} / {stats.prompt_tokens}",
+              "prompt tokens the KV cache already held from the previous turn"),
+        _card("prompt computed", f"{stats.prompt_computed_tokens}",
+              "prompt tokens decoded for this turn"),
     ]
     if stats.forced_tokens:
         share = stats.forced_tokens / max(stats.output_tokens, 1)
@@ -106,6 +110,23 @@ def live_panel(stats: GenerationStats | None, done: bool = False, note: str = ""
     return (f'<div class="tandem-metrics" data-state="{state}" data-tokens="{stats.output_tokens}">'
             f'{head}<div style="display:flex;flex-wrap:wrap;gap:6px;margin-bottom:8px">{"".join(cards)}</div>'
             f'{why}{chart}</div>')
+
+
+def context_meter(used: int | None, n_ctx: int | None, note: str = "") -> str:
+    """Tokens in the context out of its size, as a bar; `note` says what the overflow policy
+    left out. Unknown (no model loaded, nothing sent): a dash."""
+    if used is None or not n_ctx:
+        return ('<div class="tandem-context" data-used="" data-ctx="" style="font-size:.8em;'
+                'opacity:.75">context: –</div>')
+    share = min(used / n_ctx, 1.0)
+    color = "#d9534f" if share > 0.9 else "#e0a43b" if share > 0.7 else "#3b7dd8"
+    said = (f'<div class="tandem-dropped" style="margin-top:2px">{html.escape(note)}</div>'
+            if note else "")
+    return (f'<div class="tandem-context" data-used="{used}" data-ctx="{n_ctx}" '
+            f'style="font-size:.8em">context: <b>{used:,} / {n_ctx:,}</b> tokens '
+            f'({100 * share:.0f}%)<div style="height:6px;border-radius:3px;margin-top:2px;'
+            f'background:rgba(128,128,128,.25)"><div style="width:{100 * share:.1f}%;height:6px;'
+            f'border-radius:3px;background:{color}"></div></div>{said}</div>')
 
 
 def legend(origins: tuple[str, ...] = tuple(ORIGIN_COLORS)) -> str:

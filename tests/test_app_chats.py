@@ -1,0 +1,154 @@
+"""The chat tab's conversations without a browser (app/ui/chat.py, app/ui/chat_sidebar.py) over
+the fake pair: a system prompt reaches the model, answers are saved as they go, retry, edit and
+undo, the context meter, the overflow policies, and the prompt tokens the KV cache kept."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+
+from app.runtime.holder import PairHolder
+from app.ui import chat_sidebar, controls
+from app.ui.chat import ChatTab, Values, pop_last_turn, respond
+from app.ui.state import StopFlags
+from engine.pair import Pair
+from loading.chats import ChatStore
+from bench.fakes.backend import FakeBackend
+
+# drafter, policy, gamma, temperature, top-k, top-p, min-p, seed, max tokens
+GREEDY = ["draft", "fixed", 2, 0.0, 0, 1.0, 0.0, -1, 8]
+REQUEST = SimpleNamespace(session_hash="s1")
+
+
+class Recording(FakeBackend):
+    """The fake model, keeping the text of each prompt it was asked to template."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.prompts: list[list[dict]] = []
+
+    def chat_prompt(self, messages, tools=None):
+        self.prompts.append([dict(m) for m in messages])
+        return super().chat_prompt(messages, tools)
+
+
+def tab(tmp_path, n_ctx: int = 4096) -> ChatTab:
+    target = Recording(n_ctx=n_ctx)
+    holder = PairHolder(Pair(target, FakeBackend(noise=0.5, n_ctx=n_ctx)))
+    return ChatTab(holder, StopFlags(), ChatStore(tmp_path / "chats"))
+
+
+def values(history, chat_id="", system="", overflow="drop-oldest", max_tokens=8) -> tuple:
+    return (history, *GREEDY[:-1], max_tokens, False, "off", "", chat_id, system, overflow)
+
+
+def last(gen):
+    *_, out = gen
+    return out
+
+
+def test_an_answer_is_saved_with_its_system_prompt_and_settings_and_reopens(tmp_path):
+    t = tab(tmp_path)
+    history, *_, meter, chat_id, _ = last(t.run(REQUEST, "hello", Values.of(values([], system="Be terse."))))
+    assert t.holder.pair.target.backend.prompts[-1][0] == {"role": "system", "content": "Be terse."}
+    saved = t.store.get(chat_id)
+    assert [m["role"] for m in saved.messages] == ["user", "assistant"]
+    assert saved.messages[1]["content"] == history[-1]["content"] and saved.title == "hello"
+    assert saved.system == "Be terse." and saved.settings["max_tokens"] == 8
+    assert saved.settings["overflow"] == "drop-oldest"
+    # A reload (or a restart: a new store over the same folder) opens it again.
+    again = ChatTab(t.holder, t.flags, ChatStore(t.store.root)).open_last()
+    assert again[0] == chat_id and again[1] == list(saved.messages) and again[2] == "Be terse."
+    assert 'data-used="' in meter and 'data-ctx="4096"' in meter
+
+
+def test_a_second_turn_takes_its_prefix_from_the_cache(tmp_path):
+    t = tab(tmp_path)
+    history, _, panel, first, *_, chat_id, _ = last(t.run(REQUEST, "hello", Values.of(values([]))))
+    assert first["prompt_cached_tokens"] == 0
+    history, _, panel, stats, *_ = last(t.run(REQUEST, "more", Values.of(values(history, chat_id))))
+    # At least the first turn's prompt (the fake's answer text does not tokenize back to the
+    # ids it sampled, so the cache's match ends inside the answer; a real model's does).
+    assert stats["prompt_cached_tokens"] >= first["prompt_tokens"]
+    assert "prompt from cache" in panel and f"{stats['prompt_cached_tokens']} / {stats['prompt_tokens']}" in panel
+
+
+def test_retry_sends_the_last_question_again_and_undo_takes_it_back(tmp_path):
+    t = tab(tmp_path)
+    first, *_, chat_id, _ = last(t.run(REQUEST, "one", Values.of(values([]))))
+    second, *_ = last(t.run(REQUEST, "two", Values.of(values(first, chat_id))))
+    again, _, _, stats, *_ = last(t.retry(REQUEST, *values(second, chat_id)))
+    assert [m["content"] for m in again[:3]] == ["one", first[1]["content"], "two"] and len(again) == 4
+    # Everything but the answer was still in the cache.
+    assert stats["prompt_computed_tokens"] == 1
+    history, box, _ = t.undo(*values(again, chat_id))
+    assert box == "two" and history == first
+    assert [m["content"] for m in t.store.get(chat_id).messages] == ["one", first[1]["content"]]
+
+
+def test_edit_answers_the_changed_message_from_there(tmp_path):
+    t = tab(tmp_path)
+    first, *_, chat_id, _ = last(t.run(REQUEST, "one", Values.of(values([]))))
+    second, *_ = last(t.run(REQUEST, "two", Values.of(values(first, chat_id))))
+    edit = SimpleNamespace(index=2, value="deux")
+    edited, *_ = last(t.edit(edit, REQUEST, *values(second, chat_id)))
+    assert [m["content"] for m in edited if m["role"] == "user"] == ["one", "deux"]
+    assert [m["content"] for m in t.store.get(chat_id).messages if m["role"] == "user"] == ["one", "deux"]
+
+
+def test_a_chat_longer_than_the_context_goes_on_and_says_what_was_left_out(tmp_path):
+    t = tab(tmp_path, n_ctx=128)
+    history, chat_id = [], ""
+    for i in range(6):
+        history, _, _, stats, _, meter, chat_id, _ = last(
+            t.run(REQUEST, f"question number {i}", Values.of(values(history, chat_id))))
+    assert len([m for m in history if m["role"] == "user"]) == 6
+    assert "left out the oldest" in meter and "turns" in meter
+    assert stats["prompt_tokens"] + 8 <= 128
+    # The model read the system prompt-less newest turns only; the chat itself is whole.
+    assert t.holder.pair.target.backend.prompts[-1][-1]["content"] == "question number 5"
+    assert len(t.store.get(chat_id).messages) == 12
+    with pytest.raises(gr.Error, match="start a new chat, choose another overflow policy"):
+        last(t.run(REQUEST, "again", Values.of(values(history, chat_id, overflow="stop"))))
+
+
+def test_the_sidebar_renames_deletes_and_exports(tmp_path):
+    t = tab(tmp_path)
+    _, *_, a, _ = last(t.run(REQUEST, "first chat", Values.of(values([]))))
+    _, *_, b, _ = last(t.run(REQUEST, "second chat", Values.of(values([]))))
+    title, listing = t.rename(a, "Renamed")
+    # A rename changes no message: the order stays newest first.
+    assert title == "Renamed" and listing["choices"] == [("second chat", b), ("Renamed", a)]
+    md = open(chat_sidebar.export(t.store, a, "md")["value"], encoding="utf-8").read()
+    assert md.startswith("# Renamed") and "## You\n\nfirst chat" in md
+    assert chat_sidebar.export(t.store, a, "json")["value"].endswith(".json")
+    shown = t.delete(b)
+    assert shown[0] == a and [c.id for c in t.store.list()] == [a]
+    with pytest.raises(gr.Error, match="nothing to export"):
+        chat_sidebar.export(t.store, "", "md")
+
+
+def test_a_send_from_an_empty_window_never_overwrites_a_saved_chat(tmp_path):
+    t = tab(tmp_path)
+    _, *_, a, _ = last(t.run(REQUEST, "kept", Values.of(values([]))))
+    # The page had the chat's id but not yet its messages (a send right after a reload).
+    _, *_, b, _ = last(t.run(REQUEST, "other", Values.of(values([], chat_id=a))))
+    assert b != a and [m["content"] for m in t.store.get(a).messages][0] == "kept"
+
+
+def test_pop_last_turn_and_the_restored_settings():
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+               {"role": "user", "content": [{"type": "text", "text": "c"}]},
+               {"role": "assistant", "content": "d"}]
+    assert pop_last_turn(history) == (history[:2], "c")
+    assert pop_last_turn([]) == ([], "")
+    restored = chat_sidebar.restored(None, tuple(controls.WIDGETS))
+    assert all(u == gr.update() for u in restored)
+
+
+def test_respond_still_answers_without_a_system_prompt():
+    holder = PairHolder(Pair(FakeBackend(), FakeBackend(noise=0.5)))
+    *_, (history, _, panel, stats, box, meter) = respond(
+        holder, StopFlags(), "s", "hi", [], controls.spec(holder.offer(), *GREEDY))
+    assert stats["output_tokens"] == 8 and box == "" and "context:" in meter
