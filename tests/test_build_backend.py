@@ -1,6 +1,7 @@
 """scripts/lib.sh picks llama.cpp's GPU backend from the tools a machine has: CUDA for the card's
 own compute capability where nvcc is, a CPU build and one line where only the card is, Vulkan
-where glslc and its headers are. The machine is made up: fake nvidia-smi, nvcc and glslc on a
+where vulkaninfo sees a GPU (not Mesa's lavapipe, a CPU-type device) and glslc and headers from
+1.3.261 on are. The machine is made up: fake nvidia-smi, nvcc and glslc on a
 PATH that holds nothing else but the shell tools the function uses."""
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def with_gpu(flags: str) -> str:
     return CPU.replace(" -DGGML_AVX=", f" {flags} -DGGML_AVX=")
 
 
-def run(tmp_path: Path, fakes: dict[str, str], vulkan_headers: bool = False) -> tuple[str, str]:
+def run(tmp_path: Path, fakes: dict[str, str], vulkan_headers: int = 0) -> tuple[str, str]:
+    """lib.sh's flags and messages on a made-up machine; `vulkan_headers`: the VK_HEADER_VERSION of
+    the SDK's headers (0: none)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in TOOLS:
@@ -36,7 +39,8 @@ def run(tmp_path: Path, fakes: dict[str, str], vulkan_headers: bool = False) -> 
     sdk = tmp_path / "sdk"
     if vulkan_headers:
         (sdk / "include" / "vulkan").mkdir(parents=True)
-        (sdk / "include" / "vulkan" / "vulkan.h").write_text("")
+        (sdk / "include" / "vulkan" / "vulkan_core.h").write_text(
+            f"#define VK_HEADER_VERSION {vulkan_headers}\n")
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "TANDEM_LLAMA_FLAGS": "avx avx2",
            "VULKAN_SDK": str(sdk), "CUDA_HOME": str(tmp_path / "no-cuda")}
     bash = shutil.which("bash")
@@ -71,9 +75,19 @@ class TestBackend:
         assert out == CPU
         assert len(err.splitlines()) == 1 and "install the CUDA toolkit (nvcc)" in err
 
-    def test_vulkan_needs_glslc_and_its_headers(self, tmp_path):
-        (tmp_path / "a").mkdir()
-        (tmp_path / "b").mkdir()
-        assert run(tmp_path / "a", {"glslc": "exit 0"})[0] == CPU
-        out, _ = run(tmp_path / "b", {"glslc": "exit 0"}, vulkan_headers=True)
-        assert out == with_gpu("-DGGML_VULKAN=ON")
+    def test_vulkan_needs_a_gpu_glslc_and_new_enough_headers(self, tmp_path):
+        gpu = 'echo "        deviceType         = PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"'
+        lavapipe = 'echo "        deviceType         = PHYSICAL_DEVICE_TYPE_CPU"'
+        cases = {"glslc-only": ({"glslc": "exit 0"}, 309),
+                 "lavapipe": ({"glslc": "exit 0", "vulkaninfo": lavapipe}, 309),
+                 "old-headers": ({"glslc": "exit 0", "vulkaninfo": gpu}, 239),
+                 "gpu": ({"glslc": "exit 0", "vulkaninfo": gpu}, 309)}
+        got = {}
+        for name, (fakes, version) in cases.items():
+            (tmp_path / name).mkdir()
+            got[name] = run(tmp_path / name, fakes, vulkan_headers=version)
+        assert got["glslc-only"] == (CPU, "") and got["lavapipe"] == (CPU, "")
+        out, err = got["old-headers"]
+        assert out == CPU and len(err.splitlines()) == 1 and "older than 1.3.261" in err
+        include = tmp_path / "gpu" / "sdk" / "include"
+        assert got["gpu"] == (with_gpu(f"-DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR={include}"), "")

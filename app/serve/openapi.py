@@ -147,6 +147,10 @@ CHAT_ONLY: dict[str, Any] = {
                  "description": "each token's log probability (the target's, at temperature 1)"},
     TOP_LOGPROBS.api_field: {**_schema(TOP_LOGPROBS), "description": "alternatives per token; "
                              "needs logprobs: true"},
+    "context_overflow": {"type": "string", "nullable": True, "enum": [*OVERFLOW_POLICIES, None],
+                         "description": "when the messages outgrow the context: stop (default, "
+                         "a 413), drop-oldest or truncate-middle (turns left out, the system "
+                         "prompt kept; the X-Tandem-Dropped-Messages header counts them)"},
 }
 # On completions too: the prompt describes the tools, the template's syntax holds the answer.
 TOOLS_FIELDS: dict[str, Any] = {
@@ -155,10 +159,6 @@ TOOLS_FIELDS: dict[str, Any] = {
     "parallel_tool_calls": {"type": "boolean", "nullable": True,
                             "description": "several calls allowed (default: true with auto, "
                                            "false with required or a named function)"},
-    "context_overflow": {"type": "string", "nullable": True, "enum": [*OVERFLOW_POLICIES, None],
-                         "description": "when the messages outgrow the context: stop (default, "
-                         "a 413), drop-oldest or truncate-middle (turns left out, the system "
-                         "prompt kept; the X-Tandem-Dropped-Messages header counts them)"},
 }
 # The legacy endpoint's `logprobs` is the number of alternatives (the same row).
 COMPLETION_ONLY: dict[str, Any] = {"logprobs": {**_schema(TOP_LOGPROBS),
