@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+import httpx
+import pytest
 
 from app.serve.access import Access
 from app.serve.server import launch
@@ -23,6 +28,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_up(proc: subprocess.Popen, url: str, seconds: float = 300) -> None:
+    """Wait until a server process started by a test answers 200 at `url` (its /health, say); fail
+    the test with its output if it exits first, or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"the server exited with {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no answer at {url}")
+        time.sleep(0.5)
 
 
 def small_model() -> Path:

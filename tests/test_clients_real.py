@@ -8,14 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import instructor
 import pytest
 
-from tests.appserver import free_port
+from tests.appserver import free_port, wait_up
 from tests.test_clients import (City, agents_sdk, langchain_required, openai_round_trip,
                                 openai_streamed_call, pydantic_ai_agent, sync_client)
 from tests.test_serve_security import KEY
@@ -37,19 +35,7 @@ def server(embedded_paths):
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"tandem serve exited with {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("tandem serve did not come up")
-        time.sleep(0.5)
+    wait_up(proc, f"{url}/health", START_TIMEOUT_S)
     yield url + "/v1"
     proc.terminate()
     try:

@@ -24,7 +24,7 @@ from engine.backend import ModelConfig
 from bench.exactness.greedy import require_near_tie, text_divergence
 from engine.llama.backend import LlamaBackend
 from engine.session import Session
-from tests.appserver import free_port
+from tests.appserver import free_port, wait_up
 
 pytestmark = pytest.mark.real
 
@@ -47,19 +47,7 @@ def server(embedded_paths):
          "--target", str(embedded_paths[0]), "--draft", str(embedded_paths[1])],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"tandem serve exited with {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("tandem serve did not come up")
-        time.sleep(0.5)
+    wait_up(proc, f"{url}/health", START_TIMEOUT_S)
     yield url
     proc.terminate()
     try:

@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,7 +42,7 @@ from loading import devices
 from loading.options import LoadOptions
 from loading.plan import plan_load
 from models.budget import MIB
-from tests.appserver import free_port
+from tests.appserver import free_port, wait_up
 from tests.realmodels import embedded_pair, gemma3_270m, smollm2_135m
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,26 +214,10 @@ def server():
          "--draft-quant", "off", "--no-history", *SAFE_ATTENTION],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
-    _wait_up(proc, f"{url}/health")
+    wait_up(proc, f"{url}/health", 600)
     yield url
     proc.terminate()
     proc.wait(timeout=30)
-
-
-def _wait_up(proc: subprocess.Popen, url: str, seconds: float = 600) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"exited with {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"not up at {url}")
-        time.sleep(1)
 
 
 # Each drafter's first run times the batch widths it may use (1 to gamma + 1, four times over, on
@@ -291,7 +274,7 @@ def test_the_ui_starts_on_the_device_and_shows_the_plan():
          "--no-history", *SAFE_ATTENTION],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_up(proc, f"http://127.0.0.1:{port}/")
+        wait_up(proc, f"http://127.0.0.1:{port}/", 600)
     finally:
         proc.terminate()
         out = proc.communicate(timeout=30)[0]
