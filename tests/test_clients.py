@@ -31,6 +31,8 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "requir
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER,
                                            "description": "The current weather in a city"}}]
 SUNNY = "Sunny, 21 C"
+# An agent's instructions, as its author writes them.
+INSTRUCTIONS = "You are a helpful assistant. Answer the user's question from the tools' results."
 
 
 class City(BaseModel):
@@ -113,7 +115,7 @@ def langchain_required(url: str, model: str, stream: bool) -> list:
 def pydantic_ai_agent(url: str, model: str) -> tuple[list[str], str]:
     calls: list[str] = []
     agent = PydanticAgent(OpenAIChatModel(model, provider=OpenAIProvider(
-        openai_client=async_client(url))))
+        openai_client=async_client(url))), instructions=INSTRUCTIONS)
 
     @agent.tool_plain
     def get_weather(city: str) -> str:
@@ -134,7 +136,7 @@ def agents_sdk(url: str, model: str, responses: bool) -> tuple[list[str], str]:
         return SUNNY
 
     kind = OpenAIResponsesModel if responses else OpenAIChatCompletionsModel
-    agent = Agent(name="weather", instructions="You are a helpful assistant.",
+    agent = Agent(name="weather", instructions=INSTRUCTIONS,
                   tools=[get_weather], model=kind(model=model, openai_client=async_client(url)))
     result = asyncio.run(Runner.run(agent, WEATHER_Q))
     return calls, result.final_output

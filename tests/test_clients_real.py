@@ -48,7 +48,7 @@ MODEL = "qwen2.5-coder"  # any name: the loaded pair answers
 
 
 def test_openai_a_call_under_auto_then_the_final_text(server):
-    assert openai_round_trip(server, MODEL).strip()
+    assert says_the_tools_answer(openai_round_trip(server, MODEL))
 
 
 def test_openai_a_streamed_call_under_auto(server):
@@ -56,17 +56,21 @@ def test_openai_a_streamed_call_under_auto(server):
     assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] == "Paris"
 
 
-# The 1.5B model may call the tool again after its answer (a new turn, not a repeat within one
-# answer) and its final text may not quote the tool's answer: the agent loop is what is tested.
+def says_the_tools_answer(text: str) -> bool:
+    return "21" in text and "sunny" in text.lower()
+
+
+# The agents call their tool once and finish with its answer (the 1.5B model is not shown its
+# tools on the turn after their results: app/runtime/tool_syntax.py's coder row).
 def test_pydantic_ai_calls_its_tool_under_auto_and_finishes(server):
     calls, output = pydantic_ai_agent(server, MODEL)
-    assert calls and set(calls) == {"Paris"} and isinstance(output, str) and output.strip()
+    assert calls == ["Paris"] and says_the_tools_answer(output)
 
 
 @pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses"])
 def test_the_agents_sdk_calls_its_tool_under_auto_and_finishes(server, responses):
     calls, output = agents_sdk(server, MODEL, responses)
-    assert calls and set(calls) == {"Paris"} and isinstance(output, str) and output.strip()
+    assert calls == ["Paris"] and says_the_tools_answer(output)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

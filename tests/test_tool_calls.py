@@ -10,10 +10,10 @@ import json
 import pytest
 
 from app.runtime.tool_calls import (AUTO, NONE, REQUIRED, Function, ToolChoice, Tools,
-                                    as_text_turns, prompt_with_tools)
+                                    as_text_turns, prompt_with_tools, turns_as_text)
 from app.runtime.tool_grammar import control_tokens, tool_grammar
 from app.runtime.tool_reading import Arguments, Call, CallReader, Content, ends_calls, read_answer
-from app.runtime.tool_syntax import BY_NAME, HERMES, LLAMA3, MISTRAL, QWEN3_XML, as_read, detect
+from app.runtime.tool_syntax import BY_NAME, CODER, HERMES, LLAMA3, MISTRAL, QWEN3_XML, as_read, detect
 from engine.grammar.llg import compile_grammar
 from tests.byte_fake import EOG, ByteFake, ChatByteFake
 from bench.fakes.backend import FakeBackend
@@ -107,6 +107,7 @@ def test_a_template_is_matched_to_its_row_by_what_it_renders():
                   'value}').name == LLAMA3
     assert detect("<tool_call>\n<function=example>\n<parameter=x>").name == QWEN3_XML
     assert detect("anything else").name == HERMES
+    assert detect('<tool_call>\n{{"name": <function-name>, "arguments": ...}}').name == CODER
 
 
 def test_tool_choice_none_has_no_grammar_and_shows_no_tools():
@@ -141,6 +142,34 @@ def test_a_template_that_reads_tools_gets_them_and_one_that_does_not_gets_the_he
     assert fallback.messages[2] == {"role": "assistant", "content": CALL}
     assert fallback.messages[3] == {"role": "user",
                                     "content": "<tool_response>\nsunny\n</tool_response>"}
+
+
+class CoderFake(ChatByteFake):
+    """A template that writes Qwen2.5-Coder's example call, doubled braces and all."""
+
+    def chat_prompt(self, messages, tools=None):
+        example = ('<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n'
+                   '</tool_call>\n' if tools else "")
+        return example + super().chat_prompt(messages, tools)
+
+
+def test_qwen25_coder_is_not_shown_its_tools_on_the_turn_after_their_results():
+    called = [{"role": "user", "content": "weather?"},
+              {"role": "assistant", "content": None, "tool_calls": [
+                  {"id": "c1", "type": "function",
+                   "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+              {"role": "tool", "content": "sunny", "tool_call_id": "c1"}]
+    after = prompt_with_tools(CoderFake(), called, choice())
+    assert after.syntax.name == CODER and after.entries == ()
+    assert after.messages == tuple(turns_as_text(called))
+    assert after.messages[1:] == ({"role": "assistant", "content": CALL}, {
+        "role": "user", "content": "<tool_response>\nsunny\n</tool_response>"})
+    # The first turn, and a new question after the results, are shown the tools ...
+    for messages in (called[:1], [*called, {"role": "user", "content": "and Rome?"}]):
+        shown = prompt_with_tools(CoderFake(), messages, choice())
+        assert shown.syntax.name == CODER and len(shown.entries) == 2
+    # ... and Qwen2.5's row (no doubled braces) is shown them after the results too.
+    assert len(prompt_with_tools(ChatByteFake(), called, choice()).entries) == 2
 
 
 def read(text: str, tools: Tools | None = None):

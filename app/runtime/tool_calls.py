@@ -98,6 +98,15 @@ def call_text(name: str, arguments: Any) -> str:
 def as_text_turns(messages: Sequence[dict], functions: Sequence[Function]) -> list[dict]:
     """The conversation for a template that knows nothing of tools: the tools described in the
     system message, assistant calls and `tool` results written out in the Hermes format."""
+    out = turns_as_text(messages)
+    if out and out[0]["role"] == "system":
+        return [{"role": "system", "content": out[0]["content"] + "\n\n" + describe(functions)},
+                *out[1:]]
+    return [{"role": "system", "content": describe(functions)}, *out]
+
+
+def turns_as_text(messages: Sequence[dict]) -> list[dict]:
+    """Assistant calls and `tool` results written out in the Hermes format, as plain turns."""
     out: list[dict] = []
     for m in messages:
         if m["role"] == "tool":
@@ -113,11 +122,7 @@ def as_text_turns(messages: Sequence[dict], functions: Sequence[Function]) -> li
                         "content": "\n".join(([m["content"]] if m.get("content") else []) + calls)})
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})
-    out = [{k: v for k, v in m.items() if k != "tool_results"} for m in out]
-    if out and out[0]["role"] == "system":
-        return [{"role": "system", "content": out[0]["content"] + "\n\n" + describe(functions)},
-                *out[1:]]
-    return [{"role": "system", "content": describe(functions)}, *out]
+    return [{k: v for k, v in m.items() if k != "tool_results"} for m in out]
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,9 @@ class ToolPrompt:
 
 def prompt_with_tools(backend: Backend, messages: Sequence[dict], tools: Tools) -> ToolPrompt:
     """The tools handed to the template when it reads them, in its syntax; else the Hermes
-    fallback (`as_text_turns`) with no tools. With `none` the tools are not shown."""
+    fallback (`as_text_turns`) with no tools. With `none` the tools are not shown, nor on the
+    turn after their results where the row says so (`tools_after_results`): the turns then go
+    as text, and the answer is still read in the row's syntax."""
     hermes = BY_NAME[HERMES]
     if not tools.offered:
         return ToolPrompt(tuple(messages), (), hermes)
@@ -142,7 +149,10 @@ def prompt_with_tools(backend: Backend, messages: Sequence[dict], tools: Tools) 
     except Exception:  # noqa: BLE001 - a template that fails on tools or tool turns: the fallback
         native = False
     if native:
-        return ToolPrompt(tuple(messages), tuple(entries), detect(rendered))
+        syntax = detect(rendered)
+        if not syntax.tools_after_results and messages and messages[-1]["role"] == "tool":
+            return ToolPrompt(tuple(turns_as_text(messages)), (), syntax)
+        return ToolPrompt(tuple(messages), tuple(entries), syntax)
     return ToolPrompt(tuple(as_text_turns(messages, tools.functions)), (), hermes)
 
 

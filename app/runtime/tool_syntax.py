@@ -10,7 +10,8 @@ whitespace allowed between them; a piece that is a control token of the vocabula
 
 | row      | templates                     | forms                                                  |
 |----------|-------------------------------|--------------------------------------------------------|
-| hermes   | Hermes, Qwen2.5, Qwen2.5-Coder | `<tool_call>{...}</tool_call>`, `<tools>{...}</tools>`, |
+| coder    | Qwen2.5-Coder                 | as hermes; its tools hidden after their results (below) |
+| hermes   | Hermes, Qwen2.5               | `<tool_call>{...}</tool_call>`, `<tools>{...}</tools>`, |
 |          |                               | a ```json fence (the last two: how Qwen2.5-Coder answers) |
 | llama3   | Llama 3.1 / 3.2 / 3.3         | `{"name": ..., "parameters": {...}}`                   |
 | mistral  | Mistral (v3 tokenizer)        | `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` |
@@ -19,12 +20,20 @@ whitespace allowed between them; a piece that is a control token of the vocabula
 A template is matched to its row by what it writes when handed tools (`detect`): the first row
 whose marker the rendered prompt holds, else hermes (also the text fallback of a template that
 does not read tools at all, app/runtime/tool_calls.py).
+
+`tools_after_results`: whether the model is shown its tools on the turn after their results.
+Qwen2.5-Coder-1.5B, shown them, calls the tool it has just had the answer of again instead of
+answering (greedy, and 4 of 4 seeded draws at T 0.7, "What is the weather in Paris right now?"
+after "Sunny, 21 C"); with the turns as text and no tools it answers from the result (greedy, and
+3 of 4 draws). Its row hides them there: the conversation goes to the template as text, and an
+answer that is wholly a call is still read as one. Its template is known by the doubled braces
+of its example call (`{{"name": <function-name>, ...}}`), which Qwen2.5's does not have.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-HERMES, LLAMA3, MISTRAL, QWEN3_XML = "hermes", "llama3", "mistral", "qwen3xml"
+HERMES, CODER, LLAMA3, MISTRAL, QWEN3_XML = "hermes", "coder", "llama3", "mistral", "qwen3xml"
 
 
 @dataclass(frozen=True)
@@ -59,9 +68,13 @@ class Syntax:
     forms: tuple[Form, ...]
     # Text the template writes when it is handed tools (how `detect` knows it).
     markers: tuple[str, ...] = ()
+    # Whether the tools are shown on the turn after their results (the module's docstring).
+    tools_after_results: bool = True
 
 
 TOOL_CALL = Form("tool_call", call_open=("<tool_call>",), call_close=("</tool_call>",))
+HERMES_FORMS = (TOOL_CALL, Form("tools", call_open=("<tools>",), call_close=("</tools>",)),
+                Form("fence", call_open=("```json",), call_close=("```",)))
 SYNTAXES = (
     Syntax(QWEN3_XML, (Form("xml", call_open=("<tool_call>",), call_close=("</tool_call>",),
                             xml=True),), ("<function=", "<parameter=")),
@@ -69,9 +82,9 @@ SYNTAXES = (
            ("[AVAILABLE_TOOLS]",)),
     Syntax(LLAMA3, (Form("llama3", key="parameters"),),
            ('"parameters": dictionary of argument name',)),
-    Syntax(HERMES, (TOOL_CALL, Form("tools", call_open=("<tools>",), call_close=("</tools>",)),
-                    Form("fence", call_open=("```json",), call_close=("```",))),
-           ("<tool_call>",)),
+    Syntax(CODER, HERMES_FORMS, ('{{"name": <function-name>', "<tool_call>"),
+           tools_after_results=False),
+    Syntax(HERMES, HERMES_FORMS, ("<tool_call>",)),
 )
 BY_NAME = {s.name: s for s in SYNTAXES}
 
