@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from engine.backend import F32
+from engine.backend import F32, Part
 from engine.errors import ModelFileError
 
 
@@ -29,11 +29,14 @@ class EmbeddingBackend(Protocol):
     n_batch: int
     name: str
 
-    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32: ...
+    n_seq: int
+
+    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int],
+                          seq: int = 0) -> F32: ...
 
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str: ...
 
-    def truncate(self, n: int) -> None: ...
+    def truncate(self, n: int, seq: int = 0) -> None: ...
 
     def close(self) -> None: ...
 
@@ -61,6 +64,7 @@ class TrimmedBackend:
         self.n_vocab: int = table.n_vocab
         self.n_ctx: int = inner.n_ctx
         self.n_batch: int = inner.n_batch
+        self.n_seq: int = inner.n_seq
         self.name = inner.name
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -75,14 +79,18 @@ class TrimmedBackend:
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         return self.inner.chat_prompt(messages, tools)
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
-        kept = self.inner.decode_embeddings(self.table.rows(tokens), pos, rows)
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int], seq: int = 0) -> F32:
+        kept = self.inner.decode_embeddings(self.table.rows(tokens), pos, rows, seq)
         out = np.full((len(rows), self.n_vocab), -np.inf, dtype=np.float32)
         out[:, self.ids] = kept
         return out
 
-    def truncate(self, n: int) -> None:
-        self.inner.truncate(n)
+    def decode_batch(self, parts: Sequence[Part]) -> list[F32]:
+        # One embeddings decode per sequence: each is exact, only not batched with the others.
+        return [self.decode(p.tokens, p.pos, p.rows, p.seq) for p in parts]
+
+    def truncate(self, n: int, seq: int = 0) -> None:
+        self.inner.truncate(n, seq)
 
     def close(self) -> None:
         self.inner.close()

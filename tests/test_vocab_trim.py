@@ -141,9 +141,9 @@ class EmbeddedFake(FakeBackend):
         self.table, self.ids = table, ids
         self.n_vocab = len(ids)
 
-    def decode_embeddings(self, embd, pos, rows):
+    def decode_embeddings(self, embd, pos, rows, seq=0):
         toks = [int(np.argmin(((self.table - e) ** 2).sum(axis=1))) for e in embd]
-        return FakeBackend.decode(self, toks, pos, rows)[:, self.ids]
+        return FakeBackend.decode(self, toks, pos, rows, seq)[:, self.ids]
 
     def _row(self, context):
         full = FakeBackend(n_vocab=len(self.table), seed=self.seed, noise=self.noise,
