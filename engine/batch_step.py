@@ -7,6 +7,9 @@ to park runs the step: each model decodes every part parked for it in one `decod
 target: each sequence's last token, forced tokens and draft; the draft model: one batch per
 depth for every sequence that drafts), then every waiting sequence takes its rows and runs on.
 Sequences join and leave between steps (continuous batching), as llama-server's slots do.
+After a step the sequences it served run on one at a time, in the order they parked (their
+Python shares one interpreter lock anyway), so what they do between steps happens in the same
+order every time.
 
 No model is ever called by two threads at once: the step runs under the models' lock, and so
 does everything else that touches a cache (`truncate`, and `exclusive`, which calibration
@@ -16,6 +19,7 @@ on who else is in the batch, up to the arithmetic of a wider batch (docs/EXACTNE
 from __future__ import annotations
 
 import threading
+from collections import deque
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -35,6 +39,12 @@ class _Parked:
         self.done = False
 
 
+class _Mine(threading.local):
+    """Each thread's ticket of the last step that served it (None: none yet)."""
+
+    last: _Parked | None = None
+
+
 class BatchStep:
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -42,6 +52,10 @@ class BatchStep:
         self._running = 0
         self._parked: list[_Parked] = []
         self._stepping = False
+        # The sequences the last step served, in order: the first runs, the rest wait for it
+        # to park again or leave. Each thread's ticket of its last step is `_mine.last`.
+        self._turns: deque[_Parked] = deque()
+        self._mine = _Mine()
         # Held for every call into a model: a step, a truncation, a calibration.
         self.models = threading.RLock()
         # Steps run, and the parts each model call held (tests read them).
@@ -52,6 +66,7 @@ class BatchStep:
         """Register the calling thread's sequence for the body."""
         with self._cond:
             self._running += 1
+            self._mine.last = None
         try:
             yield
         finally:
@@ -60,6 +75,7 @@ class BatchStep:
     def _leave(self) -> None:
         with self._cond:
             self._running -= 1
+            self._pass_turn()
             parked = self._take()
         if parked:
             self._run(parked)
@@ -70,15 +86,23 @@ class BatchStep:
         with self._cond:
             self._parked.append(mine)
             self._running -= 1
+            self._pass_turn()
             parked = self._take()
         if parked:
             self._run(parked)
         with self._cond:
-            self._cond.wait_for(lambda: mine.done)
+            self._cond.wait_for(lambda: mine.done and self._turns[0] is mine)
+        self._mine.last = mine
         if mine.error is not None:
             raise mine.error
         assert mine.rows is not None
         return mine.rows
+
+    def _pass_turn(self) -> None:
+        """The calling thread, if its turn is running, hands it to the next in line."""
+        if self._turns and self._turns[0] is self._mine.last:
+            self._turns.popleft()
+            self._cond.notify_all()
 
     def _take(self) -> list[_Parked]:
         """The parts of a step to run now (held under the condition): all of them when every
@@ -108,6 +132,7 @@ class BatchStep:
                 self.steps += 1
                 for p in parked:
                     p.done = True
+                self._turns.extend(parked)
                 self._running += len(parked)
                 self._stepping = False
                 self._cond.notify_all()

@@ -1,0 +1,106 @@
+"""Several generations decoded together (engine/slots.py, engine/batch_step.py) on fakes: each
+answer is the one it gets alone with the same seed, the models' calls hold every running
+sequence, a closed stream frees its slot at once, and a short answer started after a long one
+ends first."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bench.fakes.backend import FakeBackend
+from engine.control.registry import make_policy
+from engine.events import DoneEvent, TokenEvent
+from engine.generation_config import GenerationConfig
+from engine.pair import Pair
+from engine.sampling import SamplingParams
+
+PROMPTS = [("hello world", 1), ("another prompt here", 2), ("abc abc abc abc", 3), ("xyz", 4)]
+
+
+def config(seed: int, max_tokens: int = 40) -> GenerationConfig:
+    return GenerationConfig(params=SamplingParams(temperature=0.8, top_k=20, seed=seed), gamma=4,
+                            max_tokens=max_tokens)
+
+
+def answer(pair: Pair, prompt: str, seed: int, drafter: str) -> tuple[int, ...]:
+    policy = None if drafter == "plain" else make_policy("fixed", 4)
+    done = [ev for ev in pair.generate(prompt, config(seed), drafter=drafter, raw=True,
+                                       policy=policy) if isinstance(ev, DoneEvent)]
+    return done[0].tokens
+
+
+def batched(drafter: str) -> tuple[list, FakeBackend, FakeBackend]:
+    target, draft = FakeBackend(seed=0), FakeBackend(seed=0, noise=0.5)
+    pair = Pair(target, draft, parallel=4)
+    got: list = [None] * len(PROMPTS)
+
+    def run(i: int) -> None:
+        got[i] = answer(pair, *PROMPTS[i], drafter)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return got, target, draft
+
+
+@pytest.mark.parametrize("drafter", ["draft", "hybrid", "lookup", "plain"])
+def test_each_answer_is_the_one_it_gets_alone_with_the_same_seed(drafter):
+    alone_pair = Pair(FakeBackend(seed=0, n_seq=1), FakeBackend(seed=0, noise=0.5, n_seq=1))
+    alone = [answer(alone_pair, p, s, drafter) for p, s in PROMPTS]
+    got, target, draft = batched(drafter)
+    assert got == alone
+    # The target's calls held several sequences at once (sequence 0 is the pair's own).
+    assert max(len(b) for b in target.batches) >= 3
+    assert all(seq >= 1 for b in target.batches for seq, _ in b)
+    if drafter == "draft":
+        # The draft decoded one batch per depth for the sequences drafting, and the target
+        # verified several sequences' drafts in one call.
+        assert max(len(b) for b in draft.batches) >= 3
+        assert any(sum(n > 1 for _, n in b) >= 2 for b in target.batches)
+
+
+def test_a_closed_stream_frees_its_slot_and_its_cache_at_once():
+    target, draft = FakeBackend(seed=0), FakeBackend(seed=0, noise=0.5)
+    pair = Pair(target, draft, parallel=2)
+    events = pair.generate("hello", config(1, max_tokens=200), drafter="draft", raw=True,
+                           policy=make_policy("fixed", 4))
+    first = next(ev for ev in events if isinstance(ev, TokenEvent))
+    assert first.index == 0 and pair.slots is not None and pair.slots.busy == 1
+    events.close()
+    # Waits for the generation to finish the step it was in (pair.close does the same).
+    pair.slots.close()
+    assert pair.slots.busy == 0
+    assert all(c == [] for c in target.caches[1:]) and all(c == [] for c in draft.caches[1:])
+    # The slot serves the next request.
+    assert answer(pair, "hello", 1, "draft")
+
+
+def test_a_short_answer_started_after_a_long_one_ends_first():
+    target, draft = FakeBackend(seed=0), FakeBackend(seed=0, noise=0.5)
+    pair = Pair(target, draft, parallel=2)
+
+    def events(prompt: str, max_tokens: int):
+        return pair.generate(prompt, config(7, max_tokens), drafter="draft", raw=True,
+                             policy=make_policy("fixed", 4))
+
+    long = events("the long one", 300)
+    next(long)
+    assert list(events("short", 8))[-1].tokens
+    assert list(long)[-1].tokens
+    # Which sequence each answer ran on (its cache keeps its text), and the last target call
+    # each took part in: the batch's own order, not the wall clock's.
+    seq = {text: next(k for k, c in enumerate(target.caches)
+                      if c[:len(text)] == target.tokenize(text)) for text in ("the long one", "short")}
+    last = {text: max(i for i, b in enumerate(target.batches) if any(s == k for s, _ in b))
+            for text, k in seq.items()}
+    assert last["short"] < last["the long one"]
+    # They ran together: some call held both.
+    assert any({s for s, _ in b} == set(seq.values()) for b in target.batches)
+
+
+def test_slots_need_a_sequence_each_and_one_for_the_pair():
+    with pytest.raises(ValueError, match="need 3"):
+        Pair(FakeBackend(seed=0, n_seq=2), parallel=2)
