@@ -43,6 +43,14 @@ Run = Callable[[Slot], Generator[Event, None, None]]
 _END = object()
 
 
+def sequences_for(parallel: int) -> int:
+    """The sequences a model's cache holds for `parallel` slots: one each and the pair's own,
+    or one alone when generations run one at a time."""
+    if parallel < 1:
+        raise ValueError(f"parallel must be >= 1, got {parallel}")
+    return 1 if parallel == 1 else parallel + 1
+
+
 class Slots:
     def __init__(self, target: Backend, draft: Backend | None, n: int,
                  registry: Callable[[Backend | None], DrafterRegistry]) -> None:
