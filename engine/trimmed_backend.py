@@ -34,6 +34,8 @@ class EmbeddingBackend(Protocol):
     def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int],
                           seq: int = 0) -> F32: ...
 
+    def decode_embeddings_batch(self, embd: F32, parts: Sequence[Part]) -> list[F32]: ...
+
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str: ...
 
     def truncate(self, n: int, seq: int = 0) -> None: ...
@@ -80,14 +82,17 @@ class TrimmedBackend:
         return self.inner.chat_prompt(messages, tools)
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int], seq: int = 0) -> F32:
-        kept = self.inner.decode_embeddings(self.table.rows(tokens), pos, rows, seq)
-        out = np.full((len(rows), self.n_vocab), -np.inf, dtype=np.float32)
-        out[:, self.ids] = kept
-        return out
+        return self._full(self.inner.decode_embeddings(self.table.rows(tokens), pos, rows, seq))
 
     def decode_batch(self, parts: Sequence[Part]) -> list[F32]:
-        # One embeddings decode per sequence: each is exact, only not batched with the others.
-        return [self.decode(p.tokens, p.pos, p.rows, p.seq) for p in parts]
+        embd = self.table.rows([t for p in parts for t in p.tokens])
+        return [self._full(kept) for kept in self.inner.decode_embeddings_batch(embd, parts)]
+
+    def _full(self, kept: F32) -> F32:
+        """Rows of the trimmed head as rows of the full vocabulary (-inf where dropped)."""
+        out = np.full((len(kept), self.n_vocab), -np.inf, dtype=np.float32)
+        out[:, self.ids] = kept
+        return out
 
     def truncate(self, n: int, seq: int = 0) -> None:
         self.inner.truncate(n, seq)

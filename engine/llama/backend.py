@@ -148,9 +148,15 @@ class LlamaBackend:
     def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int], seq: int = 0) -> F32:
         """As `decode`, with input embeddings `[n, n_embd]` in place of token ids (a draft whose
         vocabulary was trimmed embeds tokens it no longer has; engine/trimmed_backend.py)."""
+        return self.decode_embeddings_batch(embd, [Part(seq, range(len(embd)), pos, rows)])[0]
+
+    def decode_embeddings_batch(self, embd: F32, parts: Sequence[Part]) -> list[F32]:
+        """As `decode_batch`, with the parts' input embeddings laid end to end in `embd` (a
+        part's `tokens` is only as long as its inputs)."""
         embd = np.ascontiguousarray(embd, dtype=np.float32)
-        if embd.ndim != 2 or embd.shape[1] != self.n_embd:
-            raise SettingsError(f"embeddings must be [n, {self.n_embd}], got {embd.shape}")
+        n = sum(len(p.tokens) for p in parts)
+        if embd.ndim != 2 or embd.shape != (n, self.n_embd):
+            raise SettingsError(f"embeddings must be [{n}, {self.n_embd}], got {embd.shape}")
         if self._embd_batch is None:
             self._embd_batch = self._owned.enter_context(Batch(self._n_batch, self.n_embd))
         b = self._embd_batch.batch
@@ -159,7 +165,7 @@ class LlamaBackend:
         def fill(start: int, n: int) -> None:
             ctypes.memmove(base, embd[start:start + n].ctypes.data, n * self.n_embd * 4)
 
-        return self._run(b, [Part(seq, range(len(embd)), pos, rows)], fill)[0]
+        return self._run(b, parts, fill)
 
     def _check(self, parts: Sequence[Part]) -> None:
         """Refuse what llama.cpp aborts or misbehaves on: a batch past a sequence's context, a
