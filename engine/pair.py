@@ -94,12 +94,19 @@ class Pair:
     def default_drafter(self) -> str:
         return self.registry.default
 
-    def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
-        """Offer `drafter` as `name` (DrafterRegistry.add); its calibration starts over."""
+    def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None,
+                    per_slot: Callable[[Backend], Drafter] | None = None) -> None:
+        """Offer `drafter` as `name` (DrafterRegistry.add); its calibration starts over. With
+        slots, `per_slot` makes each slot's own over its sequence of `backend` (a drafter
+        without one runs only where generations run one at a time)."""
         self.registry.add(name, drafter, backend)
+        if self.slots is not None and backend is not None and per_slot is not None:
+            self.slots.add_drafter(name, backend, per_slot)
 
     def remove_drafter(self, name: str) -> None:
         self.registry.remove(name)
+        if self.slots is not None:
+            self.slots.remove_drafter(name)
 
     def drafter(self, name: str) -> Drafter | None:
         return self.registry.get(name)

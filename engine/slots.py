@@ -23,6 +23,7 @@ from typing import Callable, Generator, Iterator, Sequence
 from engine.backend import Backend
 from engine.batch_step import BatchStep
 from engine.drafter_registry import DrafterRegistry
+from engine.drafters.base import Drafter
 from engine.events import Event
 from engine.seq_backend import SeqBackend
 from engine.session import Session
@@ -66,6 +67,16 @@ class Slots:
                        for k in range(n)]
         self._free = list(self._slots)
         self._cond = threading.Condition()
+
+    def add_drafter(self, name: str, backend: Backend, make: Callable[[Backend], Drafter]) -> None:
+        """Give every slot drafter `name`, made by `make` over the slot's sequence of
+        `backend` (a model only that drafter uses; its owner closes it)."""
+        for slot in self._slots:
+            slot.registry.add(name, make(SeqBackend(backend, slot.index + 1, self.step)))
+
+    def remove_drafter(self, name: str) -> None:
+        for slot in self._slots:
+            slot.registry.remove(name)
 
     @property
     def n(self) -> int:

@@ -144,4 +144,6 @@ def add_early_exit(pair: Pair, target: ModelConfig, layers: int | None = None,
     gpu = target.n_gpu_layers if gpu_layers is None else gpu_layers
     backend = _loader(loader)(replace(target, path=str(path), lora=lora, n_gpu_layers=gpu))
     pair.add_drafter("early-exit", early_exit_drafter(backend, p_min=pair.p_min,
-                                                      chain_min=pair.chain_min), backend=backend)
+                                                      chain_min=pair.chain_min), backend=backend,
+                     per_slot=lambda seq: early_exit_drafter(seq, p_min=pair.p_min,
+                                                             chain_min=pair.chain_min))

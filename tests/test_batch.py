@@ -104,3 +104,23 @@ def test_a_short_answer_started_after_a_long_one_ends_first():
 def test_slots_need_a_sequence_each_and_one_for_the_pair():
     with pytest.raises(ValueError, match="need 3"):
         Pair(FakeBackend(seed=0, n_seq=2), parallel=2)
+
+
+def test_a_drafter_added_with_a_maker_per_slot_runs_in_the_slots_and_one_without_is_refused():
+    from engine.drafters.early_exit import early_exit_drafter
+    from engine.errors import SettingsError
+
+    own = FakeBackend(seed=0, noise=0.3)
+    pair = Pair(FakeBackend(seed=0), parallel=2)
+    pair.add_drafter("early-exit", early_exit_drafter(own), backend=own,
+                     per_slot=lambda seq: early_exit_drafter(seq))
+    alone_pair = Pair(FakeBackend(seed=0, n_seq=1))
+    alone_own = FakeBackend(seed=0, noise=0.3, n_seq=1)
+    alone_pair.add_drafter("early-exit", early_exit_drafter(alone_own), backend=alone_own)
+    assert answer(pair, "hello world", 3, "early-exit") == answer(alone_pair, "hello world", 3,
+                                                                  "early-exit")
+    # The slots' drafts went to the drafter's own model, on the slots' sequences.
+    assert own.batches and all(seq >= 1 for b in own.batches for seq, _ in b)
+    pair.add_drafter("one-at-a-time", early_exit_drafter(FakeBackend(seed=0, noise=0.3)))
+    with pytest.raises(SettingsError, match="runs one generation at a time"):
+        answer(pair, "hello", 1, "one-at-a-time")
