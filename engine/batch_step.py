@@ -39,6 +39,25 @@ class _Parked:
         self.done = False
 
 
+def _decode(group: list[_Parked]) -> None:
+    """One model's parts in one call. When it fails, each part is decoded alone from where it
+    started, so only the sequence at fault gets the error (a batch-mate's bad part must not end
+    another's answer)."""
+    backend = group[0].backend
+    try:
+        rows = backend.decode_batch([p.part for p in group])
+    except BaseException as exc:  # noqa: BLE001 - each sequence raises its own
+        if len(group) == 1:
+            group[0].error = exc
+            return
+        for p in group:
+            backend.truncate(p.part.pos, p.part.seq)
+            _decode([p])
+        return
+    for p, r in zip(group, rows):
+        p.rows = r
+
+
 class _Mine(threading.local):
     """Each thread's ticket of the last step that served it (None: none yet)."""
 
@@ -121,13 +140,7 @@ class BatchStep:
                 by_model.setdefault(id(p.backend), []).append(p)
             with self.models:
                 for group in by_model.values():
-                    try:
-                        rows = group[0].backend.decode_batch([p.part for p in group])
-                        for p, r in zip(group, rows):
-                            p.rows = r
-                    except BaseException as exc:  # noqa: BLE001 - each sequence raises it
-                        for p in group:
-                            p.error = exc
+                    _decode(group)
             with self._cond:
                 self.steps += 1
                 for p in parked:

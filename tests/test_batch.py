@@ -124,3 +124,38 @@ def test_a_drafter_added_with_a_maker_per_slot_runs_in_the_slots_and_one_without
     pair.add_drafter("one-at-a-time", early_exit_drafter(FakeBackend(seed=0, noise=0.3)))
     with pytest.raises(SettingsError, match="runs one generation at a time"):
         answer(pair, "hello", 1, "one-at-a-time")
+
+
+def test_a_failing_part_fails_only_its_own_sequence():
+    from engine.batch_step import BatchStep
+    from engine.seq_backend import SeqBackend
+
+    class Refusing(FakeBackend):
+        """Refuses any batch holding token 13, as llama.cpp refuses a bad input."""
+
+        def decode_batch(self, parts):
+            if any(13 in p.tokens for p in parts):
+                raise RuntimeError("bad token")
+            return super().decode_batch(parts)
+
+    backend, step = Refusing(seed=0), BatchStep()
+    got: dict = {}
+    start = threading.Barrier(2)
+
+    def run(seq: int, tokens: list[int]) -> None:
+        with step.sequence():
+            start.wait()
+            try:
+                got[seq] = SeqBackend(backend, seq, step).decode(tokens, 0, [len(tokens) - 1])
+            except RuntimeError as exc:
+                got[seq] = exc
+
+    threads = [threading.Thread(target=run, args=a) for a in ((1, [5, 6]), (2, [7, 13]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert isinstance(got[2], RuntimeError) and got[1].shape == (1, backend.n_vocab)
+    assert backend.caches[1] == [5, 6] and backend.caches[2] == []
+    # The shared call failed; seq 1 was then decoded alone.
+    assert backend.batches == [((1, 2),)]
