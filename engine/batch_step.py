@@ -77,14 +77,17 @@ class BatchStep:
         self._mine = _Mine()
         # Held for every call into a model: a step, a truncation, a calibration.
         self.models = threading.RLock()
-        # Steps run, and the parts each model call held (tests read them).
+        # Steps run (tests read them), and the sequences registered now: the batch's width in
+        # sequences, which a policy pricing a round at the batch's width reads.
         self.steps = 0
+        self.sequences = 0
 
     @contextmanager
     def sequence(self) -> Iterator[None]:
         """Register the calling thread's sequence for the body."""
         with self._cond:
             self._running += 1
+            self.sequences += 1
             self._mine.last = None
         try:
             yield
@@ -94,6 +97,7 @@ class BatchStep:
     def _leave(self) -> None:
         with self._cond:
             self._running -= 1
+            self.sequences -= 1
             self._pass_turn()
             parked = self._take()
         if parked:

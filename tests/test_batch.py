@@ -5,6 +5,8 @@ ends first."""
 from __future__ import annotations
 
 import threading
+import time
+from functools import partial
 
 import pytest
 
@@ -38,11 +40,8 @@ def batched(drafter: str) -> tuple[list, FakeBackend, FakeBackend]:
     def run(i: int) -> None:
         got[i] = answer(pair, *PROMPTS[i], drafter)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert pair.slots is not None
+    join_in_turn(pair.slots.step, [partial(run, i) for i in range(len(PROMPTS))])
     return got, target, draft
 
 
@@ -52,8 +51,8 @@ def test_each_answer_is_the_one_it_gets_alone_with_the_same_seed(drafter):
     alone = [answer(alone_pair, p, s, drafter) for p, s in PROMPTS]
     got, target, draft = batched(drafter)
     assert got == alone
-    # The target's calls held several sequences at once (sequence 0 is the pair's own).
-    assert max(len(b) for b in target.batches) >= 3
+    # The target's calls held every sequence at once (sequence 0 is the pair's own).
+    assert max(len(b) for b in target.batches) == len(PROMPTS)
     assert all(seq >= 1 for b in target.batches for seq, _ in b)
     if drafter == "draft":
         # The draft decoded one batch per depth for the sequences drafting, and the target
@@ -62,43 +61,80 @@ def test_each_answer_is_the_one_it_gets_alone_with_the_same_seed(drafter):
         assert any(sum(n > 1 for _, n in b) >= 2 for b in target.batches)
 
 
+class Gated(FakeBackend):
+    """Holds its fourth call and later ones until `gate` is set: the generation is still
+    running whatever the threads' pace."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.gate = threading.Event()
+
+    def decode_batch(self, parts):
+        if len(self.batches) >= 3:
+            self.gate.wait()
+        return super().decode_batch(parts)
+
+
 def test_a_closed_stream_frees_its_slot_and_its_cache_at_once():
-    target, draft = FakeBackend(seed=0), FakeBackend(seed=0, noise=0.5)
+    target, draft = Gated(seed=0), FakeBackend(seed=0, noise=0.5)
     pair = Pair(target, draft, parallel=2)
     events = pair.generate("hello", config(1, max_tokens=200), drafter="draft", raw=True,
                            policy=make_policy("fixed", 4))
     first = next(ev for ev in events if isinstance(ev, TokenEvent))
     assert first.index == 0 and pair.slots is not None and pair.slots.busy == 1
+    assert pair.slots.step.sequences == 1
     events.close()
+    target.gate.set()
     # Waits for the generation to finish the step it was in (pair.close does the same).
     pair.slots.close()
-    assert pair.slots.busy == 0
+    assert pair.slots.busy == 0 and pair.slots.step.sequences == 0
+    assert len(target.batches) < 10
     assert all(c == [] for c in target.caches[1:]) and all(c == [] for c in draft.caches[1:])
     # The slot serves the next request.
     assert answer(pair, "hello", 1, "draft")
 
 
+def join_in_turn(step, runs) -> None:
+    """Run each of `runs` in a thread of its own, each joining the batch after the one before
+    (a sequence of the test's own holds the steps meanwhile), then wait for all."""
+    threads = []
+    with step.sequence():
+        for run in runs:
+            threads.append(threading.Thread(target=run))
+            threads[-1].start()
+            while step.sequences <= len(threads):
+                time.sleep(0.001)
+    for t in threads:
+        t.join()
+
+
+def last_calls(target: FakeBackend, prompts: tuple[str, ...]) -> dict[str, int]:
+    """The last target call each prompt's sequence took part in (its cache keeps its text):
+    the batch's own order, not the wall clock's."""
+    seq = {text: next(k for k, c in enumerate(target.caches)
+                      if c[:len(text)] == target.tokenize(text)) for text in prompts}
+    # They ran together: some call held both.
+    assert any({s for s, _ in b} == set(seq.values()) for b in target.batches)
+    return {text: max(i for i, b in enumerate(target.batches) if any(s == k for s, _ in b))
+            for text, k in seq.items()}
+
+
 def test_a_short_answer_started_after_a_long_one_ends_first():
     target, draft = FakeBackend(seed=0), FakeBackend(seed=0, noise=0.5)
     pair = Pair(target, draft, parallel=2)
+    assert pair.slots is not None
+    got: dict = {}
 
-    def events(prompt: str, max_tokens: int):
-        return pair.generate(prompt, config(7, max_tokens), drafter="draft", raw=True,
-                             policy=make_policy("fixed", 4))
+    def run(prompt: str, max_tokens: int):
+        def answer() -> None:
+            got[prompt] = list(pair.generate(prompt, config(7, max_tokens), drafter="draft",
+                                             raw=True, policy=make_policy("fixed", 4)))
+        return answer
 
-    long = events("the long one", 300)
-    next(long)
-    assert list(events("short", 8))[-1].tokens
-    assert list(long)[-1].tokens
-    # Which sequence each answer ran on (its cache keeps its text), and the last target call
-    # each took part in: the batch's own order, not the wall clock's.
-    seq = {text: next(k for k, c in enumerate(target.caches)
-                      if c[:len(text)] == target.tokenize(text)) for text in ("the long one", "short")}
-    last = {text: max(i for i, b in enumerate(target.batches) if any(s == k for s, _ in b))
-            for text, k in seq.items()}
+    join_in_turn(pair.slots.step, [run("the long one", 300), run("short", 8)])
+    assert got["the long one"][-1].tokens and got["short"][-1].tokens
+    last = last_calls(target, ("the long one", "short"))
     assert last["short"] < last["the long one"]
-    # They ran together: some call held both.
-    assert any({s for s, _ in b} == set(seq.values()) for b in target.batches)
 
 
 def test_slots_need_a_sequence_each_and_one_for_the_pair():

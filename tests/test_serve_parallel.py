@@ -4,7 +4,6 @@ model's calls and each gets the answer it gets alone; a short request that arriv
 one streams ends first."""
 from __future__ import annotations
 
-import threading
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,6 +14,7 @@ from app.serve.server import create_app
 from bench.fakes.backend import FakeBackend
 from engine.pair import Pair
 from tests.serve_fakes import AUTH, N_CTX, serve_access
+from tests.test_batch import join_in_turn, last_calls
 
 SAMPLED = {"speculative": {"drafter": "draft", "policy": "fixed", "gamma": 3},
            "temperature": 0.8, "top_k": 20}
@@ -53,13 +53,13 @@ def test_the_holder_admits_as_many_as_the_pair_has_slots():
     assert holder.queue.parallel == 1
 
 
-def client(parallel: int) -> tuple[TestClient, FakeBackend]:
+def client(parallel: int) -> tuple[TestClient, Pair, FakeBackend]:
     target = FakeBackend(seed=1, n_ctx=N_CTX, n_seq=parallel + 1)
     pair = Pair(target, FakeBackend(seed=1, noise=0.5, n_ctx=N_CTX, n_seq=parallel + 1),
                 parallel=parallel)
     queue = GenerationQueue(4)
     app = create_app(PairHolder(pair, queue=queue), queue, serve_access(None))
-    return TestClient(app, headers=AUTH), target
+    return TestClient(app, headers=AUTH), pair, target
 
 
 def complete(c: TestClient, prompt: str, seed: int, max_tokens: int = 24) -> str:
@@ -71,37 +71,36 @@ def complete(c: TestClient, prompt: str, seed: int, max_tokens: int = 24) -> str
 
 def test_concurrent_requests_share_the_calls_and_each_gets_its_answer_alone():
     prompts = [("first prompt", 1), ("the second one", 2), ("third", 3)]
-    serial, _ = client(1)
+    serial, _, _ = client(1)
     alone = [complete(serial, p, s) for p, s in prompts]
-    c, target = client(3)
+    c, pair, target = client(3)
     got: list = [None] * len(prompts)
-    start = threading.Barrier(len(prompts))
 
-    def run(i: int) -> None:
-        start.wait()
-        got[i] = complete(c, *prompts[i])
+    def run(i: int):
+        def ask() -> None:
+            got[i] = complete(c, *prompts[i])
+        return ask
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert pair.slots is not None
+    join_in_turn(pair.slots.step, [run(i) for i in range(len(prompts))])
     assert got == alone
-    assert max(len(b) for b in target.batches) >= 2
+    assert max(len(b) for b in target.batches) == len(prompts)
 
 
 def test_a_short_request_arriving_while_a_long_one_streams_ends_first():
-    c, target = client(2)
+    c, pair, target = client(2)
     body = {"prompt": "the long one", "max_tokens": 200, "stream": True, "seed": 5, **SAMPLED}
-    with c.stream("POST", "/v1/completions", json=body) as long:
-        lines = long.iter_lines()
-        next(line for line in lines if line.startswith("data: "))
+    lines: list[str] = []
+
+    def long() -> None:
+        with c.stream("POST", "/v1/completions", json=body) as r:
+            lines.extend(r.iter_lines())
+
+    def short() -> None:
         assert complete(c, "short", 6, max_tokens=6)
-        rest = list(lines)
-    assert rest[-2:] == ["data: [DONE]", ""] or rest[-1] == "data: [DONE]"
-    seq = {text: next(k for k, cache in enumerate(target.caches)
-                      if cache[:len(text)] == target.tokenize(text))
-           for text in ("the long one", "short")}
-    last = {text: max(i for i, b in enumerate(target.batches) if any(s == k for s, _ in b))
-            for text, k in seq.items()}
+
+    assert pair.slots is not None
+    join_in_turn(pair.slots.step, [long, short])
+    assert "data: [DONE]" in lines
+    last = last_calls(target, ("the long one", "short"))
     assert last["short"] < last["the long one"]
