@@ -14,6 +14,7 @@ from app.runtime.open_pair import open_pair
 from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION, KEY_OPTION,
                               ORIGINS_ENV, ORIGINS_OPTION, Access, display_url, parse_hosts,
                               parse_origins)
+from app.runtime.defaults import PARALLEL
 from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args,
                           history_tokens, load_options, model_configs, pair_request, pairing_rule)
@@ -31,6 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # Options are checked before anything loads.
     access = serve_access(args)
+    # Admits as many at once as the pair has slots (the holder sets it from the loaded pair).
     queue = GenerationQueue(checked_max_queue(args.max_queue))
     tcfg, dcfg = model_configs(args)
     opened = open_pair(pair_request(args, tcfg, dcfg, load_options(args), pairing_rule(args)))
@@ -92,8 +94,12 @@ def add_api_args(p: argparse.ArgumentParser, default_queue: int | None = DEFAULT
                    f"${KEY_ENV} or {KEY_FILE_OPTION})")
     g.add_argument(KEY_FILE_OPTION, default=None, metavar="PATH",
                    help="read the API key from this file")
+    g.add_argument("--parallel", type=int, default=PARALLEL,
+                   help="generations decoded together, each in its own slot of the models' "
+                   f"caches (memory for one context each, and one more); 1: one at a time "
+                   f"(default {PARALLEL})")
     g.add_argument("--max-queue", type=int, default=default_queue,
-                   help=f"requests that may wait while one generates; more get 503 "
+                   help=f"requests that may wait while --parallel generate; more get 503 "
                    f"(default {default_queue})")
 
 

@@ -7,7 +7,7 @@ from typing import Sequence
 from engine.backend import ModelConfig
 from engine.errors import SettingsError
 from engine.limits import MAX_THREADS, MIN_CTX, check_hardware
-from app.runtime.defaults import (CTX, DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
+from app.runtime.defaults import (MAX_PARALLEL, CTX, DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER, DEFAULT_GAMMA,
                                   DEFAULT_POLICY, DRAFTERS, FLASH_ATTN, FLASH_ATTN_CHOICES,
                                   GPU_LAYERS, KV_TYPE, KV_TYPES, HISTORY, HISTORY_TOKENS,
                                   LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
@@ -17,6 +17,7 @@ from app.runtime.structured import file_spec
 from app.runtime.open_pair import PairRequest
 from app.runtime.tuned import PairingRule, PairingUse, chose_speculation
 from engine.rpc import parse_endpoints
+from engine.slots import sequences_for
 from loading.derived.quantized import CHOICES as QUANT_CHOICES
 from loading.options import DRAFT_VOCAB_CHOICES, LoadOptions
 from models import embedded, other_stores
@@ -231,6 +232,8 @@ def model_configs(args: argparse.Namespace,
     for layers in (args.gpu_layers, args.draft_gpu_layers):
         check_hardware(args.ctx, args.threads, layers, batch)
     rpc, draft_rpc = rpc_workers(args)
+    # A cache sequence per slot of `serve --parallel` and `ui --parallel` (the others: one).
+    n_seq = sequences_for(checked_parallel(getattr(args, "parallel", 1)))
     if args.target is None or draft_arg is None:
         # Only assemble the embedded files when one of them is actually used.
         embedded_target, embedded_draft = embedded.ensure()
@@ -239,7 +242,7 @@ def model_configs(args: argparse.Namespace,
     tcfg = ModelConfig(path=str(target), n_ctx=args.ctx, n_threads=args.threads,
                        n_gpu_layers=args.gpu_layers, n_batch=batch, rpc=rpc,
                        lora=lora_list(args), name=target_name, flash_attn=args.flash_attn,
-                       kv_type=args.kv_type)
+                       kv_type=args.kv_type, n_seq=n_seq)
     if draft_arg == "none":
         if chosen in NEEDS_DRAFT_MODEL:
             raise SettingsError(f"drafter {chosen!r} needs a draft model; drop --draft none")
@@ -249,7 +252,13 @@ def model_configs(args: argparse.Namespace,
     return tcfg, ModelConfig(path=str(draft), n_ctx=args.ctx, n_threads=args.threads,
                              n_gpu_layers=args.draft_gpu_layers, n_batch=batch, rpc=draft_rpc,
                              lora=lora_list(args, "draft_"), name=draft_name,
-                             flash_attn=args.flash_attn, kv_type=args.kv_type)
+                             flash_attn=args.flash_attn, kv_type=args.kv_type, n_seq=n_seq)
+
+
+def checked_parallel(value: int) -> int:
+    if not 1 <= value <= MAX_PARALLEL:
+        raise SettingsError(f"--parallel must be between 1 and {MAX_PARALLEL}, got {value}")
+    return value
 
 
 def lora_list(args: argparse.Namespace, prefix: str = "") -> tuple[tuple[str, float], ...]:

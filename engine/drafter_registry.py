@@ -89,6 +89,11 @@ class DrafterRegistry:
             raise SettingsError("plain decoding drafts nothing to calibrate")
         return chosen
 
+    def reset(self) -> None:
+        """Every drafter forgets its state (a model its cache)."""
+        for drafter in self._drafters.values():
+            drafter.reset()
+
     def _close_own(self, name: str) -> None:
         old = self.own_backends.pop(name, None)
         if old is not None:

@@ -17,7 +17,7 @@ import multiprocessing as mp
 import os
 from typing import Any, Callable, Sequence
 
-from engine.backend import F32, ModelConfig, TokenTable
+from engine.backend import F32, ModelConfig, Part, TokenTable
 from engine.errors import DecodeError, ModelFileError, TandemError
 from engine.rpc import WorkerError, probe
 
@@ -34,7 +34,7 @@ def _child(conn, config: ModelConfig, make: Callable[[ModelConfig], Any]) -> Non
         conn.send(("err", ModelFileError(f"llama.cpp could not load {config.path}: {exc}")))
         return
     conn.send(("ok", {"name": backend.name, "n_vocab": backend.n_vocab, "n_ctx": backend.n_ctx,
-                      "n_batch": backend.n_batch}))
+                      "n_batch": backend.n_batch, "n_seq": backend.n_seq}))
     while True:
         try:
             method, args = conn.recv()
@@ -77,6 +77,7 @@ class IsolatedBackend:
         self.n_vocab: int = info["n_vocab"]
         self.n_ctx: int = info["n_ctx"]
         self.n_batch: int = info["n_batch"]
+        self.n_seq: int = info["n_seq"]
 
     def _lost(self, doing: str) -> WorkerError:
         self._proc.join(timeout=5)
@@ -138,13 +139,18 @@ class IsolatedBackend:
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         return self._call("chat_prompt", list(messages), None if tools is None else list(tools))
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
-        return self._call("decode", [int(t) for t in tokens], int(pos), [int(r) for r in rows])
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int], seq: int = 0) -> F32:
+        return self._call("decode", [int(t) for t in tokens], int(pos), [int(r) for r in rows],
+                          int(seq))
 
-    def truncate(self, n: int) -> None:
+    def decode_batch(self, parts: Sequence[Part]) -> list[F32]:
+        return self._call("decode_batch", [Part(p.seq, [int(t) for t in p.tokens], p.pos,
+                                                [int(r) for r in p.rows]) for p in parts])
+
+    def truncate(self, n: int, seq: int = 0) -> None:
         # A dead child has no cache left to truncate; the error that killed it is the one to see.
         if self._dead is None:
-            self._call("truncate", n)
+            self._call("truncate", n, seq)
 
     def close(self) -> None:
         if self._dead is None and self._proc.is_alive():

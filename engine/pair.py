@@ -6,16 +6,18 @@ them; tests pass fakes). It holds its drafters (engine/drafter_registry.py) and 
 of each, its calibration and its evidence (engine/knowledge.py). Without an explicit policy a
 generation uses the adaptive controller, calibrated once per drafter on first use.
 
-llama.cpp contexts are not thread-safe and a pair runs one generation at a time: it takes no
-lock of its own. The app and the API take turns through their one queue
-(app/runtime/queue.py), which holds a turn for the whole of a generation; the command line runs
-one at a time by itself.
+llama.cpp contexts are not thread-safe. A pair without slots runs one generation at a time
+and takes no lock of its own: its callers take turns (app/runtime/queue.py; the command line
+runs one at a time by itself). A pair with `parallel` slots (its models hold a sequence per
+slot and one of their own) runs up to that many generations together, decoded in shared
+batches (engine/slots.py): the app's queue admits that many at once.
 """
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from functools import partial
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ContextManager, Generator, Iterator, Sequence
 
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
@@ -34,6 +36,7 @@ from engine.grammar.spec import GrammarSpec
 from engine.knowledge import CALIBRATION_TEXT, Knowledge
 from engine.limits import check_prompt_fits
 from engine.session import Session
+from engine.slots import Slots
 from engine.widths import padded_width
 
 # Model drafters stop once their run of tokens is, by their own probabilities, less likely than
@@ -50,7 +53,8 @@ __all__ = ["DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "Pair", "Prompt"]
 class Pair:
     def __init__(self, target: Backend, draft: Backend | None = None, p_min: float = 0.0,
                  lookup_ngram: int = 3, chain_min: float = DEFAULT_CHAIN_MIN,
-                 clock: Clock = wall_ms, draft_path: str | None = None) -> None:
+                 clock: Clock = wall_ms, draft_path: str | None = None,
+                 parallel: int = 1) -> None:
         if not (0.0 <= p_min < 1.0):
             raise SettingsError(f"draft p-min must be in [0, 1), got {p_min}")
         if not (0.0 <= chain_min < 1.0):
@@ -71,6 +75,16 @@ class Pair:
         self._grammars_lock = threading.Lock()
         self.registry = DrafterRegistry(target.is_eog, draft, p_min, chain_min, lookup_ngram,
                                         forget=self.knowledge.forget)
+        # Generations decoded together (engine/slots.py), each slot with the built-in drafters
+        # over its own sequence of the draft; None: one generation at a time, on sequence 0.
+        self.slots = None if parallel <= 1 else Slots(
+            target, draft, parallel,
+            lambda d: DrafterRegistry(target.is_eog, d, p_min, chain_min, lookup_ngram))
+
+    @property
+    def parallel(self) -> int:
+        """How many generations run together."""
+        return 1 if self.slots is None else self.slots.n
 
     @property
     def drafters(self) -> list[str]:
@@ -80,12 +94,19 @@ class Pair:
     def default_drafter(self) -> str:
         return self.registry.default
 
-    def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None) -> None:
-        """Offer `drafter` as `name` (DrafterRegistry.add); its calibration starts over."""
+    def add_drafter(self, name: str, drafter: Drafter, backend: Backend | None = None,
+                    per_slot: Callable[[Backend], Drafter] | None = None) -> None:
+        """Offer `drafter` as `name` (DrafterRegistry.add); its calibration starts over. With
+        slots, `per_slot` makes each slot's own over its sequence of `backend` (a drafter
+        without one runs only where generations run one at a time)."""
         self.registry.add(name, drafter, backend)
+        if self.slots is not None and backend is not None and per_slot is not None:
+            self.slots.add_drafter(name, backend, per_slot)
 
     def remove_drafter(self, name: str) -> None:
         self.registry.remove(name)
+        if self.slots is not None:
+            self.slots.remove_drafter(name)
 
     def drafter(self, name: str) -> Drafter | None:
         return self.registry.get(name)
@@ -176,26 +197,59 @@ class Pair:
                         history: HistoryIndex | None = None) -> Iterator[Event]:
         """`generate` for a prompt already tokenized and checked by `prompt_tokens`, so a
         front end that needs the tokens first (to refuse a long prompt before queueing it)
-        tokenizes it once."""
+        tokenizes it once. With slots, the generation runs on a free one, in a batch with the
+        others (engine/slots.py)."""
         drafter = self.default_drafter if drafter is None else drafter
-        chosen = self.drafter(drafter)
+        if self.slots is None:
+            return self._generate(self.target, self.registry, tokens, config, drafter, policy,
+                                  history)
+        return self.slots.stream(tokens, lambda slot: self._generate(
+            slot.target, slot.registry, tokens, config, drafter, policy, history))
+
+    def _generate(self, target: Session, registry: DrafterRegistry, tokens: Sequence[int],
+                  config: GenerationConfig, drafter: str, policy: GammaPolicy | None,
+                  history: HistoryIndex | None) -> Generator[Event, None, None]:
+        """One generation on `target` with `registry`'s drafter `drafter` (the pair's own, or a
+        slot's); calibration decodes on the pair's own sequence, alone."""
+        chosen = self._drafter_in(registry, drafter)
         widths = None
         if chosen is not None and config.gamma > 0:
             if policy is None:
                 policy = make_policy("adaptive", config.gamma)
-            self._calibrate(policy, drafter)
-            widths = self.use_widths(drafter, config.gamma)
-        yield from generate(self.target, chosen, tokens, config, policy, widths=widths,
+            with self._alone():
+                self._calibrate(policy, drafter)
+                widths = self.use_widths(drafter, config.gamma)
+            if registry is not self.registry:
+                chosen.pad_catch_up(self._catch_up_widths(drafter, config.gamma))
+        yield from generate(target, chosen, tokens, config, policy, widths=widths,
                             clock=self.clock, history=history)
+
+    def _drafter_in(self, registry: DrafterRegistry, name: str) -> Drafter | None:
+        """Drafter `name` of `registry`; a slot has only the built-in drafters."""
+        if registry is not self.registry and plain_alias(name) in self.registry.names \
+                and plain_alias(name) not in registry.names:
+            raise SettingsError(f"drafter {name!r} runs one generation at a time; with "
+                                f"--parallel {self.parallel} choose one of "
+                                f"{', '.join(registry.names)}")
+        return registry.get(name)
+
+    def _alone(self) -> ContextManager[None]:
+        """The models to this caller alone (slots: no batch decodes meanwhile)."""
+        return nullcontext() if self.slots is None else self.slots.step.exclusive()
+
+    def _catch_up_widths(self, name: str, gamma: int) -> Callable[[int], int]:
+        return partial(padded_width, self.calibration(name, gamma).draft_ms)
 
     def use_widths(self, name: str, gamma: int) -> Callable[[int], int]:
         """Pad drafter `name`'s catch-up batches to the cheaper widths of its calibration, and
         return the verify batch widths to pad to likewise (engine/widths.py)."""
         cal = self.calibration(name, gamma)
-        self.registry.speculating(name).pad_catch_up(partial(padded_width, cal.draft_ms))
+        self.registry.speculating(name).pad_catch_up(self._catch_up_widths(name, gamma))
         return partial(padded_width, cal.verify_ms)
 
     def close(self) -> None:
+        if self.slots is not None:
+            self.slots.close()
         self.target.backend.close()
         self.registry.close()
         if self.draft_backend is not None:

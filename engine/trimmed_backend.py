@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from engine.backend import F32
+from engine.backend import F32, Part
 from engine.errors import ModelFileError
 
 
@@ -29,11 +29,16 @@ class EmbeddingBackend(Protocol):
     n_batch: int
     name: str
 
-    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32: ...
+    n_seq: int
+
+    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int],
+                          seq: int = 0) -> F32: ...
+
+    def decode_embeddings_batch(self, embd: F32, parts: Sequence[Part]) -> list[F32]: ...
 
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str: ...
 
-    def truncate(self, n: int) -> None: ...
+    def truncate(self, n: int, seq: int = 0) -> None: ...
 
     def close(self) -> None: ...
 
@@ -61,6 +66,7 @@ class TrimmedBackend:
         self.n_vocab: int = table.n_vocab
         self.n_ctx: int = inner.n_ctx
         self.n_batch: int = inner.n_batch
+        self.n_seq: int = inner.n_seq
         self.name = inner.name
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -75,14 +81,21 @@ class TrimmedBackend:
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         return self.inner.chat_prompt(messages, tools)
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
-        kept = self.inner.decode_embeddings(self.table.rows(tokens), pos, rows)
-        out = np.full((len(rows), self.n_vocab), -np.inf, dtype=np.float32)
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int], seq: int = 0) -> F32:
+        return self._full(self.inner.decode_embeddings(self.table.rows(tokens), pos, rows, seq))
+
+    def decode_batch(self, parts: Sequence[Part]) -> list[F32]:
+        embd = self.table.rows([t for p in parts for t in p.tokens])
+        return [self._full(kept) for kept in self.inner.decode_embeddings_batch(embd, parts)]
+
+    def _full(self, kept: F32) -> F32:
+        """Rows of the trimmed head as rows of the full vocabulary (-inf where dropped)."""
+        out = np.full((len(kept), self.n_vocab), -np.inf, dtype=np.float32)
         out[:, self.ids] = kept
         return out
 
-    def truncate(self, n: int) -> None:
-        self.inner.truncate(n)
+    def truncate(self, n: int, seq: int = 0) -> None:
+        self.inner.truncate(n, seq)
 
     def close(self) -> None:
         self.inner.close()

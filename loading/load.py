@@ -102,7 +102,7 @@ def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
         if draft_backend is not None:
             owned.callback(draft_backend.close)
         pair = Pair(target_backend, draft_backend, p_min=p_min, lookup_ngram=lookup_ngram,
-                    chain_min=chain_min,
+                    chain_min=chain_min, parallel=slots_of(target),
                     draft_path=(trimmed or draft).path if draft is not None else None)
         if plan.early_exit_layers is not None:
             add_early_exit(pair, target, plan.early_exit_layers, load,
@@ -110,6 +110,12 @@ def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
         # Loaded whole: the pair owns the backends now, and closes them with itself.
         owned.pop_all()
     return pair
+
+
+def slots_of(config: ModelConfig) -> int:
+    """The generations a pair decodes together: one per sequence of its target's cache but
+    sequence 0, the pair's own (engine/slots.py's `sequences_for`); one when it holds one."""
+    return max(1, config.n_seq - 1)
 
 
 def _load_trimmed(source: GGUFInfo, trimmed: ModelConfig, load: Loader) -> Backend:
@@ -138,4 +144,6 @@ def add_early_exit(pair: Pair, target: ModelConfig, layers: int | None = None,
     gpu = target.n_gpu_layers if gpu_layers is None else gpu_layers
     backend = _loader(loader)(replace(target, path=str(path), lora=lora, n_gpu_layers=gpu))
     pair.add_drafter("early-exit", early_exit_drafter(backend, p_min=pair.p_min,
-                                                      chain_min=pair.chain_min), backend=backend)
+                                                      chain_min=pair.chain_min), backend=backend,
+                     per_slot=lambda seq: early_exit_drafter(seq, p_min=pair.p_min,
+                                                             chain_min=pair.chain_min))

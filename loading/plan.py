@@ -131,7 +131,7 @@ def _placed(report: budget.BudgetReport, target: ModelConfig, tinfo: GGUFInfo,
     if target.rpc:
         plan = from_report(report, lt, None, target_on="RPC workers")
         if draft is not None and ld is not None and not draft.rpc:
-            alone = budget.estimate_pair(ld, None, machine=m, n_ctx=draft.n_ctx,
+            alone = budget.estimate_pair(ld, None, machine=m, n_ctx=draft.n_ctx * draft.n_seq,
                                          kv_type=draft.kv_type, flash_attn=draft.flash_attn,
                                          gpu_layers=draft.n_gpu_layers, n_ubatch=draft.n_batch)
             plan = replace(plan, models=plan.models + (placement("draft", ld, alone.target),))
@@ -185,7 +185,8 @@ def place_later(plan: LoadPlan, role: str, info: GGUFInfo) -> int:
     if draft.rpc:
         return -1 if plan.asked[1] is None else plan.asked[1]
     placed = place_after(plan.offload, plan.machine, role, Layout.from_info(info),
-                         n_ctx=draft.n_ctx, n_ubatch=draft.n_batch, kv_type=draft.kv_type,
+                         n_ctx=draft.n_ctx * draft.n_seq, n_ubatch=draft.n_batch,
+                         kv_type=draft.kv_type,
                          flash_attn=draft.flash_attn, gpu_layers=plan.asked[1],
                          ram_used=plan.ram_used)
     return placed.models[-1].gpu_layers
@@ -201,13 +202,14 @@ def place_early_exit(plan: LoadPlan, layers: int) -> int:
 
 
 def budget_settings(target: ModelConfig, draft: ModelConfig | None) -> dict:
-    """models.budget's keyword arguments for these configs' hardware settings."""
-    kw = {"n_ctx": target.n_ctx, "gpu_layers": target.n_gpu_layers, "n_ubatch": target.n_batch,
+    """models.budget's keyword arguments for these configs' hardware settings (a cache holds
+    n_ctx positions for each of its sequences: one per slot, and the pair's own)."""
+    kw = {"n_ctx": target.n_ctx * target.n_seq, "gpu_layers": target.n_gpu_layers, "n_ubatch": target.n_batch,
           "kv_type": target.kv_type, "flash_attn": target.flash_attn,
           "adapter_bytes": (adapter_bytes(target.lora),
                             adapter_bytes(draft.lora) if draft is not None else 0)}
     if draft is not None:
         # A draft on its own RPC workers takes nothing of this machine's GPU.
         layers = 0 if draft.rpc and draft.n_gpu_layers is None else draft.n_gpu_layers
-        kw |= {"draft_n_ctx": draft.n_ctx, "draft_gpu_layers": layers}
+        kw |= {"draft_n_ctx": draft.n_ctx * draft.n_seq, "draft_gpu_layers": layers}
     return kw

@@ -180,8 +180,8 @@ def test_stop_ends_generation_and_frees_the_lock(monkeypatch):
     assert "stopped" in panel and stats["finish_reason"] == "stopped" and stats["output_tokens"] < 200
     assert history[-1]["content"] == stats["text"] and history[-1]["content"]
     # The stopped answer gave its turn back.
-    assert holder.queue.snapshot() == {"running": False, "waiting": 0,
-                                       "max_waiting": holder.queue.max_waiting}
+    assert holder.queue.snapshot() == {"running": 0, "waiting": 0,
+                                       "max_waiting": holder.queue.max_waiting, "parallel": 1}
 
 
 def test_chat_refuses_empty_message_and_a_drafter_the_pair_lacks():

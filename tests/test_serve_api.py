@@ -57,7 +57,7 @@ def test_models_and_health(client):
     assert models["data"][0]["pair"] == {"target": "fake-1-0.0", "draft": "fake-1-0.5"}
     health = TestClient(client.app).get("/health")  # no key needed
     assert health.status_code == 200 and health.json()["status"] == "ok"
-    assert health.json()["queue"] == {"running": False, "waiting": 0, "max_waiting": 2}
+    assert health.json()["queue"] == {"running": 0, "waiting": 0, "max_waiting": 2, "parallel": 1}
 
 
 def test_a_chat_completion_has_choices_usage_and_speculative_stats(client):
@@ -268,7 +268,7 @@ def test_a_full_queue_is_503_with_retry_after(caplog):
     refused = [r for r in caplog.records if r.name == "tandem.serve"]
     assert len(refused) == 2 and all(r.levelno == logging.WARNING and not r.exc_info
                                      and "busy" in r.getMessage() for r in refused)
-    assert queue.snapshot() == {"running": False, "waiting": 0, "max_waiting": 0}
+    assert queue.snapshot() == {"running": 0, "waiting": 0, "max_waiting": 0, "parallel": 1}
 
 
 def test_no_loaded_pair_is_503():

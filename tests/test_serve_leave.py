@@ -49,14 +49,14 @@ def test_a_client_that_gives_up_on_a_whole_answer_frees_the_pair_within_a_round(
     # Two rounds ran, and the third's look found the client gone: the prompt and three rounds
     # at most, not MAX_TOKENS; the queue's slot is free.
     assert done is None and calls <= 4
-    assert queue.snapshot()["running"] is False
+    assert queue.snapshot()["running"] == 0
 
 
 def test_a_client_that_stays_gets_the_whole_answer():
     """The control: the same answer, with its client there, runs to MAX_TOKENS."""
     done, calls, queue = _answer(leaves_after=None)
     assert done is not None and len(done.tokens) == MAX_TOKENS and calls > MAX_TOKENS // 2
-    assert queue.snapshot()["running"] is False
+    assert queue.snapshot()["running"] == 0
 
 
 def _stream(chunks: int | None) -> tuple[int, int, GenerationQueue]:
@@ -91,11 +91,11 @@ def test_a_client_that_leaves_mid_stream_frees_the_pair_within_a_round():
     read, calls, queue = _stream(chunks=4)
     # The role chunk and three tokens: the prompt and four rounds at most, not MAX_TOKENS.
     assert read == 4 and calls <= 5
-    assert queue.snapshot()["running"] is False
+    assert queue.snapshot()["running"] == 0
 
 
 def test_a_client_that_reads_the_stream_to_the_end_gets_every_token():
     """The control: the same stream, read to the end, ran MAX_TOKENS rounds."""
     read, calls, queue = _stream(chunks=None)
     assert read > MAX_TOKENS // 2 and calls > MAX_TOKENS // 2
-    assert queue.snapshot()["running"] is False
+    assert queue.snapshot()["running"] == 0

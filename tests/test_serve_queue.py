@@ -25,12 +25,12 @@ def test_one_runs_the_next_waits_and_more_are_refused():
     with pytest.raises(QueueFullError) as info:
         queue.join()
     assert 1 <= info.value.retry_after <= 60 and "--max-queue 1" in str(info.value)
-    assert queue.snapshot() == {"running": True, "waiting": 1, "max_waiting": 1}
+    assert queue.snapshot() == {"running": 1, "waiting": 1, "max_waiting": 1, "parallel": 1}
     queue.leave(first)
     assert queue.wait(second, 0)
-    assert queue.snapshot() == {"running": True, "waiting": 0, "max_waiting": 1}
+    assert queue.snapshot() == {"running": 1, "waiting": 0, "max_waiting": 1, "parallel": 1}
     queue.leave(second)
-    assert queue.snapshot()["running"] is False
+    assert queue.snapshot()["running"] == 0
 
 
 def test_waiters_are_served_in_arrival_order_and_a_waiter_may_leave():
@@ -136,8 +136,8 @@ def test_the_holder_replaces_the_pair_only_between_generations():
     old, then, t, ticket = _pair_once_the_replacer_queued(holder)
     # The replacer waits in the queue behind the running generation: by construction it cannot
     # have swapped the pair, however long it has been waiting.
-    assert then is old and holder.queue.snapshot() == {"running": True, "waiting": 1,
-                                                       "max_waiting": 0}
+    assert then is old and holder.queue.snapshot() == {"running": 1, "waiting": 1,
+                                                       "max_waiting": 0, "parallel": 1}
     # Refused to no one: the holder waits its turn even when no waiting place is free.
     with pytest.raises(QueueFullError):
         holder.queue.join()

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+
+from engine.backend import Part
 import pytest
 
 from app.cli import build_parser
@@ -141,9 +143,18 @@ class EmbeddedFake(FakeBackend):
         self.table, self.ids = table, ids
         self.n_vocab = len(ids)
 
-    def decode_embeddings(self, embd, pos, rows):
+    def decode_embeddings(self, embd, pos, rows, seq=0):
         toks = [int(np.argmin(((self.table - e) ** 2).sum(axis=1))) for e in embd]
-        return FakeBackend.decode(self, toks, pos, rows)[:, self.ids]
+        return FakeBackend.decode(self, toks, pos, rows, seq)[:, self.ids]
+
+    def decode_embeddings_batch(self, embd, parts):
+        self.batches.append(tuple((p.seq, len(p.tokens)) for p in parts))
+        out, start = [], 0
+        for p in parts:
+            out.append(self.decode_embeddings(embd[start:start + len(p.tokens)], p.pos, p.rows,
+                                              p.seq))
+            start += len(p.tokens)
+        return out
 
     def _row(self, context):
         full = FakeBackend(n_vocab=len(self.table), seed=self.seed, noise=self.noise,
@@ -195,6 +206,18 @@ def test_the_trimmed_backend_gives_the_full_models_logits_at_kept_ids_and_minus_
     assert tb.tokenize("ab") == Vocab().tokenize(b"ab") and tb.is_eog(2) and tb.n_vocab == 64
     with pytest.raises(ModelFileError, match="kept ids"):
         TrimmedBackend(tb.inner, ids[:-1], tb.table, Vocab())
+
+
+def test_the_trimmed_backend_decodes_several_sequences_in_one_call():
+    ids = np.array([0, 3, 4, 9, 20, 41, 63])
+    tb = trimmed_fake(ids)
+    parts = [Part(1, [5, 6, 7], 0, [2]), Part(2, [9, 8], 0, [0, 1])]
+    got = tb.decode_batch(parts)
+    assert tb.inner.batches == [((1, 3), (2, 2))]
+    alone = trimmed_fake(ids)
+    for part, rows in zip(parts, got):
+        np.testing.assert_array_equal(rows, alone.decode(part.tokens, 0, part.rows, part.seq))
+    assert tb.inner.caches[1] == [5, 6, 7] and tb.inner.caches[2] == [9, 8]
 
 
 def test_drafting_with_a_trimmed_head_stays_exact():

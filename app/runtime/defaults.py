@@ -16,7 +16,7 @@ from models.offload import AUTO
 __all__ = ["CTX", "DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE",
            "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL",
-           "OVERFLOW", "OVERFLOW_API", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS",
+           "MAX_PARALLEL", "OVERFLOW", "OVERFLOW_API", "PARALLEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS",
            "SYSTEM_PRESETS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
@@ -66,6 +66,12 @@ SYSTEM_PRESETS = {
 GPU_LAYERS = AUTO
 # The context length for both models when not given.
 CTX = 4096
+# Generations `tandem serve` and `tandem ui` decode together, each on its own slot (its own
+# sequence of both caches, engine/slots.py), as LM Studio's and llama-server's 4 parallel slots;
+# 1: one at a time, the rest wait.
+PARALLEL = 4
+# The most slots: each holds a context's cache.
+MAX_PARALLEL = 64
 # Flash attention ("auto", "on", "off") and the KV cache's type ("f16", "q8_0", "q4_0") for
 # both models when not given (engine/attention.py); FLASH_ATTN_CHOICES and KV_TYPES the words.
 FLASH_ATTN, FLASH_ATTN_CHOICES = DEFAULT_FLASH_ATTN, FLASH_ATTN

@@ -67,6 +67,9 @@ class PairHolder:
                  announce: Announce | None = None,
                  pairing: PairingUse | None = None) -> None:
         self.queue = queue or GenerationQueue()
+        if pair is not None:
+            # As many generations at once as the pair has slots.
+            self.queue.set_parallel(pair.parallel)
         # Where the loaded pair's layers went (models/offload.py), for the header and the API;
         # `announce` hears each load's plan too (`tandem ui` prints its line).
         self.offload: OffloadPlan | None = None
@@ -202,9 +205,11 @@ class PairHolder:
             # After the running generation and those waiting before this: none runs on it then.
             with self.queue.slot(always=True):
                 self._pair = pair
+                self.queue.set_parallel(pair.parallel)
             old.close()
         else:
             self._pair = pair
+            self.queue.set_parallel(pair.parallel)
 
     def history_for(self, owner: str = LOCAL) -> History | None:
         """Owner's history of past requests, None when history is off."""

@@ -4,7 +4,8 @@ Logits at each position are a pure function of the last few tokens (a seeded has
 fakes built with the same seed are the same "model", and a fake with `noise` > 0 is a nearby
 draft model. `decode` enforces llama.cpp's rules: a batch starts right after the cache, fits
 the context and holds at most `n_batch` tokens (llama.cpp aborts the process on the last two,
-so here they are AssertionErrors, which no test may see).
+so here they are AssertionErrors, which no test may see). It holds `n_seq` sequences, each its
+own cache; `decode_batch` decodes several in one call, recorded in `batches`.
 """
 from __future__ import annotations
 
@@ -13,21 +14,26 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.backend import TokenTable
+from engine.backend import Part, TokenTable
 from engine.drafters.base import Drafter, Proposal
 
 
 class FakeBackend:
     def __init__(self, n_vocab: int = 64, seed: int = 0, noise: float = 0.0, scale: float = 3.0,
                  n_ctx: int = 4096, eog: int | None = None, order: int = 2,
-                 n_batch: int = 512) -> None:
+                 n_batch: int = 512, n_seq: int = 8) -> None:
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.name = f"fake-{seed}-{noise}"
         self.seed, self.noise, self.scale, self.eog, self.order = seed, noise, scale, eog, order
-        self.cache: list[int] = []
+        self.n_seq = n_seq
+        # Each sequence's cache; `cache` is sequence 0's.
+        self.caches: list[list[int]] = [[] for _ in range(n_seq)]
+        self.cache = self.caches[0]
         self.calls: list[tuple[int, int]] = []
+        # Each batched decode as (sequence, tokens) per part.
+        self.batches: list[tuple[tuple[int, int], ...]] = []
 
     def _row(self, context: Sequence[int]) -> np.ndarray:
         key = f"{self.seed}|{list(context[-self.order:])}".encode()
@@ -67,24 +73,37 @@ class FakeBackend:
         # A template that does not read `tools` (the API then describes them in a system message).
         return "".join(f"<{m['role']}>{m.get('content') or ''}" for m in messages) + "<assistant>"
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
-        if pos != len(self.cache):
-            raise AssertionError(f"inconsistent positions: batch at {pos}, cache holds {len(self.cache)}")
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int],
+               seq: int = 0) -> np.ndarray:
+        return self._decode(Part(seq, tokens, pos, rows))
+
+    def decode_batch(self, parts: Sequence[Part]) -> list[np.ndarray]:
+        if len({p.seq for p in parts}) != len(parts):
+            raise AssertionError(f"a batch holds sequences {[p.seq for p in parts]}")
+        self.batches.append(tuple((p.seq, len(p.tokens)) for p in parts))
+        return [self._decode(p) for p in parts]
+
+    def _decode(self, part: Part) -> np.ndarray:
+        tokens, pos, rows = part.tokens, part.pos, part.rows
+        cache = self.caches[part.seq]
+        if pos != len(cache):
+            raise AssertionError(f"inconsistent positions: batch at {pos}, cache holds {len(cache)}")
         if not 0 < len(tokens) <= self.n_batch:
             raise AssertionError(f"GGML_ASSERT: a batch of {len(tokens)} tokens, n_batch {self.n_batch}")
         if pos + len(tokens) > self.n_ctx:
             raise AssertionError(f"positions {pos}..{pos + len(tokens) - 1} past n_ctx {self.n_ctx}")
         self.calls.append((pos, len(tokens)))
-        self.cache.extend(int(t) for t in tokens)
+        cache.extend(int(t) for t in tokens)
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        return np.stack([self._row(self.cache[:pos + r + 1]) for r in rows])
+        return np.stack([self._row(cache[:pos + r + 1]) for r in rows])
 
-    def truncate(self, n: int) -> None:
-        del self.cache[n:]
+    def truncate(self, n: int, seq: int = 0) -> None:
+        del self.caches[seq][n:]
 
     def close(self) -> None:
-        self.cache.clear()
+        for cache in self.caches:
+            cache.clear()
 
 
 class ScriptedDrafter(Drafter):

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.backend import TokenTable
+from engine.backend import Part, TokenTable
 
 
 class InstantBackend:
@@ -22,6 +22,8 @@ class InstantBackend:
         self.n_vocab = bank.shape[1]
         self.n_ctx = n_ctx
         self.n_batch = 512
+        # One sequence: the overhead runs time one generation.
+        self.n_seq = 1
         self.name = name
         self.cache: list[int] = []
         self.decode_s = 0.0
@@ -41,7 +43,11 @@ class InstantBackend:
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         return "".join(m["content"] for m in messages)
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
+    def decode_batch(self, parts: Sequence[Part]) -> list[np.ndarray]:
+        return [self.decode(p.tokens, p.pos, p.rows, p.seq) for p in parts]
+
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int],
+               seq: int = 0) -> np.ndarray:
         t0 = time.thread_time()
         self.cache[pos:] = [int(t) for t in tokens]
         slots = [(self.cache[pos + r - 1] * 31 + self.cache[pos + r]) % len(self.bank)
@@ -57,7 +63,7 @@ class InstantBackend:
         self.decode_s += time.thread_time() - t0
         return out
 
-    def truncate(self, n: int) -> None:
+    def truncate(self, n: int, seq: int = 0) -> None:
         del self.cache[n:]
 
     def close(self) -> None:
@@ -72,8 +78,9 @@ class CopyRefusingBackend(InstantBackend):
 
     floor = -20.0
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
-        out = super().decode(tokens, pos, rows)
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int],
+               seq: int = 0) -> np.ndarray:
+        out = super().decode(tokens, pos, rows, seq)
         t0 = time.thread_time()
         text = np.asarray(self.cache, dtype=np.int64)
         for i, r in enumerate(rows):

@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from bench.fakes.backend import FakeBackend
+from engine.backend import Part
 
 
 class VirtualClock:
@@ -56,7 +57,12 @@ class TableFake(FakeBackend):
         a = context[-2] if len(context) > 1 else 0
         return self.table[a, context[-1]]
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int],
+               seq: int = 0) -> np.ndarray:
+        return self.decode_batch([Part(seq, tokens, pos, rows)])[0]
+
+    def decode_batch(self, parts: Sequence[Part]) -> list[np.ndarray]:
+        # One model call, charged at the batch's whole width.
         if self.clock is not None:
-            self.clock.charge(self.cost, len(tokens))
-        return super().decode(tokens, pos, rows)
+            self.clock.charge(self.cost, sum(len(p.tokens) for p in parts))
+        return super().decode_batch(parts)

@@ -157,6 +157,8 @@ def start_server(args: argparse.Namespace, tmp: Path) -> tuple[subprocess.Popen,
     argv = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--api-key-file",
             str(key_file), "--max-queue", str(args.max_queue), "--ctx", str(args.ctx),
             "--threads", str(args.threads), "--history-tokens", str(args.history_tokens)]
+    if args.parallel is not None:
+        argv += ["--parallel", str(args.parallel)]
     with open(log, "wb") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -295,6 +297,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--max-queue", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=None,
+                    help="the server's slots (default: serve's own)")
     ap.add_argument("--no-burst", dest="burst", action="store_false")
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)

@@ -2,7 +2,9 @@
 
 Logits are requested per row of a batch (llama_batch.logits flags) and copied only for those
 rows, never for the whole batch: a 151,936-token vocabulary times n_ctx floats would cost
-gigabytes. KV-cache truncation uses llama.cpp's memory API on sequence 0. The model, the
+gigabytes. A context holds `n_seq` sequences in one unified KV cache (llama-server's slots);
+a batch may hold several, each token tagged with its sequence id, and truncation uses
+llama.cpp's memory API on one sequence. The model, the
 context, the batches and the adapters are owned by engine/llama/resources.py's small owners.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.attention import flash_attn_on
-from engine.backend import F32, ModelConfig, TokenTable
+from engine.backend import F32, ModelConfig, Part, TokenTable
 from engine.errors import DecodeError, ModelFileError, SettingsError
 from engine.isolated import IsolatedBackend
 from engine.llama.resources import Adapter, Batch, Context, Model, Owned
@@ -56,11 +58,13 @@ class LlamaBackend:
             context = self._owned.enter_context(Context(self._model, config.n_ctx,
                                                         config.n_batch, threads,
                                                         flash_attn=flash,
-                                                        kv_type=config.kv_type))
+                                                        kv_type=config.kv_type,
+                                                        n_seq=config.n_seq))
             self.n_vocab: int = self._model.n_vocab
             # llama.cpp pads a small context up (16 became 256); the context asked for is the
             # limit the user set, so it is the one the engine keeps to.
             self.n_ctx: int = min(config.n_ctx, context.n_ctx)
+            self.n_seq: int = config.n_seq
             self._ctx = context.ctx
             self._vocab = self._model.vocab
             self._mem = context.memory
@@ -124,8 +128,12 @@ class LlamaBackend:
         return fmt(messages=cast("list[Any]", list(messages)),
                    tools=None if tools is None else cast("list[Any]", list(tools))).prompt
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> F32:
-        bad = [int(t) for t in tokens if not 0 <= int(t) < self.n_vocab]
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int], seq: int = 0) -> F32:
+        return self.decode_batch([Part(seq, tokens, pos, rows)])[0]
+
+    def decode_batch(self, parts: Sequence[Part]) -> list[F32]:
+        flat = [int(t) for part in parts for t in part.tokens]
+        bad = [t for t in flat if not 0 <= t < self.n_vocab]
         if bad:
             raise SettingsError(f"token id {bad[0]} is outside the vocabulary of {self.name} "
                                 f"({self.n_vocab} tokens)")
@@ -133,16 +141,22 @@ class LlamaBackend:
 
         def fill(start: int, n: int) -> None:
             for j in range(n):
-                b.token[j] = int(tokens[start + j])
+                b.token[j] = flat[start + j]
 
-        return self._run(b, len(tokens), pos, rows, fill)
+        return self._run(b, parts, fill)
 
-    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int]) -> F32:
+    def decode_embeddings(self, embd: F32, pos: int, rows: Sequence[int], seq: int = 0) -> F32:
         """As `decode`, with input embeddings `[n, n_embd]` in place of token ids (a draft whose
         vocabulary was trimmed embeds tokens it no longer has; engine/trimmed_backend.py)."""
+        return self.decode_embeddings_batch(embd, [Part(seq, range(len(embd)), pos, rows)])[0]
+
+    def decode_embeddings_batch(self, embd: F32, parts: Sequence[Part]) -> list[F32]:
+        """As `decode_batch`, with the parts' input embeddings laid end to end in `embd` (a
+        part's `tokens` is only as long as its inputs)."""
         embd = np.ascontiguousarray(embd, dtype=np.float32)
-        if embd.ndim != 2 or embd.shape[1] != self.n_embd:
-            raise SettingsError(f"embeddings must be [n, {self.n_embd}], got {embd.shape}")
+        n = sum(len(p.tokens) for p in parts)
+        if embd.ndim != 2 or embd.shape != (n, self.n_embd):
+            raise SettingsError(f"embeddings must be [{n}, {self.n_embd}], got {embd.shape}")
         if self._embd_batch is None:
             self._embd_batch = self._owned.enter_context(Batch(self._n_batch, self.n_embd))
         b = self._embd_batch.batch
@@ -151,45 +165,63 @@ class LlamaBackend:
         def fill(start: int, n: int) -> None:
             ctypes.memmove(base, embd[start:start + n].ctypes.data, n * self.n_embd * 4)
 
-        return self._run(b, len(embd), pos, rows, fill)
+        return self._run(b, parts, fill)
 
-    def _run(self, b, n_total: int, pos: int, rows: Sequence[int],
-             fill: Callable[[int, int], None]) -> F32:
-        """Decode n_total inputs in chunks of n_batch (`fill(start, n)` writes a chunk's inputs
-        into `b`) and copy the logits of `rows` only."""
-        # Checked here, not left to llama.cpp, which aborts or misbehaves on them.
-        if n_total < 1 or pos < 0 or pos + n_total > self.n_ctx:
-            raise DecodeError(f"cannot decode {n_total} tokens at position {pos}: the context "
-                              f"holds {self.n_ctx}; raise --ctx")
-        if any(not 0 <= r < n_total for r in rows):
-            raise DecodeError(f"logit rows {list(rows)} are outside a batch of {n_total}")
-        out = np.empty((len(rows), self.n_vocab), dtype=np.float32)
+    def _check(self, parts: Sequence[Part]) -> None:
+        """Refuse what llama.cpp aborts or misbehaves on: a batch past a sequence's context, a
+        sequence the cache does not hold or given twice, a logit row outside its part."""
+        if len({p.seq for p in parts}) != len(parts):
+            raise DecodeError(f"a batch holds sequence ids {[p.seq for p in parts]} more than once")
+        for p in parts:
+            n = len(p.tokens)
+            if not 0 <= p.seq < self.n_seq:
+                raise DecodeError(f"sequence {p.seq} is outside the {self.n_seq} the cache holds")
+            if n < 1 or p.pos < 0 or p.pos + n > self.n_ctx:
+                raise DecodeError(f"cannot decode {n} tokens at position {p.pos}: the context "
+                                  f"holds {self.n_ctx}; raise --ctx")
+            if any(not 0 <= r < n for r in p.rows):
+                raise DecodeError(f"logit rows {list(p.rows)} are outside a batch of {n}")
+
+    def _run(self, b, parts: Sequence[Part], fill: Callable[[int, int], None]) -> list[F32]:
+        """Decode the parts' inputs, laid end to end, in chunks of n_batch (`fill(start, n)`
+        writes a chunk's inputs into `b`) and copy the logits of each part's rows only."""
+        self._check(parts)
+        seqs: list[int] = []
+        poss: list[int] = []
+        # Where each wanted row lands: flat index -> (part, row of its output).
+        want: dict[int, tuple[int, int]] = {}
+        for k, p in enumerate(parts):
+            base = len(seqs)
+            for i, r in enumerate(p.rows):
+                want[base + r] = (k, i)
+            seqs += [p.seq] * len(p.tokens)
+            poss += range(p.pos, p.pos + len(p.tokens))
+        outs = [np.empty((len(p.rows), self.n_vocab), dtype=np.float32) for p in parts]
+        n_total = len(seqs)
         for start in range(0, n_total, self._n_batch):
             n = min(self._n_batch, n_total - start)
             fill(start, n)
             for j in range(n):
-                b.pos[j] = pos + start + j
+                b.pos[j] = poss[start + j]
                 b.n_seq_id[j] = 1
-                b.seq_id[j][0] = 0
-                b.logits[j] = False
-            for r in rows:
-                if start <= r < start + n:
-                    b.logits[r - start] = True
+                b.seq_id[j][0] = seqs[start + j]
+                b.logits[j] = start + j in want
             b.n_tokens = n
             rc = llama_cpp.llama_decode(self._ctx, b)
             if rc != 0:
-                # The chunks before this one stay cached; the session truncates them away.
+                # The chunks before this one stay cached; the sessions truncate them away.
                 raise DecodeError(f"llama.cpp could not decode {n} tokens at position "
-                                  f"{pos + start} (code {rc})")
-            for i, r in enumerate(rows):
-                if start <= r < start + n:
-                    ptr = llama_cpp.llama_get_logits_ith(self._ctx, r - start)
-                    out[i] = np.ctypeslib.as_array(
+                                  f"{poss[start]} (code {rc})")
+            for j in range(n):
+                got = want.get(start + j)
+                if got is not None:
+                    ptr = llama_cpp.llama_get_logits_ith(self._ctx, j)
+                    outs[got[0]][got[1]] = np.ctypeslib.as_array(
                         ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.n_vocab,))
-        return out
+        return outs
 
-    def truncate(self, n: int) -> None:
-        llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
+    def truncate(self, n: int, seq: int = 0) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, seq, n, -1)
 
     def close(self) -> None:
         # Safe to call twice: the stack is empty once it has run. Adapters, then batches, then

@@ -124,12 +124,16 @@ class Model(Owned):
 
 class Context(Owned):
     """A llama.cpp context on `model`: its KV cache (of `kv_type`, engine/attention.py) and its
-    decode threads, with flash attention on (True), off (False) or llama.cpp's auto (None)."""
+    decode threads, with flash attention on (True), off (False) or llama.cpp's auto (None);
+    `n_seq` sequences of up to n_ctx positions each share one unified cache of n_seq * n_ctx
+    cells (llama-server's slots with --kv-unified)."""
 
     def __init__(self, model: Model, n_ctx: int, n_batch: int, n_threads: int,
-                 flash_attn: bool | None = False, kv_type: str = "f16") -> None:
+                 flash_attn: bool | None = False, kv_type: str = "f16", n_seq: int = 1) -> None:
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = n_ctx * n_seq
+        params.n_seq_max = n_seq
+        params.kv_unified = True
         params.n_batch = params.n_ubatch = min(n_ctx, n_batch)
         params.n_threads = params.n_threads_batch = n_threads
         params.flash_attn_type = FLASH_ATTN_TYPES[flash_attn]
@@ -142,6 +146,7 @@ class Context(Owned):
 
     @property
     def n_ctx(self) -> int:
+        """The positions one sequence may hold (the unified cache holds them all)."""
         return int(llama_cpp.llama_n_ctx(self.ctx))
 
     @property

@@ -1,0 +1,167 @@
+"""Steps of several sequences decoded together: every model call of a step is one batch.
+
+Each sequence runs its own generation (its rounds, its random stream, its grammar) in its own
+thread, registered here while it runs (`enter`, `leave`). When a sequence decodes it parks its
+part of the batch here and waits. Once every registered sequence is parked or gone, the last one
+to park runs the step: each model decodes every part parked for it in one `decode_batch` (the
+target: each sequence's last token, forced tokens and draft; the draft model: one batch per
+depth for every sequence that drafts), then every waiting sequence takes its rows and runs on.
+Sequences join and leave between steps (continuous batching), as llama-server's slots do.
+After a step the sequences it served run on one at a time, in the order they parked (their
+Python shares one interpreter lock anyway), so what they do between steps happens in the same
+order every time.
+
+No model is ever called by two threads at once: the step runs under the models' lock, and so
+does everything else that touches a cache (`truncate`, and `exclusive`, which calibration
+holds while it decodes alone). A sequence's text reads only its own rows, so it does not depend
+on who else is in the batch, up to the arithmetic of a wider batch (docs/EXACTNESS.md).
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from contextlib import contextmanager
+from typing import Iterator
+
+from engine.backend import F32, Backend, Part
+
+
+class _Parked:
+    """One sequence's part of the next step, and what the step gave it back."""
+
+    __slots__ = ("backend", "part", "rows", "error", "done")
+
+    def __init__(self, backend: Backend, part: Part) -> None:
+        self.backend = backend
+        self.part = part
+        self.rows: F32 | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+def _decode(group: list[_Parked]) -> None:
+    """One model's parts in one call. When it fails, each part is decoded alone from where it
+    started, so only the sequence at fault gets the error (a batch-mate's bad part must not end
+    another's answer)."""
+    backend = group[0].backend
+    try:
+        rows = backend.decode_batch([p.part for p in group])
+    except BaseException as exc:  # noqa: BLE001 - each sequence raises its own
+        if len(group) == 1:
+            group[0].error = exc
+            return
+        for p in group:
+            backend.truncate(p.part.pos, p.part.seq)
+            _decode([p])
+        return
+    for p, r in zip(group, rows):
+        p.rows = r
+
+
+class _Mine(threading.local):
+    """Each thread's ticket of the last step that served it (None: none yet)."""
+
+    last: _Parked | None = None
+
+
+class BatchStep:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        # Registered sequences not parked: the step waits for each of them to park or leave.
+        self._running = 0
+        self._parked: list[_Parked] = []
+        self._stepping = False
+        # The sequences the last step served, in order: the first runs, the rest wait for it
+        # to park again or leave. Each thread's ticket of its last step is `_mine.last`.
+        self._turns: deque[_Parked] = deque()
+        self._mine = _Mine()
+        # Held for every call into a model: a step, a truncation, a calibration.
+        self.models = threading.RLock()
+        # Steps run (tests read them), and the sequences registered now: the batch's width in
+        # sequences, which a policy pricing a round at the batch's width reads.
+        self.steps = 0
+        self.sequences = 0
+
+    @contextmanager
+    def sequence(self) -> Iterator[None]:
+        """Register the calling thread's sequence for the body."""
+        with self._cond:
+            self._running += 1
+            self.sequences += 1
+            self._mine.last = None
+        try:
+            yield
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self.sequences -= 1
+            self._pass_turn()
+            parked = self._take()
+        if parked:
+            self._run(parked)
+
+    def decode(self, backend: Backend, part: Part) -> F32:
+        """`part`'s rows, decoded in the next step with every other sequence's parts."""
+        mine = _Parked(backend, part)
+        with self._cond:
+            self._parked.append(mine)
+            self._running -= 1
+            self._pass_turn()
+            parked = self._take()
+        if parked:
+            self._run(parked)
+        with self._cond:
+            self._cond.wait_for(lambda: mine.done and self._turns[0] is mine)
+        self._mine.last = mine
+        if mine.error is not None:
+            raise mine.error
+        assert mine.rows is not None
+        return mine.rows
+
+    def _pass_turn(self) -> None:
+        """The calling thread, if its turn is running, hands it to the next in line."""
+        if self._turns and self._turns[0] is self._mine.last:
+            self._turns.popleft()
+            self._cond.notify_all()
+
+    def _take(self) -> list[_Parked]:
+        """The parts of a step to run now (held under the condition): all of them when every
+        sequence is parked and no step is running, else none."""
+        if self._running > 0 or self._stepping or not self._parked:
+            return []
+        parked, self._parked = self._parked, []
+        self._stepping = True
+        return parked
+
+    def _run(self, parked: list[_Parked]) -> None:
+        """Run steps until none is due; the caller took `parked` as the first."""
+        while parked:
+            by_model: dict[int, list[_Parked]] = {}
+            for p in parked:
+                by_model.setdefault(id(p.backend), []).append(p)
+            with self.models:
+                for group in by_model.values():
+                    _decode(group)
+            with self._cond:
+                self.steps += 1
+                for p in parked:
+                    p.done = True
+                self._turns.extend(parked)
+                self._running += len(parked)
+                self._stepping = False
+                self._cond.notify_all()
+                parked = self._take()
+
+    def truncate(self, backend: Backend, n: int, seq: int) -> None:
+        with self.models:
+            backend.truncate(n, seq)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The models alone for the body (no step runs meanwhile): a calibration times its
+        decodes on them."""
+        with self.models:
+            yield
