@@ -16,7 +16,7 @@ from models.offload import AUTO
 __all__ = ["CTX", "DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE",
            "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL",
-           "OVERFLOW", "OVERFLOW_API", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS",
+           "OVERFLOW", "OVERFLOW_API", "PARALLEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS",
            "SYSTEM_PRESETS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
@@ -31,6 +31,11 @@ DEFAULT_POLICY = "adaptive"
 # Gamma when not given: the fixed gamma, the heuristic's start, the adaptive maximum (and 1 for
 # the control that never drafts, where it only sizes the calibration).
 DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8, "plain": 1}
+
+# Sequences decoded together in one batch when not given (`--parallel`, LM Studio's default
+# of concurrent predictions): the slots `tandem serve` runs, and the widths `tandem calibrate`
+# measures the verify curve to (that many sequences drafting the largest gamma).
+PARALLEL = 4
 
 # Sampling when not given: greedy, nothing truncated (SamplingParams' own defaults), and the
 # longest answer.
