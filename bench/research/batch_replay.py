@@ -1,6 +1,7 @@
 """The adaptive controller's decisions in a batch (issue 46), replayed on the cost profiles of
-bench/fakes/costed.py (a GPU, this 2-core CPU as calibrated; widths past the nine measured
-extrapolated linearly, as the cost model does): for batches of 1, 2, 4 and 8 sequences, each
+bench/fakes/costed.py (a GPU, this 2-core CPU as calibrated) and on this CPU's curve for rows of
+several sequences (`CPU_BATCHED`), widths past the nine given extrapolated linearly, as the cost
+model does: for batches of 1, 2, 4 and 8 sequences, each
 drafting from the same source at the same acceptance, the gamma every sequence settles on, the
 step's width, and the predicted tokens/s per sequence and for the batch, against plain batched
 decoding and against every sequence drafting what it would draft alone (llama-server's slots
@@ -29,7 +30,13 @@ from engine.stats import RoundStats
 from bench.ceiling import TYPICAL_ACCEPTANCE
 from bench.fakes.costed import CPU, GPU, MAX_GAMMA, Profile
 
-PROFILES = (GPU, CPU)
+# This 2-core CPU with the rows of several sequences in a step (issue 46's measurement: k
+# sequences' rows cost 1.00, 1.77, 2.53, 3.90 of one, k = 1..4, more than one sequence's k rows,
+# 1.42, 1.92, 2.85; past 4 at their mean step), the draft as on CPU. The cost model has one
+# verify curve, so this one prices a sequence alone too: a bound on what batching gains here.
+CPU_BATCHED = Profile("cpu-batched", tuple(10.0 * r for r in (1.0, 1.77, 2.53, 3.90, 4.87, 5.84,
+                                                              6.81, 7.78, 8.75)), CPU.draft)
+PROFILES = (GPU, CPU, CPU_BATCHED)
 BATCHES = (1, 2, 4, 8)
 # The two ways of drafting: the draft model (in step with the text), and a copy from the
 # context (prompt lookup at a long match: no draft decode).
