@@ -8,7 +8,7 @@ import pytest
 
 from engine.control.batch import ALONE, Batch
 from engine.control.controller import AdaptiveController
-from engine.control.costs import round_cost
+from engine.control.costs import at_width, round_cost
 from engine.control.policy import FixedGamma
 from engine.errors import SettingsError
 from engine.round_plan import CONTEXT, MODEL, RoundPlan
@@ -123,3 +123,20 @@ def test_every_policy_keeps_the_batch_it_decided_in() -> None:
 def test_a_batch_that_cannot_be_is_refused(kw: dict) -> None:
     with pytest.raises(SettingsError):
         Batch(**kw)
+
+
+def test_a_round_in_a_batch_teaches_the_steps_width_and_not_the_drafts_cost() -> None:
+    c = steady(GPU, M, 0.8)
+    costs = c.costs
+    assert costs is not None
+    batch = Batch(4, 12, other_drafts=(3, 3, 3))
+    d = c.next_gamma(M, batch)
+    assert d.gamma > 0
+    before, draft = list(costs.verify), costs.draft_token
+    width = d.gamma + 1 + 12
+    c.update(d, RoundStats(index=5, gamma=d.gamma, drafted=d.gamma, accepted=d.gamma, kind="x",
+                           committed=d.gamma + 1, draft_ms=50.0 * d.gamma,
+                           verify_ms=2 * costs.verify_cost(width), width=d.gamma + 1))
+    # The step's width moved fully towards the step's time, the draft's cost not at all.
+    assert costs.verify[width - 1] == pytest.approx(at_width(before, width) * (1 + costs.rate))
+    assert costs.draft_token == draft

@@ -489,8 +489,11 @@ class AdaptiveController(GammaPolicy):
         ev.plain_ms += committed * plain_token
         if decision.probing:
             ev.explored_ms += max(r.draft_ms + r.verify_ms - committed * plain_token, 0.0)
+        alone = decision.batch.alone
         if r.drafted > 0:
-            if plan.model_drafts:
+            # In a batch a draft depth is decoded with the others' drafts: its time is not this
+            # draft's per-token cost, which only rounds alone teach.
+            if plan.model_drafts and alone:
                 costs.learn_draft(r.draft_ms, r.drafted, max(plan.behind, 1))
             self.estimator.learn(key, r.drafted, r.accepted, r.confidence)
             self.drafted_here[key] = self.drafted_here.get(key, 0) + 1
@@ -505,8 +508,11 @@ class AdaptiveController(GammaPolicy):
         if r.drafted == 0 and plan.is_copy:
             self.estimator.forget(key)
         if r.index > 0:
-            # The first decode after a prefill is slow: not a cost any later round pays.
-            costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
+            # The first decode after a prefill is slow: not a cost any later round pays. In a
+            # batch the round's verify is the step's, at the width the decision saw it.
+            width = r.width or r.drafted + 1
+            costs.learn_verify(width if alone else width + decision.batch.other_width,
+                               r.verify_ms)
         self.speculating = (MODEL if plan.model_drafts else key) if r.gamma > 0 else None
 
 
