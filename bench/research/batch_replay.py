@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from engine.control.batch import ALONE, Batch
+from engine.control.batch import Batch, Share, among
 from engine.control.controller import AdaptiveController
 from engine.control.costs import at_width
 from engine.control.policy import Decision
@@ -96,12 +96,9 @@ class Step:
         self.expected = c.predict(plan).expected
 
     def batch_of(self, gammas: list[int], i: int) -> Batch:
-        others = gammas[:i] + gammas[i + 1:]
-        if not others:
-            return ALONE
-        drafts = tuple(g for g in others if g > 0) if self.plan.model_drafts else ()
-        return Batch(len(gammas), sum(g + 1 for g in others),
-                     float(sum(self.expected[g] for g in others)), drafts)
+        model = self.plan.model_drafts
+        return among([Share(g + 1, float(self.expected[g]), g if model else 0)
+                      for g in gammas[:i] + gammas[i + 1:]])
 
     def ms(self, gammas: list[int]) -> float:
         """The target's decode at the step's width, and the draft model's batch per depth."""

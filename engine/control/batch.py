@@ -10,6 +10,7 @@ the models to itself, priced exactly as before batches existed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from engine.errors import SettingsError
 
@@ -63,3 +64,24 @@ class Batch:
 
 ALONE = Batch()
 
+
+@dataclass(frozen=True)
+class Share:
+    """What one other sequence puts into a step: its target rows, the tokens its round is
+    expected to commit (its last round's, or its decision's expectation), and how deep its draft
+    runs through the draft model (0: none, a copy or a plain round)."""
+    rows: int
+    tokens: float
+    draft_depth: int = 0
+
+
+def among(others: Sequence[Share]) -> Batch:
+    """The batch a sequence runs in beside `others` (`ALONE` beside none).
+
+    >>> among([Share(5, 3.2, 4), Share(1, 1.0)])
+    Batch(sequences=3, other_width=6, other_tokens=4.2, other_drafts=(4,))
+    """
+    if not others:
+        return ALONE
+    return Batch(len(others) + 1, sum(o.rows for o in others), sum(o.tokens for o in others),
+                 tuple(o.draft_depth for o in others if o.draft_depth > 0))
