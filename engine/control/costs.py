@@ -15,15 +15,16 @@ In a batch (engine/control/batch.py) the round shares one step with the other se
 put W_o rows into the target's decode and expect to commit T_o tokens. The step takes
   R(g) = verify(W_o + g + 1) + [g > 0 and the draft model drafts] * (sum_{d <= g} d_b(d) + catch_up)
 where the draft term is what each depth of this draft adds to the others' draft batch there
-(`batch_draft_ms`: a whole draft decode past the others' depths),
-and the batch commits T_o + E(g) tokens in it. Drafting g is worth what it does to the batch's
-speed (T_o + E(g)) / R(g): this round's tokens against the time every sequence waits for its
-rows, not its marginal cost alone (on a GPU an extra row is nearly free, but it is not free to
-the others once the step's width passes the flat part of the curve). So in a batch the controller
-compares (T_o + E(g)) / R(g) over g where alone it compares E(g) / C(g), and a gamma pays when
-the batch's tokens at a plain step's pace, (T_o + E(g)) * R(0) / (T_o + 1), would take longer
-than R(g); alone (W_o = T_o = 0) R is C, and is computed the old way. Worked example, costs in plain tokens, a copy at acceptance 0.8
-(E(g) = 1, 1.8, 2.44, 2.95, 3.36), on a curve flat to 4 rows then 0.5 a row:
+(`batch_draft_ms`: a whole draft decode past the others' depths), and the batch commits
+T_o + E(g) tokens in it. Drafting g is worth what it does to the batch's speed
+(T_o + E(g)) / R(g): this round's tokens against the time every sequence waits for its rows, not
+against its marginal cost alone (on a GPU an extra row is nearly free, but not to the others once
+the step's width passes the flat part of the curve). So in a batch the controller compares
+(T_o + E(g)) / R(g) over g where alone it compares E(g) / C(g), and a gamma pays when the batch's
+tokens at a plain step's pace, (T_o + E(g)) * R(0) / (T_o + 1), would take longer than R(g);
+alone (W_o = T_o = 0) R is C, and is computed the old way. Worked example, costs in plain tokens,
+a copy at acceptance 0.8 (E(g) = 1, 1.8, 2.44, 2.95, 3.36), on a curve flat to 4 rows then 0.5 a
+row:
 - alone: C(g) = 1, 1, 1, 1, 1.5: speeds 1, 1.8, 2.44, 2.95, 2.24 tokens a unit: gamma 3;
 - batch of 2, the other at width 4 (W_o = 4, T_o = 1): R(g) = 1.5, 2, 2.5, 3: the batch's speed
   (1 + E(g)) / R(g) = 1.33, 1.40, 1.38, 1.32: gamma 1;
