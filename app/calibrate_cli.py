@@ -1,7 +1,9 @@
 """`tandem calibrate`: load the pair, measure its decode costs on this machine (the calibration
 the adaptive controller starts from) and print them with the predicted ceiling of speculation per
 gamma, for the draft model and for prompt lookup; where the draft model cannot pay, say what
-might (app/runtime/ceiling_advice.py, which the page shares). The figures are the engine's
+might (app/runtime/ceiling_advice.py, which the page shares). With `--parallel N` the verify curve
+is measured to the width N sequences reach, and a line per batch of 1..N says what gamma makes
+the batch fastest. The figures are the engine's
 (bench/ceiling.py); this module only formats them."""
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.runtime.ceiling_advice import MEASURED_AS_GIVEN, suggestions
-from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY
+from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY, PARALLEL
 from app.runtime.open_pair import open_pair
 from app.runtime.tuned import PairingRule
 from app.settings import (add_draft_stop_args, add_model_args, load_options, model_configs,
@@ -46,12 +48,39 @@ def _table(c: Ceiling, has_draft: bool) -> list[str]:
     return lines
 
 
+def _batch_table(c: Ceiling, has_draft: bool) -> list[str]:
+    """A line per batch of 1..N sequences: what a step of one row each costs, and the gamma at
+    which all drafting alike makes the batch fastest (0: plain), with the batch's speedup."""
+    if not c.batches:
+        return []
+    lines = [f"batches (--parallel {len(c.batches)}), every sequence drafting alike at acceptance "
+             f"{TYPICAL_ACCEPTANCE}: the batch's best gamma and its speedup over plain batched",
+             "sequences | one row each, x one row | "
+             + ("draft model     | " if has_draft else "") + "prompt lookup"]
+    for b in c.batches:
+        row = f"{b.sequences:9d} | {b.plain_cost:22.2f} | "
+        if has_draft:
+            row += f"gamma {b.model_gamma} {b.model_speedup:5.2f}x | "
+        lines.append(row + f"gamma {b.lookup_gamma} {b.lookup_speedup:5.2f}x")
+    return lines
+
+
+def _sequences(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of sequences >= 1, got {text!r}")
+    return n
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     tcfg, dcfg = model_configs(args)
     pair = open_pair(pair_request(args, tcfg, dcfg, load_options(args, ["hybrid"]),
                                   PairingRule.ignored(MEASURED_AS_GIVEN))).pair
     try:
-        c = measure(pair, args.gamma)
+        c = measure(pair, args.gamma, args.parallel)
         draft_file = pair.draft_path
     finally:
         pair.close()
@@ -65,7 +94,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"target {Path(tcfg.path).name}" + (f", draft {Path(draft_file).name}" if draft_file
                                                else ", no draft model")
           + f", {tcfg.n_threads or 'all'} threads")
-    print("\n".join(_table(c, has_draft)))
+    print("\n".join(_table(c, has_draft) + _batch_table(c, has_draft)))
     if has_draft:
         g = c.best(c.model_typical)
         verdict = ("pays" if c.model_pays else "cannot pay")
@@ -84,5 +113,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_draft_stop_args(c.add_argument_group("draft stops"))
     c.add_argument("--gamma", type=int, default=DEFAULT_GAMMA[DEFAULT_POLICY],
                    help=f"largest gamma to predict (default {DEFAULT_GAMMA[DEFAULT_POLICY]})")
+    c.add_argument("--parallel", type=_sequences, default=PARALLEL,
+                   help=f"sequences decoded together, as serve's --parallel (default {PARALLEL}): "
+                   "the verify curve is measured to the width they reach, N x (gamma + 1)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_calibrate)

@@ -3,13 +3,20 @@ go over plain decoding at each gamma, for the draft model and for prompt lookup 
 draft decode), what per-token acceptance each gamma needs just to break even, and how cheap a
 draft would have to be to pay at a typical acceptance. `tandem calibrate` and the models wizard
 format it; the numbers are the cost model's (engine/control/costs.py), with the draft kept in step.
+
+With `parallel` sequences decoded together (`--parallel`), the calibration covers the widths
+they reach (parallel x (gamma + 1)), and `batches` says, for a batch of 1..parallel sequences
+all drafting alike at the typical acceptance, which gamma makes the batch fastest and by how
+much over plain batched decoding: the figure that shrinks as the batch fills.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from engine.control.batch import Batch
 from engine.control.costs import Calibration, CostModel, expected_tokens
 from engine.drafters.base import PLAIN
+from engine.errors import SettingsError
 from engine.pair import Pair
 
 # The per-token acceptance a draft model of the same family typically reaches on code after an
@@ -36,6 +43,8 @@ class Ceiling:
     # The dearest draft (relative to a target token) that would still pay at some gamma at
     # TYPICAL_ACCEPTANCE on this verify curve; 0 when even a free draft would not.
     draft_must_cost_under: float
+    # For a batch of 1, 2, ... `parallel` sequences (`batch_figures`).
+    batches: list["BatchFigure"] = field(default_factory=list)
 
     @property
     def model_pays(self) -> bool:
@@ -48,6 +57,45 @@ class Ceiling:
     def best(self, speeds: list[float]) -> int:
         """The gamma (>= 1) of the highest figure in `speeds`."""
         return max(range(1, len(speeds)), key=lambda g: speeds[g])
+
+
+@dataclass(frozen=True)
+class BatchFigure:
+    sequences: int
+    # A step of one row per sequence, relative to one row alone (the verify curve at that width).
+    plain_cost: float
+    # The gamma (0: plain) at which every sequence drafting alike makes the batch fastest at
+    # TYPICAL_ACCEPTANCE, and the batch's speed then over plain batched decoding: for the draft
+    # model and for prompt lookup.
+    model_gamma: int
+    model_speedup: float
+    lookup_gamma: int
+    lookup_speedup: float
+
+
+def _batch_best(costs: CostModel, n: int, max_gamma: int, model_drafts: bool) -> tuple[int, float]:
+    """(gamma, speedup over plain batched) of n sequences all drafting alike, the best gamma."""
+    a = TYPICAL_ACCEPTANCE
+    speeds = []
+    for g in range(max_gamma + 1):
+        e = expected_tokens(a, g)
+        drafts = (g,) * (n - 1) if model_drafts and g > 0 else ()
+        step = costs.step_ms(max_gamma, model_drafts, Batch(n, (n - 1) * (g + 1), (n - 1) * e,
+                                                            drafts))
+        speeds.append(n * e / float(step[g]))
+    best = max(range(max_gamma + 1), key=speeds.__getitem__)
+    return best, round(speeds[best] / speeds[0], 3)
+
+
+def batch_figures(calibration: Calibration, max_gamma: int, parallel: int) -> list[BatchFigure]:
+    costs = CostModel(calibration, rate=0.0)
+    out = []
+    for n in range(1, parallel + 1):
+        mg, ms = _batch_best(costs, n, max_gamma, True)
+        lg, ls = _batch_best(costs, n, max_gamma, False)
+        out.append(BatchFigure(n, round(costs.verify_cost(n) / costs.verify_cost(1), 3),
+                               mg, ms, lg, ls))
+    return out
 
 
 def _break_even(costs: CostModel, gamma: int, model_drafts: bool) -> float | None:
@@ -63,7 +111,7 @@ def _break_even(costs: CostModel, gamma: int, model_drafts: bool) -> float | Non
     return round(hi, 3)
 
 
-def ceiling(calibration: Calibration, max_gamma: int) -> Ceiling:
+def ceiling(calibration: Calibration, max_gamma: int, parallel: int = 1) -> Ceiling:
     costs = CostModel(calibration, rate=0.0)
     gammas = range(max_gamma + 1)
     one = costs.verify_cost(1)
@@ -80,12 +128,26 @@ def ceiling(calibration: Calibration, max_gamma: int) -> Ceiling:
         lookup_break_even=[_break_even(costs, g, False) for g in gammas[1:]],
         model_typical=[round(costs.speedup(g, a, True), 3) for g in gammas],
         lookup_typical=[round(costs.speedup(g, a, False), 3) for g in gammas],
-        draft_must_cost_under=round(max(cheapest, 0.0), 3))
+        draft_must_cost_under=round(max(cheapest, 0.0), 3),
+        batches=batch_figures(calibration, max_gamma, parallel) if parallel > 1 else [])
 
 
-def measure(pair: Pair, max_gamma: int = 8) -> Ceiling:
-    """Calibrate a loaded pair (its default drafter's models; lookup alone without a draft)
-    and return its ceiling. Caches are left as they were."""
+def calibration_gamma(max_gamma: int, parallel: int) -> int:
+    """The gamma whose calibration covers the widest step of `parallel` sequences drafting
+    `max_gamma` each (a calibration to gamma g measures widths 1..g + 1).
+
+    >>> calibration_gamma(8, 1), calibration_gamma(8, 4)
+    (8, 35)
+    """
+    return parallel * (max_gamma + 1) - 1
+
+
+def measure(pair: Pair, max_gamma: int = 8, parallel: int = 1) -> Ceiling:
+    """Calibrate a loaded pair (its default drafter's models; lookup alone without a draft) to
+    the widths `parallel` sequences reach, and return its ceiling. Caches are left as they
+    were."""
+    if parallel < 1:
+        raise SettingsError(f"parallel sequences must be at least 1, got {parallel}")
     drafter = pair.default_drafter if pair.default_drafter != PLAIN else "lookup"
-    cal = pair.calibration(drafter, max_gamma)
-    return ceiling(cal, max_gamma)
+    cal = pair.calibration(drafter, calibration_gamma(max_gamma, parallel))
+    return ceiling(cal, max_gamma, parallel)

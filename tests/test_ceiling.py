@@ -71,3 +71,33 @@ def test_the_wizard_formats_the_ceiling_and_waits_for_the_files():
         ceiling(GPU_CAL, 4))
     assert "Not on disk yet" in measure_ceiling("some/repo", "absent.gguf", "some/repo",
                                                 "absent-draft.gguf", 4096)
+
+
+def test_calibrate_measures_the_widths_parallel_sequences_reach_and_the_batch_shrinks_gamma():
+    from bench.ceiling import measure
+    pair, _ = scripted_pair(GPU, script(PATTERNS["high"], 0))
+    alone = measure(pair, 8)
+    assert alone.batches == [] and len(alone.verify_ms) < 36
+    four = measure(pair, 8, parallel=4)
+    # Four sequences drafting gamma 8 reach a step of 36 rows: measured, not extrapolated.
+    assert len(four.verify_ms) >= 36
+    assert [b.sequences for b in four.batches] == [1, 2, 3, 4]
+    gammas = [b.model_gamma for b in four.batches]
+    assert all(a >= b for a, b in zip(gammas, gammas[1:])) and gammas[-1] < gammas[0], gammas
+    # A batch of one is the ceiling's own best at the typical acceptance.
+    assert four.batches[0].model_speedup == pytest.approx(max(four.model_typical), abs=1e-3)
+    assert four.batches[0].lookup_speedup == pytest.approx(max(four.lookup_typical), abs=1e-3)
+    assert four.batches[0].plain_cost == 1.0
+
+
+def test_calibrates_batch_lines_and_its_refusal_of_no_sequences(capsys):
+    from app import cli
+    from app.calibrate_cli import _batch_table
+    c = ceiling(GPU_CAL, 8, parallel=2)
+    lines = _batch_table(c, has_draft=True)
+    assert lines[0].startswith("batches (--parallel 2), every sequence drafting alike")
+    assert len(lines) == 4 and lines[2].split("|")[0].strip() == "1"
+    assert _batch_table(ceiling(GPU_CAL, 8), has_draft=True) == []
+    with pytest.raises(SystemExit):
+        cli.main(["calibrate", "--target", "t.gguf", "--parallel", "0"])
+    assert "expected a number of sequences >= 1, got '0'" in capsys.readouterr().err

@@ -68,7 +68,8 @@ GPU_LAYERS = AUTO
 CTX = 4096
 # Generations `tandem serve` and `tandem ui` decode together, each on its own slot (its own
 # sequence of both caches, engine/slots.py), as LM Studio's and llama-server's 4 parallel slots;
-# 1: one at a time, the rest wait.
+# 1: one at a time, the rest wait. `tandem calibrate` measures the verify curve to the width that
+# many sequences drafting the largest gamma reach.
 PARALLEL = 4
 # The most slots: each holds a context's cache.
 MAX_PARALLEL = 64

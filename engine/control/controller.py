@@ -23,6 +23,16 @@ tokens) where drafting has a real chance to pay, and only within a budget:
   loss of this one, stays within `explore_share` of the plain-decoding time of every token
   committed under the same evidence. So exploration is at most that share of plain time over a
   long run, however many sources and match lengths there are (tests/test_controller.py).
+
+In a batch (several sequences decoded in one step, engine/control/batch.py) the caller passes
+what the other sequences put into the step (`next_gamma(plan, batch)`), and the round is priced
+as the whole step at its total width: the gamma chosen is the one that makes the batch fastest
+given the others (engine/control/costs.py has the formula and a worked example), so gamma
+shrinks as the batch fills and drafting stops where it cannot pay ("plain: batch of 4: drafting
+cannot pay at width 20"). No probe runs in a batch (every sequence would pay for it). Alone
+(`ALONE`, the default) every price and decision is what it was before batches, to the bit.
+`keep_drafting`, the cut within a round, still prices the round alone: it can only draft less
+than the gamma chosen.
 """
 from __future__ import annotations
 
@@ -32,6 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.control.batch import ALONE, Batch
 from engine.control.constants import DEFAULTS, ControllerConstants
 from engine.control.costs import Calibration, CostModel, calibrate
 from engine.control.estimator import AcceptanceEstimator, Counts
@@ -57,10 +68,18 @@ class Prediction:
     hopeful_ms: np.ndarray
     # a_j by the estimate, per draft position.
     acceptance: np.ndarray
+    # In a batch, the tokens the other sequences commit in the step, whose `ms` are then the
+    # whole step's (engine/control/costs.py's T_o and R); 0 alone.
+    others: float = 0.0
 
     @property
     def speeds(self) -> np.ndarray:
-        return 1e3 * self.expected / self.ms
+        """Predicted tokens/s of every gamma: the batch's in a batch."""
+        return 1e3 * (self.others + self.expected) / self.ms
+
+    def tokens_per_s(self, gamma: int) -> float:
+        """This sequence's own predicted tokens/s drafting `gamma`."""
+        return float(1e3 * self.expected[gamma] / self.ms[gamma])
 
 
 class AdaptiveController(GammaPolicy):
@@ -161,12 +180,15 @@ class AdaptiveController(GammaPolicy):
             return np.full(np.shape(expected), c.horizon)
         return np.maximum(c.horizon, min(self.elapsed, c.horizon_cap) / expected)
 
-    def predict(self, plan: RoundPlan) -> Prediction:
+    def predict(self, plan: RoundPlan, batch: Batch = ALONE) -> Prediction:
         """The round `plan` describes, priced for every gamma 0..max_gamma at once, by the
-        estimate and hopefully."""
+        estimate and hopefully; in a batch, as the whole step at its total width, so that the
+        speeds compared are the batch's (engine/control/costs.py)."""
         costs = self._costs()
         a, expected, hopeful = self.estimator.expected(plan.acceptance_key, self.max_gamma,
                                                        self._opening_cap(), self.constants.hope)
+        if not batch.alone:
+            return self._predict_in(batch, plan, a, expected, hopeful)
         if not plan.model_drafts:
             ms = costs.round_ms(self.max_gamma, False)
             return Prediction(expected, ms, hopeful, ms, a)
@@ -177,6 +199,17 @@ class AdaptiveController(GammaPolicy):
         ms, hopeful_ms = costs.round_ms(self.max_gamma, True, catch_up / self._rounds_ahead(both))
         return Prediction(expected, ms, hopeful, hopeful_ms, a)
 
+    def _predict_in(self, batch: Batch, plan: RoundPlan, a: np.ndarray, expected: np.ndarray,
+                    hopeful: np.ndarray) -> Prediction:
+        """`predict` in a batch: the step R(g), for both predictions."""
+        costs = self._costs()
+        both = np.stack((expected, hopeful))
+        share = (costs.catch_up_ms(max(plan.behind, 1)) / self._rounds_ahead(both)
+                 if plan.model_drafts else 0.0)
+        ms, hopeful_ms = np.broadcast_to(
+            costs.step_ms(self.max_gamma, plan.model_drafts, batch, share), both.shape)
+        return Prediction(expected, ms, hopeful, hopeful_ms, a, batch.others_commit)
+
     def _opening_cap(self) -> float:
         """The most acceptance this round may be judged at: the opening's, early on."""
         opening = self.constants.opening
@@ -186,23 +219,26 @@ class AdaptiveController(GammaPolicy):
         """Estimated a_j per draft position for the round `plan` describes."""
         return self.estimator.acceptance(plan.acceptance_key)[:self.max_gamma]
 
-    def predicted_tps(self, gamma: int, plan: RoundPlan) -> float:
-        return float(self.predict(plan).speeds[gamma])
+    def predicted_tps(self, gamma: int, plan: RoundPlan, batch: Batch = ALONE) -> float:
+        return float(self.predict(plan, batch).speeds[gamma])
 
-    def cost_ms(self, gamma: int, plan: RoundPlan) -> float:
-        return float(self.predict(plan).ms[gamma])
+    def cost_ms(self, gamma: int, plan: RoundPlan, batch: Batch = ALONE) -> float:
+        return float(self.predict(plan, batch).ms[gamma])
 
     # Choice -------------------------------------------------------------------------------
 
-    def _pays(self, g: int, expected: np.ndarray, ms: np.ndarray, margin: float) -> bool:
+    def _pays(self, g: int, expected: np.ndarray, ms: np.ndarray, margin: float,
+              others: float = 0.0) -> bool:
         """Whether drafting `g` is predicted to save more than `margin` of what its round loses
         when nothing is accepted (its cost over a plain token's): a choice's hysteresis in
-        units of its own risk, the same on any verify curve."""
-        saved = expected[g] * ms[0] - ms[g]
+        units of its own risk, the same on any verify curve. In a batch, where the others
+        commit `others` tokens in a step of `ms`: the time the batch's tokens would take at a
+        plain step's pace, against the step's."""
+        saved = (others + expected[g]) * ms[0] / (others + 1.0) - ms[g]
         return saved > 0 and saved > margin * (ms[g] - ms[0])
 
-    def best_gamma(self, plan: RoundPlan) -> int:
-        return self._choose(plan, self.predict(plan))
+    def best_gamma(self, plan: RoundPlan, batch: Batch = ALONE) -> int:
+        return self._choose(plan, self.predict(plan, batch))
 
     def _choose(self, plan: RoundPlan, p: Prediction) -> int:
         """How far to draft is chosen hopefully (positions a round has not tested may be better
@@ -210,8 +246,8 @@ class AdaptiveController(GammaPolicy):
         estimate is the fallback."""
         margin = self._margin(plan)
         for e, m in ((p.hopeful, p.hopeful_ms), (p.expected, p.ms)):
-            g = int((e[1:] / m[1:]).argmax()) + 1
-            if self._pays(g, p.expected, p.ms, margin):
+            g = int(((p.others + e[1:]) / m[1:]).argmax()) + 1
+            if self._pays(g, p.expected, p.ms, margin, p.others):
                 return g
         return 0
 
@@ -276,36 +312,39 @@ class AdaptiveController(GammaPolicy):
             spend += self._costs().catch_up_ms(max(plan.behind, 1))
         return spend <= budget and self.could_pay(plan, ms)
 
-    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
+    def next_gamma(self, plan: RoundPlan = NO_PLAN, batch: Batch = ALONE) -> Decision:
         c = self.constants
         if not plan.drafts:
             # Nothing to draft from: a plain round, priced without a prediction.
             one = self._costs().verify_costs(self.max_gamma + 1)[0]
             return Decision(0, plan, prediction=1e3 / one,
                             reason="plain: nothing to draft from this round",
-                            confidence=self._unread + 1 >= c.confidence_every)
+                            confidence=self._unread + 1 >= c.confidence_every, batch=batch)
         if self.rounds >= max(c.opening_plain, len(c.opening)):
             top = self._loses(plan)
             if top is not None:
                 one = self._costs().verify_costs(self.max_gamma + 1)[0]
                 return Decision(0, plan, prediction=1e3 / one,
                                 reason=self._losing_reason(plan, top),
-                                confidence=self._unread + 1 >= c.confidence_every)
-        p = self.predict(plan)
+                                confidence=self._unread + 1 >= c.confidence_every, batch=batch)
+        p = self.predict(plan, batch)
         speeds = p.speeds.tolist()
         probing = False
         if self.rounds < c.opening_plain:
             g = 0
         else:
             g = self._choose(plan, p)
-            if g == 0 and self.rounds >= len(c.opening):
+            # A probe in a batch would be paid by every sequence in it: none there.
+            if g == 0 and batch.alone and self.rounds >= len(c.opening):
                 probe = min(c.probe_gamma, self.max_gamma)
                 if self._explores(plan, probe, p.ms):
                     g, probing = probe, True
-        return Decision(g, plan, prediction=float(speeds[g]),
-                        reason=self._reason(g, plan, probing, speeds, p.acceptance),
+        # In a batch `speeds` are the batch's: the prediction is this sequence's own.
+        prediction = float(speeds[g]) if batch.alone else p.tokens_per_s(g)
+        return Decision(g, plan, prediction=prediction,
+                        reason=self._reason(g, plan, probing, speeds, p.acceptance, batch),
                         probing=probing, speeds=tuple(speeds),
-                        confidence=g > 0 or self._unread + 1 >= c.confidence_every)
+                        confidence=g > 0 or self._unread + 1 >= c.confidence_every, batch=batch)
 
     def _earlier(self, plan: RoundPlan) -> str:
         """What earlier answers taught of this plan's key, when the decision rests on it:
@@ -334,9 +373,25 @@ class AdaptiveController(GammaPolicy):
         return kept[1]
 
     def _reason(self, g: int, plan: RoundPlan, probing: bool, speeds: list[float],
-                a: np.ndarray) -> str:
+                a: np.ndarray, batch: Batch = ALONE) -> str:
         """One line on the choice of `g`, from the predictions that made it (`speeds` of every
-        gamma, nine floats: plain Python)."""
+        gamma, nine floats: plain Python); in a batch, the batch's size and width lead it, and
+        its speedups are the batch's (`speeds` are the batch's tokens/s there)."""
+        line = self._reason_alone(g, plan, probing, speeds, a)
+        opening = self.rounds < self.constants.opening_plain or (g == 0
+                                                                and self._opening_cap() < 1.0)
+        if batch.alone or opening:
+            return line
+        if g == 0:
+            best = max(range(1, len(speeds)), key=speeds.__getitem__)
+            return (f"plain: batch of {batch.sequences}: drafting cannot pay at width "
+                    f"{batch.width}; best predicted {speeds[best] / speeds[0]:.2f}x at gamma "
+                    f"{best}{self._earlier(plan)}")
+        return f"batch of {batch.sequences} at width {batch.width}, speedups the batch's: {line}"
+
+    def _reason_alone(self, g: int, plan: RoundPlan, probing: bool, speeds: list[float],
+                      a: np.ndarray) -> str:
+        """The line `_reason` gives a round with the models to itself."""
         c = self.constants
         best = max(range(1, len(speeds)), key=speeds.__getitem__)
         gain = [v / speeds[0] for v in speeds]
@@ -434,8 +489,11 @@ class AdaptiveController(GammaPolicy):
         ev.plain_ms += committed * plain_token
         if decision.probing:
             ev.explored_ms += max(r.draft_ms + r.verify_ms - committed * plain_token, 0.0)
+        alone = decision.batch.alone
         if r.drafted > 0:
-            if plan.model_drafts:
+            # In a batch a draft depth is decoded with the others' drafts: its time is not this
+            # draft's per-token cost, which only rounds alone teach.
+            if plan.model_drafts and alone:
                 costs.learn_draft(r.draft_ms, r.drafted, max(plan.behind, 1))
             self.estimator.learn(key, r.drafted, r.accepted, r.confidence)
             self.drafted_here[key] = self.drafted_here.get(key, 0) + 1
@@ -450,8 +508,11 @@ class AdaptiveController(GammaPolicy):
         if r.drafted == 0 and plan.is_copy:
             self.estimator.forget(key)
         if r.index > 0:
-            # The first decode after a prefill is slow: not a cost any later round pays.
-            costs.learn_verify(r.width or r.drafted + 1, r.verify_ms)
+            # The first decode after a prefill is slow: not a cost any later round pays. In a
+            # batch the round's verify is the step's, at the width the decision saw it.
+            width = r.width or r.drafted + 1
+            costs.learn_verify(width if alone else width + decision.batch.other_width,
+                               r.verify_ms)
         self.speculating = (MODEL if plan.model_drafts else key) if r.gamma > 0 else None
 
 

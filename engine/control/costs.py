@@ -9,7 +9,28 @@ engine/widths.py), draft_token one draft decode, and catch_up(lag) the extra cos
 first decode when it must first swallow `lag` committed tokens it has not seen. A copy (from the
 context or the history) costs its verify alone. `round_cost` is that formula, element-wise over
 gammas: the controller prices every gamma of a round with it, and the benchmark's closed forms
-(engine/tools/benchmark/theory.py) apply it to costs in units of a target token.
+(bench/benchmark/theory.py) apply it to costs in units of a target token.
+
+In a batch (engine/control/batch.py) the round shares one step with the other sequences, which
+put W_o rows into the target's decode and expect to commit T_o tokens. The step takes
+  R(g) = verify(W_o + g + 1) + [g > 0 and the draft model drafts] * (sum_{d <= g} d_b(d) + catch_up)
+where the draft term is what each depth of this draft adds to the others' draft batch there
+(`batch_draft_ms`: a whole draft decode past the others' depths), and the batch commits
+T_o + E(g) tokens in it. Drafting g is worth what it does to the batch's speed
+(T_o + E(g)) / R(g): this round's tokens against the time every sequence waits for its rows, not
+against its marginal cost alone (on a GPU an extra row is nearly free, but not to the others once
+the step's width passes the flat part of the curve). So in a batch the controller compares
+(T_o + E(g)) / R(g) over g where alone it compares E(g) / C(g), and a gamma pays when the batch's
+tokens at a plain step's pace, (T_o + E(g)) * R(0) / (T_o + 1), would take longer than R(g);
+alone (W_o = T_o = 0) R is C, and is computed the old way. Worked example, costs in plain tokens,
+a copy at acceptance 0.8 (E(g) = 1, 1.8, 2.44, 2.95, 3.36), on a curve flat to 4 rows then 0.5 a
+row:
+- alone: C(g) = 1, 1, 1, 1, 1.5: speeds 1, 1.8, 2.44, 2.95, 2.24 tokens a unit: gamma 3;
+- batch of 2, the other at width 4 (W_o = 4, T_o = 1): R(g) = 1.5, 2, 2.5, 3: the batch's speed
+  (1 + E(g)) / R(g) = 1.33, 1.40, 1.38, 1.32: gamma 1;
+- batch of 4, three others at width 2 (W_o = 6, T_o = 3): R(g) = 2.5, 3: (3 + E(g)) / R(g) =
+  1.6, 1.6: the drafted row slows three sequences as much as its 0.8 token gains, so plain
+  ("plain: batch of 4: drafting cannot pay at width 7").
 """
 from __future__ import annotations
 
@@ -21,6 +42,7 @@ from typing import Sequence
 import numpy.typing as npt
 
 from engine.clock import Clock, wall_ms
+from engine.control.batch import Batch
 from engine.errors import SettingsError
 from engine.session import Session
 from engine.widths import padded_width
@@ -166,6 +188,32 @@ class CostModel:
         if not model_drafts:
             return verify
         return round_cost(verify, self._gammas[:max_gamma + 1], self.draft_token, catch_up)
+
+    def step_ms(self, max_gamma: int, model_drafts: bool, batch: Batch,
+                catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
+        """R(g), the whole step's time when this sequence drafts g = 0..max_gamma and the others
+        put `batch` into it: the target decode at the step's total width, and this sequence's
+        draft decodes at what they add to the others' draft batches."""
+        w = batch.width
+        verify = np.array([self.verify_cost(v) for v in range(w, w + max_gamma + 1)])
+        if not model_drafts:
+            return verify
+        depths = np.array([self.batch_draft_ms(batch, d) for d in range(1, max_gamma + 1)])
+        drafts = np.concatenate(([0.0], np.cumsum(depths)))
+        share = np.asarray(catch_up, dtype=np.float64)
+        return verify + drafts + share * (self._gammas[:max_gamma + 1] > 0)
+
+    def batch_draft_ms(self, batch: Batch, depth: int) -> float:
+        """What this sequence's draft decode at `depth` adds to the step: a whole draft decode
+        where no other draft reaches that depth, else the widening of the others' batch there
+        from k to k + 1 rows (at the learned pace: `draft_token` over the calibrated width-1
+        cost)."""
+        k = batch.drafting_at(depth)
+        if k == 0:
+            return self.draft_token
+        db = self.draft_batch
+        wider = max(at_width(db, k + 1) - at_width(db, k), 0.0)
+        return self.draft_token * wider / db[0] if db[0] > 0 else 0.0
 
     def draft_relative(self) -> float:
         """The draft model's cost per token relative to one target token."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from engine.control.batch import ALONE, Batch
 from engine.control.costs import Calibration
 from engine.control.evidence import Evidence
 from engine.round_plan import NO_PLAN, RoundPlan
@@ -26,7 +27,7 @@ class Decision:
     """A policy's choice for one round, and what it was made from.
 
     >>> FixedGamma(3).next_gamma()
-    Decision(gamma=3, plan=RoundPlan(source='', drafter='', tokens=(), shares=(), match=0, document=-1, behind=0, samples=False), prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=(), confidence=True)
+    Decision(gamma=3, plan=RoundPlan(source='', drafter='', tokens=(), shares=(), match=0, document=-1, behind=0, samples=False), prediction=None, reason='fixed: gamma 3 every round', probing=False, speeds=(), confidence=True, batch=Batch(sequences=1, other_width=0, other_tokens=None, other_drafts=()))
     """
 
     # The most tokens the round may draft (0: a plain round).
@@ -44,6 +45,8 @@ class Decision:
     # Whether the round should report the target's confidence, for a policy that wants it
     # (`GammaPolicy.wants_confidence`): one that reads it only now and then says when.
     confidence: bool = True
+    # The batch the round runs in (engine/control/batch.py), as the caller gave it.
+    batch: Batch = ALONE
 
 
 class GammaPolicy:
@@ -54,9 +57,11 @@ class GammaPolicy:
     # Whether the generator should report the target's top probability per verified row.
     wants_confidence: bool = False
 
-    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
+    def next_gamma(self, plan: RoundPlan = NO_PLAN, batch: Batch = ALONE) -> Decision:
         """The decision for the next round, from the drafter's `plan` of it (where its draft
-        would come from, a copy's match, a model's catch-up), for policies that price them."""
+        would come from, a copy's match, a model's catch-up), for policies that price them, and
+        the `batch` it runs in (what the other sequences of its step put into it; a policy that
+        does not price rounds ignores it)."""
         raise NotImplementedError
 
     def update(self, decision: Decision, r: RoundStats) -> None:
@@ -101,8 +106,9 @@ class FixedGamma(GammaPolicy):
         self.name = f"fixed-{gamma}"
         self.gamma = gamma
 
-    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
-        return Decision(self.gamma, plan, reason=f"fixed: gamma {self.gamma} every round")
+    def next_gamma(self, plan: RoundPlan = NO_PLAN, batch: Batch = ALONE) -> Decision:
+        return Decision(self.gamma, plan, reason=f"fixed: gamma {self.gamma} every round",
+                        batch=batch)
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         pass
@@ -115,8 +121,8 @@ class NeverDraft(GammaPolicy):
     def __init__(self) -> None:
         self.name = "plain"
 
-    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
-        return Decision(0, plan, reason="plain: the control policy never drafts")
+    def next_gamma(self, plan: RoundPlan = NO_PLAN, batch: Batch = ALONE) -> Decision:
+        return Decision(0, plan, reason="plain: the control policy never drafts", batch=batch)
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         pass
@@ -133,10 +139,10 @@ class HeuristicGamma(GammaPolicy):
         self.gamma = min(gamma, max_gamma)
         self.max_gamma = max_gamma
 
-    def next_gamma(self, plan: RoundPlan = NO_PLAN) -> Decision:
+    def next_gamma(self, plan: RoundPlan = NO_PLAN, batch: Batch = ALONE) -> Decision:
         return Decision(self.gamma, plan,
                         reason=(f"heuristic: gamma {self.gamma} (+2 after a round that kept "
-                                "every drafted token, -1 after a rejection)"))
+                                "every drafted token, -1 after a rejection)"), batch=batch)
 
     def update(self, decision: Decision, r: RoundStats) -> None:
         if r.drafted == 0:
