@@ -255,3 +255,41 @@ def test_exactness_check_passes_with_an_adapted_draft():
         rates[w] = np.mean([r.acceptance_rate for r in rep.results])
     # The adapted draft is accepted more, and the target's answers are unchanged.
     assert rates[0.7] > rates[0.0]
+
+
+@pytest.mark.parametrize("wins", [True, False])
+def test_a_load_uses_the_adapted_draft_only_where_it_won(tmp_path, monkeypatch, capsys, wins):
+    import shutil
+    from app.runtime import open_pair as opening
+    from app.runtime.open_pair import PairRequest, open_pair
+    from app.runtime.tuned import key_for
+    from bench.fakes.backend import FakeBackend
+    from engine.backend import ModelConfig
+    from loading.options import LoadOptions
+    from models.machine import Machine
+    for env, sub in (("TANDEM_HOME", "home"), ("TANDEM_MODELS", "store"),
+                     ("TANDEM_HISTORY", "history"), ("TANDEM_PAIRS", "pairs")):
+        monkeypatch.setenv(env, str(tmp_path / sub))
+    monkeypatch.setattr("loading.devices.detect", lambda: Machine(64 << 30, 60 << 30))
+    keys: list = []
+    monkeypatch.setattr(opening, "keep_evidence", lambda pair, key: keys.append(key))
+    vocab = tinygguf.vocab(64)
+    target = str(tinygguf.write(tmp_path / "t.gguf", tokens=vocab))
+    draft = str(tinygguf.write(tmp_path / "d.gguf", tokens=vocab))
+    key = key_for(target, draft)
+    adapted = derived_dir() / "d.adapted-x.0123456789abcdef.gguf"
+    shutil.copy(draft, adapted)
+    save(_record(key, adapted.name, wins))
+    loaded: list[str] = []
+
+    def loader(c):
+        loaded.append(Path(c.path).name)
+        return FakeBackend(eog=59)
+
+    opened = open_pair(PairRequest(ModelConfig(target, n_ctx=256), ModelConfig(draft, n_ctx=256),
+                                   LoadOptions(draft_quant="off")), loader=loader)
+    opened.pair.close()
+    # The evidence stays the pair's (the files the user named).
+    assert keys == [key]
+    assert loaded[-1] == (adapted.name if wins else "d.gguf")
+    assert ("adapted draft d.adapted-x" in capsys.readouterr().err) == wins
