@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Generator
 
+from app.adapt_cli import register as register_adapt
 from app.bench_cli import register as register_bench
 from app.calibrate_cli import register as register_calibrate
 from app.history_cli import register as register_history
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_bench(sub)
     register_serve(sub)
     register_tune(sub)
+    register_adapt(sub)
     register_worker(sub)
     register_calibrate(sub)
     register_history(sub)

@@ -85,6 +85,35 @@ class Choice:
         return " ".join(parts) + f" {c.policy} g={c.gamma}"
 
 
+@dataclass(frozen=True)
+class AdaptedDraft:
+    """The draft adapted to this pair by `tandem adapt` (loading/derived/adapted.py): its file in
+    the store's `derived/`, the hashes it was made from, and whether it beat the base draft on
+    held-out prompts (`wins`, with the `reason` line and the proof's `table`). It is used only
+    while it `applies_to` the record's key: another target, adapter or draft retires it."""
+    file: str
+    target_sha256: str
+    adapter_sha256: str
+    draft_sha256: str
+    data_sha256: str
+    train: str
+    wins: bool
+    reason: str
+    table: tuple[str, ...] = ()
+
+    def applies_to(self, key: "PairKey") -> bool:
+        return (self.target_sha256, self.adapter_sha256, self.draft_sha256) == (
+            key.target_sha256, key.adapter_sha256, key.draft_sha256)
+
+    @property
+    def path(self) -> Path:
+        return store_dir() / "derived" / self.file
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AdaptedDraft":
+        return cls(**{**d, "table": tuple(d.get("table", ()))})
+
+
 @dataclass
 class PairingRecord:
     key: PairKey
@@ -103,6 +132,8 @@ class PairingRecord:
     date: str = ""
     tandem_version: str = ""
     version: int = RECORD_VERSION
+    # The draft adapted to this pair (`tandem adapt`), if one was made.
+    adapted: AdaptedDraft | None = None
 
     def as_dict(self) -> dict:
         return {**asdict(self), "chosen": self.chosen.as_dict(),
@@ -117,7 +148,8 @@ class PairingRecord:
                    measured=d.get("measured", {}),
                    machine=d.get("machine", {}), sampling=d.get("sampling", {}),
                    date=d.get("date", ""), tandem_version=d.get("tandem_version", ""),
-                   version=int(d.get("version", RECORD_VERSION)))
+                   version=int(d.get("version", RECORD_VERSION)),
+                   adapted=AdaptedDraft.from_dict(d["adapted"]) if d.get("adapted") else None)
 
 
 def pairs_dir() -> Path:
@@ -174,6 +206,18 @@ def all_records() -> list[PairingRecord]:
 def find(key: PairKey) -> PairingRecord | None:
     record = _read(record_path(key))
     return record if record is not None and record.key == key else None
+
+
+def adapted_draft(key: PairKey) -> Path | None:
+    """The adapted draft to load for `key` instead of its draft: the one its record names, when
+    it was made for exactly these files (target, adapters, draft), beat the base draft, and its
+    file is there. A record of another key never lends its adapted draft: a changed target,
+    adapter or draft retires it."""
+    record = find(key)
+    a = record.adapted if record is not None else None
+    if a is None or not a.wins or not a.applies_to(key) or not a.path.is_file():
+        return None
+    return a.path
 
 
 def stale_for(key: PairKey) -> list[PairingRecord]:

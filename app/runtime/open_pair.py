@@ -84,13 +84,13 @@ def _pairing(request: PairRequest) -> tuple[PairingUse, ModelConfig | None, Load
         return PairingUse(messages=[rule.not_used_line()]), draft, options
     if rule.mode == PAGE:
         options, use = for_load(request.target, draft, options)
-        return use, draft, options
+        return use, use.draft_config(draft), options
     assert rule.mode == COMMAND, rule.mode
     use = for_command(lookup(request.target, draft), rule.chose_speculation, rule.no_pairing)
     if use.drafter is not None and use.drafter not in NEEDS_DRAFT_MODEL:
         # The record's drafter does not use the draft model: it is not loaded.
         draft = None
-    return use, draft, use.load_options(options)
+    return use, use.draft_config(draft), use.load_options(options)
 
 
 def open_pair(request: PairRequest, loader: Loader | None = None,

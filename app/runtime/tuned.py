@@ -19,7 +19,7 @@ from loading.derived.early_exit import default_layers
 from loading.derived.files import file_sha256
 from loading.options import LoadOptions
 from loading.plan import LoadPlan
-from models.tuned import PairingRecord, PairKey, find, stale_for
+from models.tuned import PairingRecord, PairKey, adapted_draft, find, stale_for
 
 
 # The rules a load may follow for the pairing record of its files.
@@ -83,6 +83,18 @@ class PairingUse:
         if c.drafter == PLAIN:
             return {"drafter": PLAIN}
         return {"drafter": c.drafter, "policy": c.policy, "gamma": c.gamma}
+
+    def draft_config(self, draft: ModelConfig | None) -> ModelConfig | None:
+        """`draft` as the applied record loads it: the adapted draft `tandem adapt` made for
+        exactly these files, where it beat the base draft (models/tuned.py `adapted_draft`)."""
+        if not self.applied or self.record is None or draft is None or self.key is None:
+            return draft
+        adapted = adapted_draft(self.key)
+        if adapted is None:
+            return draft
+        a = self.record.adapted
+        self.messages.append(f"adapted draft {adapted.name}: {a.reason if a else ''}")
+        return replace(draft, path=str(adapted))
 
     def load_options(self, options: LoadOptions) -> LoadOptions:
         """`options` with the record's draft variant and early-exit depth, when applied."""

@@ -1,0 +1,146 @@
+"""The teacher data for adapting a draft: deployment-like prompts answered by the target, greedy
+and sampled (T 0.7), so that the target's own distribution is what the draft learns
+(sequence-level distillation: DistillSpec, arXiv 2310.08461).
+
+Prompts come from the user's history (loading/history.py: each past request's tokens up to the
+chat template's assistant header) or a prompts file. The answers are kept in the store as
+`derived/adapt-data-<hash>.npz`, written user-only (0600) through the one atomic write, so a
+second run with the same prompts and target reuses them; they never leave the machine.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from engine.backend import Backend
+from models.atomic import write_atomically
+
+TEACHER_TEMPERATURE = 0.7
+ANSWER_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt's tokens (through the chat template) and one answer of the target's."""
+    category: str
+    prompt: tuple[int, ...]
+    answer: tuple[int, ...]
+    temperature: float
+
+    @property
+    def tokens(self) -> list[int]:
+        return [*self.prompt, *self.answer]
+
+
+def _softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
+    z = logits.astype(np.float64) / temperature
+    z -= z.max()
+    p = np.exp(z)
+    return p / p.sum()
+
+
+def answer(target: Backend, prompt: Sequence[int], max_tokens: int, temperature: float,
+           rng: np.random.Generator) -> list[int]:
+    """The target's answer to `prompt`: greedy at temperature 0, else sampled."""
+    target.truncate(0)
+    logits = target.decode(list(prompt), 0, [len(prompt) - 1])[-1]
+    out: list[int] = []
+    for _ in range(max_tokens):
+        tok = int(np.argmax(logits)) if temperature == 0 else int(
+            rng.choice(len(logits), p=_softmax(logits, temperature)))
+        out.append(tok)
+        if target.is_eog(tok):
+            break
+        logits = target.decode([tok], len(prompt) + len(out) - 1, [0])[-1]
+    return out
+
+
+def teach(target: Backend, prompts: Sequence[tuple[str, list[int]]], max_tokens: int,
+          seed: int, progress: Callable[[int, int], None] = lambda i, n: None) -> list[Example]:
+    """Each prompt answered twice by the target: greedy, and sampled at T 0.7."""
+    rng = np.random.default_rng(seed)
+    out: list[Example] = []
+    n = 2 * len(prompts)
+    for cat, toks in prompts:
+        for temp in (0.0, TEACHER_TEMPERATURE):
+            out.append(Example(cat, tuple(toks), tuple(answer(target, toks, max_tokens, temp, rng)),
+                               temp))
+            progress(len(out), n)
+    return out
+
+
+def data_sha256(examples: Sequence[Example]) -> str:
+    """A hash of the teacher data (every example's tokens, category and temperature)."""
+    h = hashlib.sha256()
+    for e in examples:
+        h.update(f"{e.category}|{e.temperature}|{len(e.prompt)}|".encode())
+        h.update(np.asarray(e.tokens, dtype=np.int32).tobytes())
+    return h.hexdigest()
+
+
+def prompts_sha256(prompts: Sequence[tuple[str, list[int]]], target_sha: str, seed: int,
+                   max_tokens: int) -> str:
+    """What the teacher data is a function of: the prompts, the target, the seed, the length."""
+    h = hashlib.sha256(f"{target_sha}|{seed}|{max_tokens}|".encode())
+    for cat, toks in prompts:
+        h.update(cat.encode() + b"|" + np.asarray(toks, dtype=np.int32).tobytes())
+    return h.hexdigest()
+
+
+def save(path: Path, examples: Sequence[Example]) -> Path:
+    """Write the teacher data user-only (0600), atomically."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, categories=np.array([e.category for e in examples]),
+                     temperatures=np.array([e.temperature for e in examples]),
+                     prompt_lens=np.array([len(e.prompt) for e in examples]),
+                     lens=np.array([len(e.tokens) for e in examples]),
+                     tokens=np.concatenate([np.asarray(e.tokens, np.int32) for e in examples]))
+    return write_atomically(path, write, private=True)
+
+
+def load(path: Path) -> list[Example]:
+    with np.load(path, allow_pickle=False) as f:
+        tokens, lens, plens = f["tokens"], f["lens"], f["prompt_lens"]
+        cats, temps = f["categories"], f["temperatures"]
+    out, at = [], 0
+    for cat, temp, n, p in zip(cats, temps, lens, plens):
+        seq = [int(t) for t in tokens[at:at + n]]
+        out.append(Example(str(cat), tuple(seq[:p]), tuple(seq[p:]), float(temp)))
+        at += int(n)
+    return out
+
+
+def windows(examples: Sequence[Example], n_ctx: int) -> list[list[int]]:
+    """The examples end to end, cut into windows of n_ctx + 1 tokens (each window's last token
+    is the next one's first), as llama.cpp's finetune packs its text; the tail that fills no
+    window is dropped."""
+    stream = [t for e in examples for t in e.tokens]
+    return [stream[i:i + n_ctx + 1] for i in range(0, len(stream) - n_ctx, n_ctx)]
+
+
+def history_prompts(documents: Sequence[Sequence[int]], header: Sequence[int]) -> list[list[int]]:
+    """The requests in the history's documents (prompt and answer end to end): each document up
+    to and with the last occurrence of the chat template's assistant `header`."""
+    out = []
+    k = len(header)
+    for doc in documents:
+        doc = list(doc)
+        at = next((i for i in range(len(doc) - k, -1, -1) if doc[i:i + k] == list(header)), -1)
+        if at > 0:
+            out.append(doc[:at + k])
+    return out
+
+
+def cached(key: str, folder: Path, make: Callable[[], list[Example]]) -> list[Example]:
+    """The teacher data of `key` (prompts_sha256) from `folder`, made and saved the first time."""
+    path = folder / f"adapt-data-{key[:16]}.npz"
+    if path.is_file():
+        return load(path)
+    examples = make()
+    save(path, examples)
+    return examples

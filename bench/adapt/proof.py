@@ -1,0 +1,113 @@
+"""The proof before an adapted draft is used: base and adapted draft against the target on
+held-out prompts (none trained on), greedy and at T 0.7, in one table.
+
+Both drafts are teacher-forced on the target's own answers (one batch decode per answer and
+model), which gives what a speculative round would accept exactly, without running one:
+
+- greedy: a drafted token is accepted where it is the target's argmax, so over a round of `gamma`
+  started at every position of a greedy answer, position j accepts where positions 1..j all
+  match; "acceptance per position" is the share accepted at j of those that reached j;
+- T 0.7: a drafted token is accepted with probability sum_x min(p(x), q(x)) (the rejection rule),
+  along a sampled answer of the target's; position j's acceptance is that expectation weighted by
+  the chance of reaching j.
+
+Accepted tokens per target call is one more than a round's expected accepted drafts. The speed
+predicted on the GPU cost profile (bench/fakes/costed.py: a verify of w tokens costs the target's
+one-token time times GPU_RATIOS[w - 1], a drafted token a tenth of it) is relative to plain
+decoding; the speed measured on this CPU is the generator's own, on a few held-out prompts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from bench.adapt.data import Example
+from bench.fakes.costed import GPU_RATIOS
+from engine.backend import Backend
+
+GAMMA = 4
+TEMPERATURES = (0.0, 0.7)
+
+
+def _probs(logits: np.ndarray, temperature: float) -> np.ndarray:
+    z = logits.astype(np.float64) / temperature
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def rows(backend: Backend, e: Example) -> np.ndarray:
+    """Logits of `backend` at every answer position of `e`, teacher-forced."""
+    toks = e.tokens
+    backend.truncate(0)
+    return backend.decode(toks, 0, list(range(len(e.prompt) - 1, len(toks) - 1)))
+
+
+def accept_chances(target_rows: np.ndarray, draft_rows: np.ndarray, e: Example) -> np.ndarray:
+    """Per answer position, the chance the draft's token is accepted: greedy, 1 where the
+    draft's argmax is the target's token; sampled, sum_x min(p(x), q(x))."""
+    if e.temperature == 0:
+        return (np.argmax(draft_rows, axis=1) == np.asarray(e.answer)).astype(np.float64)
+    p, q = _probs(target_rows, e.temperature), _probs(draft_rows, e.temperature)
+    return np.minimum(p, q).sum(axis=1)
+
+
+@dataclass
+class Rounds:
+    """Rounds of `gamma` started at every position, pooled over answers."""
+    gamma: int = GAMMA
+    reached: np.ndarray = field(default_factory=lambda: np.zeros(GAMMA))
+    accepted: np.ndarray = field(default_factory=lambda: np.zeros(GAMMA))
+    rounds: int = 0
+
+    def add(self, chances: np.ndarray) -> None:
+        for i in range(len(chances)):
+            reach = 1.0
+            for j in range(min(self.gamma, len(chances) - i)):
+                self.reached[j] += reach
+                reach *= chances[i + j]
+                self.accepted[j] += reach
+            self.rounds += 1
+
+    @property
+    def per_position(self) -> np.ndarray:
+        return self.accepted / np.maximum(self.reached, 1e-12)
+
+    @property
+    def mean_acceptance(self) -> float:
+        """The mean of acceptance per position (the done-when figure)."""
+        return float(self.per_position.mean())
+
+    @property
+    def tokens_per_call(self) -> float:
+        return 1.0 + float(self.accepted.sum()) / max(self.rounds, 1)
+
+    def gpu_speedup(self) -> float:
+        """Predicted tokens/s against plain decoding on the GPU cost profile."""
+        cost = GPU_RATIOS[self.gamma] + 0.1 * self.gamma
+        return self.tokens_per_call / cost
+
+
+def measure(target: Backend, drafts: Mapping[str, Backend], held_out: Sequence[Example]
+            ) -> dict[tuple[str, str, float], Rounds]:
+    """Rounds by (draft name, category, temperature), teacher-forced on `held_out`."""
+    out: dict[tuple[str, str, float], Rounds] = {}
+    for e in held_out:
+        t_rows = rows(target, e)
+        for name, d in drafts.items():
+            chances = accept_chances(t_rows, rows(d, e), e)
+            out.setdefault((name, e.category, e.temperature), Rounds()).add(chances)
+    return out
+
+
+def pooled(results: dict[tuple[str, str, float], Rounds], name: str, categories: Sequence[str],
+           temperature: float) -> Rounds:
+    total = Rounds()
+    for (n, cat, temp), r in results.items():
+        if n == name and cat in categories and temp == temperature:
+            total.reached += r.reached
+            total.accepted += r.accepted
+            total.rounds += r.rounds
+    return total

@@ -1,0 +1,39 @@
+"""llama.cpp's trainer on the embedded draft (issue 45, long): one optimizer step on the output
+head moves the adapted draft's logits and nothing else in the file, and `tandem adapt`'s copies
+load in llama.cpp."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.backend import ModelConfig
+from engine.llama.backend import quiet_backend
+from engine.llama.training import Trainer
+from loading.derived.trainable import trains, write_adapted, write_trainable
+from models.gguf_file import GGUFFile
+from models.gguf_info import read_info
+from tests.realmodels import embedded_pair
+
+pytestmark = pytest.mark.long
+
+
+def test_one_step_on_the_head_moves_the_adapted_drafts_logits(tmp_path):
+    _, draft = embedded_pair()
+    chosen = trains("head", read_info(draft).n_layer)
+    names = write_trainable(draft, tmp_path / "t.gguf", chosen)
+    with Trainer(tmp_path / "t.gguf", 256, chosen, 1e-3, threads=1) as trainer:
+        assert sorted(trainer.trained) == ["output.weight", "output_norm.weight"]
+        window = [int(t) for t in np.random.default_rng(0).integers(1000, 20000, 257)]
+        first = trainer.step(window)
+        assert trainer.step(window) < first  # the same window again: its loss went down
+        trainer.save(tmp_path / "trained.gguf")
+    write_adapted(draft, tmp_path / "trained.gguf", tmp_path / "a.gguf", names)
+    base, adapted = GGUFFile(read_info(draft)), GGUFFile(read_info(tmp_path / "a.gguf"))
+    for t in base.info.tensors:
+        same = base.data(t).tobytes() == adapted.data(adapted.tensor(t.name)).tobytes()
+        assert same == (t.name not in names), t.name
+    logits = []
+    for path in (draft, tmp_path / "a.gguf"):
+        with quiet_backend(ModelConfig(path=str(path), n_ctx=256, n_threads=1)) as be:
+            logits.append(be.decode(window[:32], 0, [31])[-1])
+    assert not np.allclose(logits[0], logits[1])
