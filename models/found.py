@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from engine.errors import ModelFileError
 from models.gguf_info import read_info
@@ -91,7 +91,7 @@ def _size(path: Path) -> int:
 
 def describe(item: Located) -> FoundModel:
     """Read the header of one located file; any failure becomes the row's reason."""
-    base = dict(source=item.source, name=item.name, path=item.path, size=_size(item.path),
+    base: dict[str, Any] = dict(source=item.source, name=item.name, path=item.path, size=_size(item.path),
                 aliases=item.aliases)
     if item.problem:
         return FoundModel(**base, problem=item.problem)

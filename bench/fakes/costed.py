@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from engine.backend import Part
 from engine.pair import Pair
 from bench.fakes.backend import FakeBackend
 from bench.fakes.table import VirtualClock
@@ -126,9 +127,14 @@ class ScriptedFake(FakeBackend):
         self.clock = clock
         self.cost = list(cost)
 
-    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
-        self.clock.charge(self.cost, len(tokens))
-        return super().decode(tokens, pos, rows)
+    def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int],
+               seq: int = 0) -> np.ndarray:
+        return self.decode_batch([Part(seq, tokens, pos, rows)])[0]
+
+    def decode_batch(self, parts: Sequence[Part]) -> list[np.ndarray]:
+        # One model call, charged at the batch's whole width.
+        self.clock.charge(self.cost, sum(len(p.tokens) for p in parts))
+        return super().decode_batch(parts)
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         words = text.split()
