@@ -10,6 +10,7 @@ import engine.control.policy
 import engine.round
 import engine.round_plan
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.control.batch import ALONE
 from engine.control.policy import Decision, FixedGamma
 from engine.round import Rounds, run_round
 from engine.rng import Rng
@@ -76,9 +77,9 @@ def test_each_round_plans_once_and_predicts_once():
             return super().find(context, want)
 
     class CountingController(AdaptiveController):
-        def predict(self, plan):
+        def predict(self, plan, batch=ALONE):
             calls["predict"] += 1
-            return super().predict(plan)
+            return super().predict(plan, batch)
 
     drafter = HybridDrafter(CountingLookup(ngram_min=2), DraftModelDrafter(FakeBackend(noise=0.5)))
     policy = CountingController(max_gamma=4, draft_ms=[1.0] * 5, verify_ms=[10.0, 11, 12, 13, 14],
