@@ -24,9 +24,11 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.backend import TokenTable
 from engine.grammar.guide import Guide
 from engine.grammar.mask import TokenMask, masked_distribution
 from engine.sampling import SamplingParams
+from bench.fakes.table import TableFake
 
 V, END = 8, 7
 EDGES: dict[int, dict[int, int]] = {
@@ -118,3 +120,32 @@ class ByteJumpGuide(Guide):
             more, complete = super().forced(limit - len(chain) - 1)
             chain += [5, *more]
         return chain, complete
+
+
+class SpelledTable(TableFake):
+    """TableFake's rows over a vocabulary of byte strings, `PIECES` (the empty one, `END`, ends
+    the answer), with a tokenize function consistent with them: the longest piece first
+    (llguidance tokenizes what a grammar forces, and allows only the canonical spelling)."""
+    PIECES: tuple[bytes, ...] = ()
+    END = -1
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data, out = text.encode(), []
+        while data:
+            # Bytes this vocabulary cannot spell are dropped (no prompt here has any).
+            spell = [i for i, p in enumerate(self.PIECES) if p and data.startswith(p)]
+            if not spell:
+                data = data[1:]
+                continue
+            t = max(spell, key=lambda i: len(self.PIECES[i]))
+            out.append(t)
+            data = data[len(self.PIECES[t]):]
+        return out
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.PIECES[token]
+
+    def token_table(self) -> TokenTable:
+        return TokenTable(tuple(b"<end>" if t == self.END else p
+                                for t, p in enumerate(self.PIECES)), frozenset({self.END}),
+                          self.END)

@@ -17,7 +17,6 @@ import pytest
 from app.runtime.tool_calls import AUTO, Function, ToolChoice, Tools
 from app.runtime.tool_grammar import tool_grammar
 from app.runtime.tool_syntax import Form, Syntax
-from engine.backend import TokenTable
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.events import DoneEvent
@@ -27,9 +26,9 @@ from engine.grammar.llg import compile_grammar
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
-from bench.fakes.table import TableFake, VirtualClock
+from bench.fakes.table import VirtualClock
 from tests.exact_law import exact_law, total_variation
-from tests.grammar_fakes import constrained_law
+from tests.grammar_fakes import SpelledTable, constrained_law
 
 PIECES = [b"a", b"<c>", b'{"name": "f"', b', "arguments": {}', b"}", b"</c>", b"\n", b""]
 A, OPEN, NAME, ARGS, BRACE, CLOSE, NEWLINE, END = range(8)
@@ -45,30 +44,16 @@ SAMPLINGS = {"T=1 top-k 2": SamplingParams(temperature=1.0, top_k=2),
              "greedy": SamplingParams(temperature=0.0)}
 
 
-class CallFake(TableFake):
-    """TableFake's vocabulary spelling the call above; its rows lean to NEXT[last] and `a`."""
+class CallFake(SpelledTable):
+    """A vocabulary spelling the call above; its rows lean to NEXT[last] and `a`."""
+    PIECES = tuple(PIECES)
+    END = END
 
     def __init__(self, noise: float = 0.0, **kw) -> None:
         super().__init__(n_vocab=len(PIECES), seed=3, noise=noise, eog=END, **kw)
         for last, nxt in NEXT.items():
             self.table[:, last, nxt] += 6.0
             self.table[:, last, A] += 5.0
-
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data, out = text.encode(), []
-        while data:
-            t = max((i for i, p in enumerate(PIECES) if p and data.startswith(p)),
-                    key=lambda i: len(PIECES[i]))
-            out.append(t)
-            data = data[len(PIECES[t]):]
-        return out
-
-    def token_bytes(self, token: int) -> bytes:
-        return PIECES[token]
-
-    def token_table(self) -> TokenTable:
-        return TokenTable(tuple(b"<end>" if t == END else p for t, p in enumerate(PIECES)),
-                          frozenset({END}), END)
 
 
 def lazy_grammar(backend):

@@ -12,7 +12,6 @@ from typing import Sequence
 
 import pytest
 
-from engine.backend import TokenTable
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import GrammarError
@@ -25,9 +24,9 @@ from engine.pair import Pair
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 from engine.session import Session
-from bench.fakes.table import TableFake, VirtualClock
+from bench.fakes.table import VirtualClock
 from tests.exact_law import exact_law, total_variation
-from tests.grammar_fakes import constrained_law
+from tests.grammar_fakes import SpelledTable, constrained_law
 
 PIECES = [b"{", b"}", b'"a"', b":", b"1", b'"', b"a", b""]
 END = 7
@@ -35,28 +34,10 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
           "additionalProperties": False}
 
 
-class JsonFake(TableFake):
+class JsonFake(SpelledTable):
     """TableFake's rows, with a vocabulary that spells `{"a":1}` and an end token."""
-
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data, out = text.encode(), []
-        while data:
-            # Bytes this vocabulary cannot spell are dropped (no prompt here has any).
-            spell = [i for i, p in enumerate(PIECES) if p and data.startswith(p)]
-            if not spell:
-                data = data[1:]
-                continue
-            t = max(spell, key=lambda i: len(PIECES[i]))
-            out.append(t)
-            data = data[len(PIECES[t]):]
-        return out
-
-    def token_bytes(self, token: int) -> bytes:
-        return PIECES[token]
-
-    def token_table(self) -> TokenTable:
-        return TokenTable(tuple(b"<end>" if t == END else p for t, p in enumerate(PIECES)),
-                          frozenset({END}), END)
+    PIECES = tuple(PIECES)
+    END = END
 
 
 def schema_grammar(backend):
