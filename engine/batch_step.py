@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from engine.backend import F32, Backend, Part
+from engine.control.batch import ALONE, Batch, Share, among
 
 
 class _Parked:
@@ -58,6 +59,10 @@ def _decode(group: list[_Parked]) -> None:
         p.rows = r
 
 
+# A sequence that has not reported a round yet is counted as a plain one.
+_PLAIN = Share(rows=1, tokens=1.0)
+
+
 class _Mine(threading.local):
     """Each thread's ticket of the last step that served it (None: none yet)."""
 
@@ -81,6 +86,9 @@ class BatchStep:
         # sequences, which a policy pricing a round at the batch's width reads.
         self.steps = 0
         self.sequences = 0
+        # What each registered sequence's last round put into a step, by its thread (`report`):
+        # the batch the others' rounds are priced in (`batch`).
+        self._shares: dict[int, Share] = {}
 
     @contextmanager
     def sequence(self) -> Iterator[None]:
@@ -98,6 +106,7 @@ class BatchStep:
         with self._cond:
             self._running -= 1
             self.sequences -= 1
+            self._shares.pop(threading.get_ident(), None)
             self._pass_turn()
             parked = self._take()
         if parked:
@@ -154,6 +163,22 @@ class BatchStep:
                 self._stepping = False
                 self._cond.notify_all()
                 parked = self._take()
+
+    def report(self, share: Share) -> None:
+        """The calling sequence's last round put `share` into its step."""
+        with self._cond:
+            self._shares[threading.get_ident()] = share
+
+    def batch(self) -> Batch:
+        """What the other registered sequences put into a step, by their last rounds (one that
+        has run none yet: a plain round's one row and one token); `ALONE` when none runs."""
+        if self.sequences <= 1:
+            return ALONE
+        me = threading.get_ident()
+        with self._cond:
+            others = [s for t, s in self._shares.items() if t != me]
+            missing = self.sequences - 1 - len(others)
+        return among(others + [_PLAIN] * max(missing, 0))
 
     def truncate(self, backend: Backend, n: int, seq: int) -> None:
         with self.models:

@@ -16,17 +16,34 @@ from engine.events import Event, RoundEvent
 from engine.generation_config import GenerationConfig
 from engine.grammar.guide import Guide
 from engine.limits import check_prompt_fits
+from engine.control.batch import Mates
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.round import NoDrafter, Rounds, VerifyRule, run_round
 from engine.rng import Rng
 from engine.session import Session
 from engine.stats import GenerationStats
+from engine.sampling import SamplingParams
+
+
+def batch_priced(params: SamplingParams) -> bool:
+    """Whether a generation's rounds may be priced beside its batch-mates (gamma shrinking as
+    the batch fills). Gamma moves a sampled answer's draws (which uniform judges which position),
+    so a sampled answer with a seed, which must come out the same alone or in any batch, is
+    priced alone; at greedy no draw is made, and without a seed there is no answer to reproduce:
+    the batch may shape gamma, and each token's law is the target's either way.
+
+    >>> batch_priced(SamplingParams(temperature=0.7, seed=7)), batch_priced(SamplingParams())
+    (False, True)
+    """
+    return params.greedy or params.seed is None
+
 
 def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
              config: GenerationConfig, policy: GammaPolicy | None = None,
              rule: VerifyRule = verify,
              widths: Callable[[int], int] | None = None, rng: Rng | None = None,
-             clock: Clock = wall_ms, history: HistoryIndex | None = None) -> Iterator[Event]:
+             clock: Clock = wall_ms, history: HistoryIndex | None = None,
+             mates: Mates | None = None) -> Iterator[Event]:
     """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent.
 
     `rule` is the verification rule; only the exactness report's negative control swaps it.
@@ -35,7 +52,9 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     times the phases. Tests inject both: an enumerating rng, a clock driven by a cost profile.
     `history` (past prompts and answers, engine/drafters/history_index.py): a drafter that
     uses one drafts from it as it stands now, and the prompt with its answer is added to it when
-    the generation ends, whatever drafted (plain decoding included)."""
+    the generation ends, whatever drafted (plain decoding included). `mates`: the sequences it
+    is decoded in one batch with (engine/batch_step.py), told what each round puts into its
+    step; the policy prices its rounds beside theirs where `batch_priced` allows."""
     if not prompt:
         raise SettingsError("the prompt is empty")
     if history is not None and drafter is not None and drafter.uses_history:
@@ -46,7 +65,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     rounds = Rounds(target, NoDrafter() if drafter is None or plain else drafter,
                     FixedGamma(0) if plain else policy or FixedGamma(config.gamma),
                     config.params, rng if rng is not None else Rng(config.params.seed),
-                    rule, widths, clock, guide, config.logprobs, jump=not plain)
+                    rule, widths, clock, guide, config.logprobs, jump=not plain,
+                    mates=mates, beside_mates=batch_priced(config.params))
     stats = GenerationStats(mode=PLAIN if plain else "speculative",
                             drafter=rounds.drafter.name, gamma=0 if plain else config.gamma,
                             prompt_tokens=len(prompt))

@@ -21,6 +21,7 @@ from typing import Callable, ContextManager, Generator, Iterator, Sequence
 
 from engine.backend import Backend
 from engine.clock import Clock, wall_ms
+from engine.control.batch import Mates
 from engine.control.costs import Calibration
 from engine.control.policy import GammaPolicy
 from engine.control.registry import make_policy
@@ -203,14 +204,17 @@ class Pair:
         if self.slots is None:
             return self._generate(self.target, self.registry, tokens, config, drafter, policy,
                                   history)
+        step = self.slots.step
         return self.slots.stream(tokens, lambda slot: self._generate(
-            slot.target, slot.registry, tokens, config, drafter, policy, history))
+            slot.target, slot.registry, tokens, config, drafter, policy, history, step))
 
     def _generate(self, target: Session, registry: DrafterRegistry, tokens: Sequence[int],
                   config: GenerationConfig, drafter: str, policy: GammaPolicy | None,
-                  history: HistoryIndex | None) -> Generator[Event, None, None]:
+                  history: HistoryIndex | None,
+                  mates: Mates | None = None) -> Generator[Event, None, None]:
         """One generation on `target` with `registry`'s drafter `drafter` (the pair's own, or a
-        slot's); calibration decodes on the pair's own sequence, alone."""
+        slot's, decoded in one batch with `mates`); calibration decodes on the pair's own
+        sequence, alone."""
         chosen = self._drafter_in(registry, drafter)
         widths = None
         if chosen is not None and config.gamma > 0:
@@ -222,7 +226,7 @@ class Pair:
             if registry is not self.registry:
                 chosen.pad_catch_up(self._catch_up_widths(drafter, config.gamma))
         yield from generate(target, chosen, tokens, config, policy, widths=widths,
-                            clock=self.clock, history=history)
+                            clock=self.clock, history=history, mates=mates)
 
     def _drafter_in(self, registry: DrafterRegistry, name: str) -> Drafter | None:
         """Drafter `name` of `registry`; a slot has only the built-in drafters."""

@@ -25,6 +25,7 @@ from engine.grammar.guide import Guide
 from engine.grammar.mask import MaskedRows
 from engine.logprobs import TokenLogprob, token_logprob
 from engine.round_plan import NO_PLAN, RoundPlan
+from engine.control.batch import ALONE, Mates, Share
 from engine.control.policy import Decision, GammaPolicy
 from engine.confidence import top_probability
 from engine.rng import Rng
@@ -70,6 +71,12 @@ class Rounds:
     # Whether forced tokens are committed without a model (speculation does); plain decoding
     # decodes every token, forced or not, one target call each, as a plain decoder does.
     jump: bool = True
+    # The sequences decoded in the same steps (`--parallel`, engine/batch_step.py): each round
+    # reports to them what it put into its step, and, when `beside_mates`, the policy prices it
+    # beside theirs; else alone, as a generation whose draws the batch must not move
+    # (`batch_priced`, engine/generator.py).
+    mates: Mates | None = None
+    beside_mates: bool = True
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,9 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
             context = [*context, *forced]
             room -= len(forced)
     plan = r.drafter.plan(context, r.params)
-    decision = r.policy.next_gamma(plan)
+    decision = r.policy.next_gamma(
+        plan, r.mates.batch() if r.mates is not None and r.beside_mates and plan.drafts
+        else ALONE)
     gamma = min(decision.gamma, room) if plan.drafts else 0
     # The one predicate for a sampled draft: it fixes the verify width before drafting.
     sampled = gamma > 0 and plan.samples
@@ -182,6 +191,8 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
                        predicted_tps=decision.prediction, reason=decision.reason,
                        confidence=confidence, width=width, forced=len(forced))
     tokens = (*forced, *drafted[:n], verdict.token)
+    if r.mates is not None:
+        r.mates.report(Share(width, float(len(tokens)), len(drafted) if plan.model_drafts else 0))
     return RoundResult(decision, stats, tokens=tokens,
                        origins=(FORCED,) * len(forced) + ("draft",) * n
                        + (verdict.kind if drafted else PLAIN,),

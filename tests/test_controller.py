@@ -423,7 +423,7 @@ def test_the_draft_model_catches_up_in_one_batch_after_plain_rounds():
             self.gammas = list(gammas)
             self.i = 0
 
-        def next_gamma(self, plan=None):
+        def next_gamma(self, plan=None, batch=None):
             self.i += 1
             return Decision(self.gammas[(self.i - 1) % len(self.gammas)])
 

@@ -10,7 +10,7 @@ the models to itself, priced exactly as before batches existed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from engine.errors import SettingsError
 
@@ -85,3 +85,13 @@ def among(others: Sequence[Share]) -> Batch:
         return ALONE
     return Batch(len(others) + 1, sum(o.rows for o in others), sum(o.tokens for o in others),
                  tuple(o.draft_depth for o in others if o.draft_depth > 0))
+
+
+class Mates(Protocol):
+    """The other sequences of a generation's steps, as its rounds see them: `batch` is what they
+    put into the next step (`ALONE` when none runs beside it), and `report` tells them what this
+    sequence's last round put in (engine/batch_step.py keeps both)."""
+
+    def batch(self) -> Batch: ...
+
+    def report(self, share: Share) -> None: ...
