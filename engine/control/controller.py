@@ -75,7 +75,8 @@ class Prediction:
     @property
     def speeds(self) -> np.ndarray:
         """Predicted tokens/s of every gamma: the batch's in a batch."""
-        return 1e3 * (self.others + self.expected) / self.ms
+        tokens = self.expected + self.others if self.others else self.expected
+        return 1e3 * tokens / self.ms
 
     def tokens_per_s(self, gamma: int) -> float:
         """This sequence's own predicted tokens/s drafting `gamma`."""
@@ -246,7 +247,8 @@ class AdaptiveController(GammaPolicy):
         estimate is the fallback."""
         margin = self._margin(plan)
         for e, m in ((p.hopeful, p.hopeful_ms), (p.expected, p.ms)):
-            g = int(((p.others + e[1:]) / m[1:]).argmax()) + 1
+            # (Alone, the others' tokens are skipped, not added: this runs every round.)
+            g = int(((e[1:] + p.others if p.others else e[1:]) / m[1:]).argmax()) + 1
             if self._pays(g, p.expected, p.ms, margin, p.others):
                 return g
         return 0
