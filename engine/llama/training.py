@@ -86,12 +86,12 @@ _ggml, _llama = _bind()
 
 
 class Dataset(Owned):
-    """A ggml-opt dataset of token windows of `n_ctx` tokens, each labelled with the tokens that
-    follow them (`tokens[1:]`)."""
+    """A ggml-opt dataset of token windows of `n_ctx` tokens, each with the token every position
+    is trained to predict (its label: the text's next token, or what a teacher chose there)."""
 
-    def __init__(self, windows: Sequence[Sequence[int]], n_ctx: int) -> None:
-        if not windows or any(len(w) != n_ctx + 1 for w in windows):
-            raise ValueError(f"each window must hold {n_ctx + 1} tokens")
+    def __init__(self, windows: Sequence[tuple[Sequence[int], Sequence[int]]], n_ctx: int) -> None:
+        if not windows or any(len(w) != n_ctx or len(y) != n_ctx for w, y in windows):
+            raise ValueError(f"each window and its labels must hold {n_ctx} tokens")
         self.n = len(windows)
         self.ptr: Any = _ggml.ggml_opt_dataset_init(GGML_TYPE_I32, GGML_TYPE_I32, n_ctx, n_ctx,
                                                     self.n, 1)
@@ -100,11 +100,11 @@ class Dataset(Owned):
         i32p = ctypes.POINTER(ctypes.c_int32)
         data = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_data(self.ptr)), i32p)
         labels = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_labels(self.ptr)), i32p)
-        for i, w in enumerate(windows):
+        for i, (w, y) in enumerate(windows):
             ctypes.memmove(ctypes.byref(data.contents, 4 * i * n_ctx),
-                           (ctypes.c_int32 * n_ctx)(*w[:-1]), 4 * n_ctx)
+                           (ctypes.c_int32 * n_ctx)(*w), 4 * n_ctx)
             ctypes.memmove(ctypes.byref(labels.contents, 4 * i * n_ctx),
-                           (ctypes.c_int32 * n_ctx)(*w[1:]), 4 * n_ctx)
+                           (ctypes.c_int32 * n_ctx)(*y), 4 * n_ctx)
 
     def close(self) -> None:
         if self.ptr:
@@ -169,10 +169,10 @@ class Trainer(Owned):
         _llama.llama_opt_init(self.ctx, self.model, params)
         self.result = _ggml.ggml_opt_result_init()
 
-    def step(self, window: Sequence[int]) -> float:
-        """One optimizer step on one window of n_ctx + 1 tokens; its mean cross-entropy loss."""
-        n_ctx = len(window) - 1
-        with Dataset([window], n_ctx) as data:
+    def step(self, window: Sequence[int], labels: Sequence[int]) -> float:
+        """One optimizer step on one window of n_ctx tokens and their labels; its mean
+        cross-entropy loss."""
+        with Dataset([(window, labels)], len(window)) as data:
             _ggml.ggml_opt_result_reset(self.result)
             _llama.llama_opt_epoch(self.ctx, data.ptr, self.result, None, 1, None, None)
         loss, unc = ctypes.c_double(), ctypes.c_double()
