@@ -53,20 +53,26 @@ def stream(url: str, prompt: str, max_tokens: int, t0: float, first: threading.E
     out.update(ttft=ttft, end=time.perf_counter() - t0, text="".join(text))
 
 
-def together(url: str, tokens: int) -> list[dict]:
+def together(url: str, tokens: int) -> tuple[list[dict], int]:
+    """The 4 requests at once (and alone after), and the most the server said were running."""
     t0 = time.perf_counter()
     outs: list[dict] = [{} for _ in PROMPTS]
     threads = [threading.Thread(target=stream, args=(url, p, tokens, t0, None, o))
                for p, o in zip(PROMPTS, outs)]
     for t in threads:
         t.start()
+    running = 0
+    while any(t.is_alive() for t in threads):
+        queue = httpx.get(f"{url}/health", timeout=30).json()["queue"]
+        running = max(running, queue["running"])
+        time.sleep(0.05)
     for t in threads:
         t.join()
     for p, o in zip(PROMPTS, outs):
         alone: dict = {}
         stream(url, p, tokens, time.perf_counter(), None, alone)
         o["alone"] = alone["text"] == o["text"]
-    return outs
+    return outs, running
 
 
 def short_after_long(url: str, long: int, short: int) -> tuple[dict, float, dict]:
@@ -90,7 +96,7 @@ def check(parallel: int, args: argparse.Namespace) -> list[str]:
     proc, url, _ = start_server(ns, tmp)
     try:
         stream(url, "hi", 4, time.perf_counter(), None, {})  # calibrations, first decodes
-        outs = together(url, args.tokens)
+        outs, running = together(url, args.tokens)
         a, arrives, b = short_after_long(url, args.long_tokens, args.short_tokens)
     finally:
         proc.terminate()
@@ -101,7 +107,7 @@ def check(parallel: int, args: argparse.Namespace) -> list[str]:
     ends = [o["end"] for o in outs]
     firsts = " / ".join(f"{o['ttft']:.2f}" for o in outs)
     lines = [f"| {parallel} | {firsts} | {' / '.join(f'{e:.2f}' for e in ends)} | "
-             f"{'yes' if max(o['ttft'] for o in outs) < min(ends) else 'no'} | "
+             f"{'yes' if max(o['ttft'] for o in outs) < min(ends) else 'no'} | {running} | "
              f"{sum(o['alone'] for o in outs)}/{len(outs)} | "
              f"{a['end']:.2f} | {arrives:.2f} | {b['end']:.2f} | "
              f"{'yes' if b['end'] < a['end'] else 'no'} | "
@@ -127,8 +133,8 @@ def main(argv: list[str]) -> int:
            f"once its first token is out, an {args.short_tokens}-token one. Seconds from the "
            "first send.", "",
            "| --parallel | 4 at once: first tokens | 4 at once: ends | all 4 running together "
-           "| each equal to its answer alone | long ends | short sent | short ends | "
-           "short ends first | statuses |", "|---:|---|---|---|---|---:|---:|---:|---|---|"]
+           "| most running (/health) | each equal to its answer alone | long ends | short sent | short ends | "
+           "short ends first | statuses |", "|---:|---|---|---|---:|---|---:|---:|---:|---|---|"]
     print("\n".join(out), flush=True)
     for p in args.parallel:
         out += check(p, args)
