@@ -43,7 +43,8 @@ def stream(url: str, prompt: str, max_tokens: int, t0: float, first: threading.E
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            delta = json.loads(line[6:])["choices"][0].get("delta", {}).get("content")
+            choices = json.loads(line[6:]).get("choices") or [{}]  # a usage chunk: none
+            delta = choices[0].get("delta", {}).get("content")
             if delta:
                 if ttft is None:
                     ttft = time.perf_counter() - t0
