@@ -15,7 +15,8 @@ On the embedded pair (`--profile real`) every figure is wall time on this machin
 profile (`--profile gpu` or `cpu-batched`: bench/fakes/costed.py, bench/research/batch_replay.py)
 the same `Pair.generate` runs on scripted fakes whose decodes advance a virtual clock by the
 profile's cost at the batch's whole width, every client drafting at one acceptance (`--acceptance`);
-each figure is then exact, on that clock.
+the figures are then free of noise, though the speculative rows move by a few percent between runs:
+the order in which the clients' threads take their first rounds sets the batch each is priced in.
 
     PYTHONPATH=. python -m bench.concurrency --clients 1 2 4 8 --max-tokens 32 --threads 2
     PYTHONPATH=. python -m bench.concurrency --profile gpu --max-tokens 64
