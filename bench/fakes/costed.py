@@ -120,8 +120,8 @@ class ScriptedFake(FakeBackend):
     """The target (`draft` False) or the draft of a `Script`, on a virtual clock."""
 
     def __init__(self, s: Script, clock: VirtualClock, cost: Sequence[float],
-                 draft: bool = False) -> None:
-        super().__init__(n_vocab=V)
+                 draft: bool = False, n_seq: int = 8) -> None:
+        super().__init__(n_vocab=V, n_seq=n_seq)
         self.script = s
         self.draft = draft
         self.clock = clock
@@ -156,8 +156,12 @@ class ScriptedFake(FakeBackend):
         return _row(top, float(s.draft_conf[n]))
 
 
-def scripted_pair(profile: Profile, s: Script) -> tuple[Pair, VirtualClock]:
+def scripted_pair(profile: Profile, s: Script,
+                  parallel: int = 1) -> tuple[Pair, VirtualClock]:
+    """The pair of `s` on `profile`'s clock, with `parallel` slots (engine/slots.py)."""
     clock = VirtualClock()
-    pair = Pair(ScriptedFake(s, clock, profile.verify),
-                ScriptedFake(s, clock, profile.draft, draft=True), clock=clock.now)
+    n_seq = max(8, parallel + 1)
+    pair = Pair(ScriptedFake(s, clock, profile.verify, n_seq=n_seq),
+                ScriptedFake(s, clock, profile.draft, draft=True, n_seq=n_seq), clock=clock.now,
+                parallel=parallel)
     return pair, clock

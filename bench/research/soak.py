@@ -2,7 +2,8 @@
 server process for leaks. Short answers (4-16 tokens), mixed settings: every drafter the pair
 offers and every policy, temperatures 0 / 0.7 / 1, stop strings, chat and raw completions,
 streamed and not, streams the client closes after the first event, and every 100 requests a
-burst of --max-queue + 4 concurrent requests (some of which the full queue answers 503).
+burst of the server's slots + --max-queue + 3 concurrent requests (some of which the full queue
+answers 503).
 
 Every --every requests it records the server's RSS, open file descriptors, the history file's
 size and tokens, and p50/p99 latency of the sequential requests in that stretch. Pass: RSS grows
@@ -183,15 +184,17 @@ def percentile(xs: list[float], q: float) -> float:
 def run(args: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="tandem-soak-"))
     proc, url, log = start_server(args, tmp)
-    checkpoints = []
+    checkpoints: list[dict] = []
     try:
         drafters = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {KEY}"},
                              timeout=30).json()["data"][0]["drafters"]
         soak = Soak(url, drafters, args.seed)
+        # A burst outnumbers the slots and the queue by 3, so the full queue answers some 503.
+        parallel = httpx.get(f"{url}/health", timeout=30).json()["queue"]["parallel"]
         sent, t_start, mark = 0, time.perf_counter(), 0
         while sent < args.requests and time.perf_counter() - t_start < args.minutes * 60:
             if sent % args.every == args.every // 2 and args.burst:
-                sent += soak.burst(args.max_queue + 4)
+                sent += soak.burst(parallel + args.max_queue + 3)
             soak.sequential()
             sent += 1
             out_of_time = time.perf_counter() - t_start >= args.minutes * 60
@@ -217,7 +220,7 @@ def run(args: argparse.Namespace) -> dict:
     text = log.read_text(errors="replace")
     return {"requests": sent, "checkpoints": checkpoints, "statuses": soak.statuses,
             "burst_statuses": soak.burst_statuses, "cancelled_streams": soak.cancelled,
-            "answer_after": after, "tracebacks": text.count("Traceback"),
+            "answer_after": after, "tracebacks": text.count("Traceback"), "parallel": parallel,
             "settings": {k: v for k, v in vars(args).items() if k != "out"},
             "cpu": cpu_name()}
 
@@ -263,7 +266,8 @@ def table(r: dict, checks: dict[str, bool]) -> str:
                  if r["requests"] < r["settings"]["requests"] else "") + ".",
               "", f"Statuses of the sequential requests: {r['statuses']}; of the bursts: "
               f"{r['burst_statuses']}; streams closed after the first event: "
-              f"{r['cancelled_streams']}. CPU: {r['cpu']}.", ""]
+              f"{r['cancelled_streams']}. Server slots (--parallel): {r.get('parallel', 1)}. "
+              f"CPU: {r['cpu']}.", ""]
     lines += [f"- {'pass' if ok else 'FAIL'}: {name}" for name, ok in checks.items()]
     return "\n".join(lines) + "\n"
 
