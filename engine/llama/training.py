@@ -87,11 +87,16 @@ _ggml, _llama = _bind()
 
 class Dataset(Owned):
     """A ggml-opt dataset of token windows of `n_ctx` tokens, each labelled with the tokens that
-    follow them (`tokens[1:]`)."""
+    follow them (`tokens[1:]`), or with `labels` (one list of n_ctx tokens per window)."""
 
-    def __init__(self, windows: Sequence[Sequence[int]], n_ctx: int) -> None:
+    def __init__(self, windows: Sequence[Sequence[int]], n_ctx: int,
+                 labels: Sequence[Sequence[int]] | None = None) -> None:
         if not windows or any(len(w) != n_ctx + 1 for w in windows):
             raise ValueError(f"each window must hold {n_ctx + 1} tokens")
+        if labels is None:
+            labels = [w[1:] for w in windows]
+        if len(labels) != len(windows) or any(len(x) != n_ctx for x in labels):
+            raise ValueError(f"each window's labels must hold {n_ctx} tokens")
         self.n = len(windows)
         self.ptr: Any = _ggml.ggml_opt_dataset_init(GGML_TYPE_I32, GGML_TYPE_I32, n_ctx, n_ctx,
                                                     self.n, 1)
@@ -99,12 +104,12 @@ class Dataset(Owned):
             raise MemoryError("ggml could not allocate a training dataset")
         i32p = ctypes.POINTER(ctypes.c_int32)
         data = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_data(self.ptr)), i32p)
-        labels = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_labels(self.ptr)), i32p)
-        for i, w in enumerate(windows):
+        out = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_labels(self.ptr)), i32p)
+        for i, (w, x) in enumerate(zip(windows, labels)):
             ctypes.memmove(ctypes.byref(data.contents, 4 * i * n_ctx),
                            (ctypes.c_int32 * n_ctx)(*w[:-1]), 4 * n_ctx)
-            ctypes.memmove(ctypes.byref(labels.contents, 4 * i * n_ctx),
-                           (ctypes.c_int32 * n_ctx)(*w[1:]), 4 * n_ctx)
+            ctypes.memmove(ctypes.byref(out.contents, 4 * i * n_ctx),
+                           (ctypes.c_int32 * n_ctx)(*x), 4 * n_ctx)
 
     def close(self) -> None:
         if self.ptr:
@@ -169,10 +174,11 @@ class Trainer(Owned):
         _llama.llama_opt_init(self.ctx, self.model, params)
         self.result = _ggml.ggml_opt_result_init()
 
-    def step(self, window: Sequence[int]) -> float:
-        """One optimizer step on one window of n_ctx + 1 tokens; its mean cross-entropy loss."""
+    def step(self, window: Sequence[int], labels: Sequence[int] | None = None) -> float:
+        """One optimizer step on one window of n_ctx + 1 tokens, labelled with its next tokens
+        or with `labels` (n_ctx tokens); its mean cross-entropy loss."""
         n_ctx = len(window) - 1
-        with Dataset([window], n_ctx) as data:
+        with Dataset([window], n_ctx, None if labels is None else [labels]) as data:
             _ggml.ggml_opt_result_reset(self.result)
             _llama.llama_opt_epoch(self.ctx, data.ptr, self.result, None, 1, None, None)
         loss, unc = ctypes.c_double(), ctypes.c_double()
