@@ -71,12 +71,19 @@ def text_prompts(prompts: Sequence[tuple[str, str]]) -> Prompts:
     return lambda tokens_for: [(cat, tokens_for(text)) for cat, text in prompts]
 
 
+def teacher_id(key: PairKey) -> str:
+    """What the teacher is: the target's hash, and its adapters' (with their scales) if any, so
+    an adapter's answers are never taken for the bare target's."""
+    return key.target_sha256 + (f"+{key.adapter_sha256}" if key.adapter_sha256 else "")
+
+
 def teacher(tcfg: ModelConfig, prompts: Prompts, settings: Settings, threads: int,
-            target_sha: str, progress: Progress) -> tuple[list[Example], list[Example]]:
-    """(trained examples, held-out examples): the target's answers (with its adapters), cached
-    in the store by the prompts, the target's key and the length."""
+            key: PairKey, progress: Progress) -> tuple[list[Example], list[Example]]:
+    """(trained examples, held-out examples): the answers of the target with its adapters,
+    cached in the store by the prompts, the teacher (`teacher_id`) and the length."""
     from engine.llama.backend import quiet_backend
     from engine.pair import Pair
+    target_sha = teacher_id(key)
     with quiet_backend(ModelConfig(path=tcfg.path, n_ctx=2048, n_threads=threads,
                                    lora=tcfg.lora)) as tb:
         pair = Pair(tb)
@@ -111,6 +118,6 @@ def adapt_pair(tcfg: ModelConfig, dcfg: ModelConfig, key: PairKey, prompts: Prom
                   f"{need.trained_bytes / train.GIB:.1f}, the rest of the draft "
                   f"{need.frozen_bytes / train.GIB:.1f}, activations and cache "
                   f"{(need.activation_bytes + need.kv_bytes) / train.GIB:.1f})")
-    trained, held = teacher(tcfg, prompts, settings, threads, key.target_sha256, progress)
+    trained, held = teacher(tcfg, prompts, settings, threads, key, progress)
     return adapt(tcfg, dcfg, dinfo, key, trained, held, settings, threads, progress.step,
                  default)
