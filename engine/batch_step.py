@@ -6,6 +6,8 @@ part of the batch here and waits. Once every registered sequence is parked or go
 to park runs the step: each model decodes every part parked for it in one `decode_batch` (the
 target: each sequence's last token, forced tokens and draft; the draft model: one batch per
 depth for every sequence that drafts), then every waiting sequence takes its rows and runs on.
+The target's parts wait out the steps in which a draft's are parked, so the sequences' verifies
+fall into one call whatever their gammas (a step then costs one model's call, not both).
 Sequences join and leave between steps (continuous batching), as llama-server's slots do.
 After a step the sequences it served run on one at a time, in the order they parked (their
 Python shares one interpreter lock anyway), so what they do between steps happens in the same
@@ -70,7 +72,9 @@ class _Mine(threading.local):
 
 
 class BatchStep:
-    def __init__(self) -> None:
+    def __init__(self, verifier: Backend | None = None) -> None:
+        # The target: its parts wait while another model's are parked (`_run`).
+        self.verifier = verifier
         self._cond = threading.Condition()
         # Registered sequences not parked: the step waits for each of them to park or leave.
         self._running = 0
@@ -151,6 +155,12 @@ class BatchStep:
             by_model: dict[int, list[_Parked]] = {}
             for p in parked:
                 by_model.setdefault(id(p.backend), []).append(p)
+            # The target's parts wait while a draft's are parked: the sequences still drafting
+            # catch up, and every verify of the step is one call (else rounds of different
+            # phases keep apart, each verifying alone while the others draft, for good).
+            wait = by_model.pop(id(self.verifier), []) if len(by_model) > 1 else []
+            if wait:
+                parked = [p for p in parked if p not in wait]
             with self.models:
                 for group in by_model.values():
                     _decode(group)
@@ -161,6 +171,7 @@ class BatchStep:
                 self._turns.extend(parked)
                 self._running += len(parked)
                 self._stepping = False
+                self._parked = wait + self._parked
                 self._cond.notify_all()
                 parked = self._take()
 

@@ -61,7 +61,7 @@ class Slots:
             if backend is not None and backend.n_seq < n + 1:
                 raise ValueError(f"{backend.name} holds {backend.n_seq} sequences; {n} slots "
                                  f"need {n + 1} (sequence 0 is the pair's own)")
-        self.step = BatchStep()
+        self.step = BatchStep(verifier=target)
         self._slots = [Slot(k, Session(SeqBackend(target, k + 1, self.step)),
                             registry(None if draft is None else SeqBackend(draft, k + 1, self.step)))
                        for k in range(n)]

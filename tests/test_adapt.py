@@ -13,6 +13,7 @@ import pytest
 
 from bench.adapt import data, proof, run, train
 from bench.adapt.data import Example
+from bench.fakes.backend import FakeBackend
 from engine.errors import SettingsError
 from loading.derived.adapted import derive_adapted
 from loading.derived.files import derived_dir
@@ -82,7 +83,27 @@ def _ex(prompt, answer, temp=0.0, cat="c"):
 
 def test_windows_pack_the_examples_end_to_end():
     ex = [_ex([1, 2], [3, 4, 5]), _ex([6], [7, 8, 9, 10])]
-    assert data.windows(ex, 4) == [[1, 2, 3, 4, 5], [5, 6, 7, 8, 9]]
+    assert data.windows(ex, 4) == [([1, 2, 3, 4], [2, 3, 4, 5]), ([5, 6, 7, 8], [6, 7, 8, 9])]
+
+
+def test_within_a_prompt_the_draft_learns_the_targets_choice_not_the_users_text():
+    ex = [Example("c", (1, 2, 3), (4, 5), 0.0, choices=(70, 80)), _ex([6, 7], [8])]
+    (inputs, labels), = data.windows(ex, 6)
+    assert inputs == [1, 2, 3, 4, 5, 6]
+    # Prompt rows: the target's argmax; from the prompt's last token on: the answer; at the end
+    # of an example, the next one's first token.
+    assert labels == [70, 80, 4, 5, 6, 7]
+
+
+def test_the_teacher_answers_and_records_its_choices_within_the_prompt(tmp_path):
+    target = FakeBackend(seed=0)
+    prompt = [3, 14, 15, 9]
+    choices, said = data.answer(target, prompt, 5, 0.0, np.random.default_rng(0))
+    rows = FakeBackend(seed=0).decode(prompt, 0, list(range(len(prompt))))
+    assert choices == [int(t) for t in rows[:-1].argmax(axis=1)]
+    assert said[0] == int(rows[-1].argmax()) and len(said) <= 5
+    saved = [Example("c", tuple(prompt), tuple(said), 0.0, tuple(choices)), _ex([1], [2], 0.7)]
+    assert data.load(data.save(tmp_path / "d.npz", saved)) == saved
 
 
 def test_every_fourth_prompt_is_held_out_as_yours():
@@ -152,7 +173,8 @@ class _FakeTrainer:
     def __init__(self, path: Path, stop_at: int | None = None) -> None:
         self.path, self.stop_at, self.steps, self.closed = path, stop_at, 0, False
 
-    def step(self, window) -> float:
+    def step(self, window, labels) -> float:
+        assert len(window) == len(labels)
         self.steps += 1
         if self.steps == self.stop_at:
             raise KeyboardInterrupt
@@ -173,7 +195,7 @@ def _build(draft: Path, stop_at: int | None, made: list):
         return made[-1]
 
     def build(work: Path, out: Path) -> None:
-        train.train_draft(info, [[1] * 5] * 3, out, work, "head", 2, 1e-4, make, lambda s: None)
+        train.train_draft(info, [([1] * 4, [1] * 4)] * 3, out, work, "head", 2, 1e-4, make, lambda s: None)
     return build
 
 

@@ -24,8 +24,9 @@ def test_one_step_on_the_head_moves_the_adapted_drafts_logits(tmp_path):
     with Trainer(tmp_path / "t.gguf", 256, chosen, 1e-3, threads=1) as trainer:
         assert sorted(trainer.trained) == ["output.weight", "output_norm.weight"]
         window = [int(t) for t in np.random.default_rng(0).integers(1000, 20000, 257)]
-        first = trainer.step(window)
-        assert trainer.step(window) < first  # the same window again: its loss went down
+        first = trainer.step(window[:-1], window[1:])
+        # The same window again: its loss went down.
+        assert trainer.step(window[:-1], window[1:]) < first
         trainer.save(tmp_path / "trained.gguf")
     write_adapted(draft, tmp_path / "trained.gguf", tmp_path / "a.gguf", names)
     base, adapted = GGUFFile(read_info(draft)), GGUFFile(read_info(tmp_path / "a.gguf"))

@@ -45,7 +45,7 @@ def set_slider(page, elem_id: str, value: str) -> None:
         box.press("Enter")
         box.blur()
         try:
-            page.wait_for_function(f"document.querySelector('#{elem_id} input[type=range]').value == '{value}'",
+            page.wait_for_function(f"document.querySelector('#{elem_id} input[type=range]')?.value == '{value}'",
                                    timeout=5_000)
             return
         except PlaywrightTimeout:
@@ -141,9 +141,9 @@ def test_a_model_found_on_disk_is_picked_paired_and_loaded_in_the_browser(found_
             page.locator("#wizard-found input").click()
             page.get_by_role("option", name="qwen2.5-coder:1.5b").first.click()
             # The target field takes the found name; the best draft on disk is picked for it.
-            page.wait_for_function("document.querySelector('#wizard-target-file textarea').value"
+            page.wait_for_function("document.querySelector('#wizard-target-file textarea')?.value"
                                    " == 'qwen2.5-coder:1.5b'", timeout=30_000)
-            page.wait_for_function("document.querySelector('#wizard-draft-file textarea').value"
+            page.wait_for_function("document.querySelector('#wizard-draft-file textarea')?.value"
                                    " == 'qwen2.5-coder:0.5b'", timeout=60_000)
             page.locator("#wizard-load").click()
             page.wait_for_selector("#wizard-load-note :text('Loaded')", timeout=240_000)

@@ -61,7 +61,10 @@ def open_page(b, url: str, max_tokens: str = "8"):
     page.goto(url)
     page.wait_for_selector('#tandem-status[data-state="ready"]', timeout=60_000)
     # The page's load opens the chat open last; wait until it has answered.
-    page.wait_for_function("document.querySelector('#chat-context .tandem-context').dataset.ctx !== ''",
+    # (Null-safe: a predicate that throws ends the wait at once, and the element may not be drawn
+    # yet on a busy machine.)
+    page.wait_for_function("(document.querySelector('#chat-context .tandem-context')?.dataset.ctx"
+                           " ?? '') !== ''",
                            timeout=30_000)
     page.locator("#chat-settings button.label-wrap").click()
     set_slider(page, "chat-max-tokens", max_tokens)
@@ -102,7 +105,8 @@ def test_a_chat_survives_a_reload_and_a_restart_and_is_renamed_exported_and_dele
         page = open_page(b, url)
         page.locator("#chat-preset input").click()
         page.get_by_role("option", name="concise coder").click()
-        page.wait_for_function("document.querySelector('#chat-system textarea').value.startsWith('You are an expert')")
+        page.wait_for_function("document.querySelector('#chat-system textarea')?.value"
+                               ".startsWith('You are an expert')")
         send(page, "How do I sort a list?")
         send(page, "And in reverse?")
         assert titles(page) == ["How do I sort a list?"]

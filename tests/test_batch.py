@@ -195,3 +195,23 @@ def test_a_failing_part_fails_only_its_own_sequence():
     assert backend.caches[1] == [5, 6] and backend.caches[2] == []
     # The shared call failed; seq 1 was then decoded alone.
     assert backend.batches == [((1, 2),)]
+
+
+def test_a_plain_sequence_verifies_in_one_call_with_a_drafting_one():
+    """Without the target's parts waiting for the draft's, the plain sequence would verify
+    alone at each of the other's draft depths (rounds of different phases never meet)."""
+    target, draft = FakeBackend(seed=0), FakeBackend(seed=0, noise=0.5)
+    pair = Pair(target, draft, parallel=2)
+    assert pair.slots is not None
+
+    def run(prompt: str, drafter: str):
+        def go() -> None:
+            list(pair.generate(prompt, config(3, 30), drafter=drafter, raw=True,
+                               policy=None if drafter == "plain" else make_policy("fixed", 3)))
+        return go
+
+    join_in_turn(pair.slots.step, [run("drafting one", "draft"), run("plain one", "plain")])
+    last = last_calls(target, ("drafting one", "plain one"))
+    both = target.batches[:min(last.values()) + 1]
+    assert len(both) > 3 and all(len(b) == 2 for b in both)
+    assert max(len(b) for b in draft.batches) == 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from bench.adapt.data import Window
 from engine.errors import SettingsError
 from loading.derived.trainable import TRAIN_SETS, trains, write_adapted, write_trainable
 from models.found import size_text
@@ -108,11 +109,12 @@ class Step:
         return self.elapsed_s / self.done * (self.total - self.done)
 
 
-# Trainer(path, n_ctx, trains, lr) -> an object with step(window) -> loss, save(path), close().
+# Trainer(path, n_ctx, trains, lr) -> an object with step(window, labels) -> loss, save(path),
+# close().
 MakeTrainer = Callable[[Path, int, Callable[[str], bool], float], object]
 
 
-def train_draft(draft: GGUFInfo, windows: Sequence[Sequence[int]], out: Path, work: Path,
+def train_draft(draft: GGUFInfo, windows: Sequence[Window], out: Path, work: Path,
                 train_set: str, epochs: int, lr: float, make: MakeTrainer,
                 progress: Callable[[Step], None], clock: Callable[[], float] = time.monotonic
                 ) -> list[float]:
@@ -120,7 +122,7 @@ def train_draft(draft: GGUFInfo, windows: Sequence[Sequence[int]], out: Path, wo
     folder `work` for the trainer's copies; the losses of every step."""
     if not windows:
         raise SettingsError("the teacher data fills no training window: give more prompts")
-    n_ctx = len(windows[0]) - 1
+    n_ctx = len(windows[0][0])
     chosen = trains(train_set, draft.n_layer)
     trainable, trained = work / "trainable.gguf", work / "trained.gguf"
     names = write_trainable(draft.path, trainable, chosen)
@@ -129,8 +131,8 @@ def train_draft(draft: GGUFInfo, windows: Sequence[Sequence[int]], out: Path, wo
     try:
         total, start = epochs * len(windows), clock()
         for _ in range(epochs):
-            for w in windows:
-                losses.append(trainer.step(w))  # type: ignore[attr-defined]
+            for w, labels in windows:
+                losses.append(trainer.step(w, labels))  # type: ignore[attr-defined]
                 progress(Step(len(losses), total, losses[-1], clock() - start))
         trainer.save(trained)  # type: ignore[attr-defined]
     finally:

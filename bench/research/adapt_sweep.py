@@ -8,8 +8,9 @@ themselves ("in sample") and on the held-out ones.
 
 The two files are those `tandem adapt` wrote into the store's derived/ folder (the user's
 prompts' answers, then the held-out suite's); `--prompts` is how many prompts the first holds.
-LABELS says what each position is trained toward: `next` (the next token of the text, as
-`tandem adapt` trains), `target` (the target's greedy choice at every position) or `masked`
+LABELS says what each position is trained toward: `next` (the next token of the text), `prompt`
+(the target's greedy choice in the prompt and the answer's next token after, as `tandem adapt`
+trains since teacher data format 2), `target` (the target's greedy choice everywhere) or `masked`
 (the target's greedy choice in the answers and the draft's own in the prompts, where llama.cpp's
 trainer cannot leave a position out). The target's rows are computed once and kept in the runs
 folder.
@@ -20,6 +21,7 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +36,7 @@ from models import embedded
 from models.gguf_info import read_info
 from models.tandem_store import tandem_home
 
-LABELS = ("next", "target", "masked")
+LABELS = ("next", "prompt", "target", "masked")
 
 
 def _argmax(path: Path, examples: list[data.Example]) -> list[np.ndarray]:
@@ -48,7 +50,7 @@ def _argmax(path: Path, examples: list[data.Example]) -> list[np.ndarray]:
     return out
 
 
-def _windows(trained: list[data.Example], labels: list[np.ndarray], n_ctx: int):
+def _windows(trained: list[data.Example], labels: list[np.ndarray], n_ctx: int) -> list[data.Window]:
     """The examples end to end in windows, as data.windows cuts them, with the labels given
     (an example's last position keeps the next example's first token)."""
     toks = [t for e in trained for t in e.tokens]
@@ -56,7 +58,7 @@ def _windows(trained: list[data.Example], labels: list[np.ndarray], n_ctx: int):
     for lab in labels:
         labs += [int(x) for x in lab] + [-1]
     labs = [toks[i + 1] if x == -1 and i + 1 < len(toks) else x for i, x in enumerate(labs)]
-    return [(toks[i:i + n_ctx + 1], labs[i:i + n_ctx]) for i in range(0, len(toks) - n_ctx, n_ctx)]
+    return [(toks[i:i + n_ctx], labs[i:i + n_ctx]) for i in range(0, len(toks) - n_ctx, n_ctx)]
 
 
 def _acceptance(path: Path, trained, held, target_rows) -> dict[str, float]:
@@ -102,11 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         assert labels in LABELS, labels
         chosen = trains(train_set, info.n_layer)
         if labels == "next":
-            windows = [(w, None) for w in data.windows(trained, args.context)]
+            windows = data.windows([replace(e, choices=()) for e in trained], args.context)
         else:
             labs = [t.copy() for t in target_labels]
             for e, lab, mine in zip(trained, labs, own if labels == "masked" else []):
                 lab[:len(e.prompt) - 1] = mine[:len(e.prompt) - 1]
+            for e, lab in zip(trained, labs if labels == "prompt" else []):
+                lab[len(e.prompt) - 1:] = e.answer
             windows = _windows(trained, labs, args.context)
         with tempfile.TemporaryDirectory(dir=derived_dir(), prefix=".sweep-") as work:
             names = write_trainable(draft, Path(work) / "t.gguf", chosen)

@@ -86,17 +86,12 @@ _ggml, _llama = _bind()
 
 
 class Dataset(Owned):
-    """A ggml-opt dataset of token windows of `n_ctx` tokens, each labelled with the tokens that
-    follow them (`tokens[1:]`), or with `labels` (one list of n_ctx tokens per window)."""
+    """A ggml-opt dataset of token windows of `n_ctx` tokens, each with the token every position
+    is trained to predict (its label: the text's next token, or what a teacher chose there)."""
 
-    def __init__(self, windows: Sequence[Sequence[int]], n_ctx: int,
-                 labels: Sequence[Sequence[int]] | None = None) -> None:
-        if not windows or any(len(w) != n_ctx + 1 for w in windows):
-            raise ValueError(f"each window must hold {n_ctx + 1} tokens")
-        if labels is None:
-            labels = [w[1:] for w in windows]
-        if len(labels) != len(windows) or any(len(x) != n_ctx for x in labels):
-            raise ValueError(f"each window's labels must hold {n_ctx} tokens")
+    def __init__(self, windows: Sequence[tuple[Sequence[int], Sequence[int]]], n_ctx: int) -> None:
+        if not windows or any(len(w) != n_ctx or len(y) != n_ctx for w, y in windows):
+            raise ValueError(f"each window and its labels must hold {n_ctx} tokens")
         self.n = len(windows)
         self.ptr: Any = _ggml.ggml_opt_dataset_init(GGML_TYPE_I32, GGML_TYPE_I32, n_ctx, n_ctx,
                                                     self.n, 1)
@@ -104,12 +99,12 @@ class Dataset(Owned):
             raise MemoryError("ggml could not allocate a training dataset")
         i32p = ctypes.POINTER(ctypes.c_int32)
         data = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_data(self.ptr)), i32p)
-        out = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_labels(self.ptr)), i32p)
-        for i, (w, x) in enumerate(zip(windows, labels)):
+        labels = ctypes.cast(_ggml.ggml_get_data(_ggml.ggml_opt_dataset_labels(self.ptr)), i32p)
+        for i, (w, y) in enumerate(windows):
             ctypes.memmove(ctypes.byref(data.contents, 4 * i * n_ctx),
-                           (ctypes.c_int32 * n_ctx)(*w[:-1]), 4 * n_ctx)
-            ctypes.memmove(ctypes.byref(out.contents, 4 * i * n_ctx),
-                           (ctypes.c_int32 * n_ctx)(*x), 4 * n_ctx)
+                           (ctypes.c_int32 * n_ctx)(*w), 4 * n_ctx)
+            ctypes.memmove(ctypes.byref(labels.contents, 4 * i * n_ctx),
+                           (ctypes.c_int32 * n_ctx)(*y), 4 * n_ctx)
 
     def close(self) -> None:
         if self.ptr:
@@ -174,11 +169,10 @@ class Trainer(Owned):
         _llama.llama_opt_init(self.ctx, self.model, params)
         self.result = _ggml.ggml_opt_result_init()
 
-    def step(self, window: Sequence[int], labels: Sequence[int] | None = None) -> float:
-        """One optimizer step on one window of n_ctx + 1 tokens, labelled with its next tokens
-        or with `labels` (n_ctx tokens); its mean cross-entropy loss."""
-        n_ctx = len(window) - 1
-        with Dataset([window], n_ctx, None if labels is None else [labels]) as data:
+    def step(self, window: Sequence[int], labels: Sequence[int]) -> float:
+        """One optimizer step on one window of n_ctx tokens and their labels; its mean
+        cross-entropy loss."""
+        with Dataset([(window, labels)], len(window)) as data:
             _ggml.ggml_opt_result_reset(self.result)
             _llama.llama_opt_epoch(self.ctx, data.ptr, self.result, None, 1, None, None)
         loss, unc = ctypes.c_double(), ctypes.c_double()
