@@ -114,8 +114,9 @@ class HistoryStore:
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
-                np.savez(f, format=np.array([FORMAT]), tokenizer=np.array(self.tokenizer),
-                         **state)
+                arrays = {"format": np.array([FORMAT]), "tokenizer": np.array(self.tokenizer),
+                          **state}
+                np.savez(f, **arrays)
 
         try:
             write_atomically(out, write, private=True)

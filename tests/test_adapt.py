@@ -315,3 +315,42 @@ def test_a_load_uses_the_adapted_draft_only_where_it_won(tmp_path, monkeypatch, 
     assert keys == [key]
     assert loaded[-1] == (adapted.name if wins else "d.gguf")
     assert ("adapted draft d.adapted-x" in capsys.readouterr().err) == wins
+
+
+def test_the_teacher_with_an_adapter_is_not_the_bare_target(store, monkeypatch):
+    """The teacher data is cached by who answered: a target with a LoRA adapter (or another
+    scale of it) answers anew, the same teacher again is read back."""
+    import contextlib
+
+    from bench.adapt import session
+    from bench.adapt.settings import Settings
+    from engine.backend import ModelConfig
+
+    class _Pair:
+        def __init__(self, backend) -> None:
+            pass
+
+        def tokens_for(self, text: str) -> list[int]:
+            return [1, len(text)]
+
+    taught: list[tuple] = []
+
+    def teach(target, prompts, max_tokens, seed, progress):
+        taught.append(tuple(c for c, _ in prompts))
+        return [Example(c, tuple(t), (7, 8), temp) for c, t in prompts for temp in (0.0, 0.7)]
+
+    monkeypatch.setattr("engine.llama.backend.quiet_backend",
+                        lambda config: contextlib.nullcontext(object()))
+    monkeypatch.setattr("engine.pair.Pair", _Pair)
+    monkeypatch.setattr(data, "teach", teach)
+    prompts = session.text_prompts([("mine", f"request {i}") for i in range(8)])
+    settings = Settings(holdout_per_category=1)
+    progress = type("P", (), {"stage": lambda self, what: lambda i, n: None})()
+    for adapter in ("", "a" * 64 + "@1", "a" * 64 + "@0.5", ""):
+        key = PairKey("t" * 64, adapter, "d" * 64)
+        trained, held = session.teacher(ModelConfig("t.gguf"), prompts, settings, 1, key,
+                                        progress)
+        assert len(trained) == 12 and [e.category for e in held[:4]] == ["yours"] * 4
+    # Three teachers, each answering your requests and the held-out suite's once; the bare
+    # target's second run reads its answers back.
+    assert taught.count(("mine",) * 8) == 3 and len(taught) == 6

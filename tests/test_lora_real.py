@@ -20,8 +20,8 @@ from loading.load import load_pair
 from app.runtime.tuned import key_for
 from models.candidate import Candidate
 from models.tuned import Choice, PairingRecord, save
-from bench.fakes.lora_adapter import (STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS, WEAK_SCALE,
-                                acceptance, write_lora)
+from bench.fakes.lora_adapter import (MID_LAYERS, STRONG_SCALE, TEST_EXIT_LAYERS, TEST_LAYERS,
+                                      WEAK_SCALE, acceptance, write_lora)
 from tests.realmodels import embedded_pair
 
 pytestmark = pytest.mark.real
@@ -53,7 +53,7 @@ def test_speculation_with_an_adapted_target_is_exact(files, tmp_path):
     # Spread over middle layers the adapter changes the answer but keeps it coherent; the test
     # adapter (layers 0-3, scale 1) makes a degenerate model full of near-ties, where greedy
     # text can follow llama.cpp's batch-width rounding (docs/EXACTNESS.md), not the rule.
-    lora = write_lora(target, tmp_path / "mid-lora.gguf", (2, 5, 8, 11, 14, 17))
+    lora = write_lora(target, tmp_path / "mid-lora.gguf", MID_LAYERS)
     tcfg = ModelConfig(str(target), n_ctx=512, n_threads=2, lora=((str(lora), STRONG_SCALE),))
     pair = load_pair(tcfg, ModelConfig(str(draft), n_ctx=512, n_threads=2),
                      LoadOptions(draft_quant="off"), chain_min=0.0)

@@ -1,7 +1,8 @@
 """The models tab: a step-by-step wizard over the models library. Choose a target (catalog, a
 model already on this machine, hub search or a local file), see suggested drafts, the memory fit
 and the compatibility verdict, download with a progress bar, measure the pair's predicted ceiling
-on this machine once it is on disk, then load the pair into the chat.
+on this machine once it is on disk, then load the pair into the chat; optionally adapt the draft
+to the target on the user's prompts (app/ui/adapt_action.py).
 
 A model is named by (repo, file): a hub repository and a file in it, or an empty repo and a
 local path or the name of a model found on this machine (`tandem models list`: an Ollama name
@@ -24,6 +25,8 @@ from app.runtime.loader_settings import LoaderSettings
 from app.runtime.holder import ERROR, LOADING, PairHolder
 from app.runtime.open_pair import QUIET, PairRequest, open_pair
 from app.runtime.tuned import PairingRule
+from app.ui.adapt_action import AdaptStep, adapt_draft
+from bench.adapt.settings import Settings
 from engine.backend import ModelConfig
 from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.errors import DoesNotFitError, TandemError
@@ -423,6 +426,7 @@ class Steps:
             self.download_btn = gr.Button("Download what is missing", elem_id="wizard-download")
             self.download_note = gr.HTML()
         self.load_step()
+        self.adapt = AdaptStep()
         self.lists()
         self.fields = [self.target_repo, self.target_file, self.draft_repo, self.draft_file]
 
@@ -593,7 +597,21 @@ class Steps:
                       self.draft_lora_scale, *self.settings[1:]], self.load_note,
             api_name="load_pair", **one_at_a_time)
         self.catalog_btn.click(catalog_rows, None, self.table, api_name="catalog")
+        self.adapt.button.click(
+            adapt, [*fields, self.lora, self.lora_scale, self.adapt.prompts, self.adapt.train,
+                    self.adapt.epochs], self.adapt.note, api_name="adapt", **one_at_a_time)
         return load_event
+
+
+def adapt(target_repo: str, target_file: str, draft_repo: str, draft_file: str, lora: str = "",
+          lora_scale: float = 1.0, prompts_file: str = "", train_set: str = Settings.train,
+          epochs: float = Settings.epochs) -> Iterator[str]:
+    """Adapt the chosen draft to the chosen target (with the target's LoRA adapter, if one is
+    given): `tandem adapt`'s run, its progress and then its proof."""
+    target = ModelChoice(target_repo.strip(), target_file.strip())
+    draft = ModelChoice(draft_repo.strip(), draft_file.strip())
+    yield from adapt_draft(target.local_path(), draft.local_path(), _adapters(lora, lora_scale),
+                           prompts_file, train_set, epochs)
 
 
 def _on_file(repo_id: str | None, filename: str | None):

@@ -4,7 +4,6 @@
 names the file and says whether it won."""
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Callable, Sequence
 
 from bench.adapt import data, proof, run, train
 from bench.adapt.data import Example
+from bench.adapt.settings import Settings
 from engine.backend import Backend, ModelConfig
 from engine.llama.backend import LlamaBackend, quiet_backend
 from loading.derived.adapted import derive_adapted
@@ -46,36 +46,36 @@ def _generate(target: Backend, draft: Backend, prompt: Sequence[int], temperatur
     return done.stats.output_tokens, done.stats.total_time_ms / 1e3
 
 
-def _train(dinfo: GGUFInfo, key: PairKey, trained: list[Example], args: argparse.Namespace,
+def _train(dinfo: GGUFInfo, key: PairKey, trained: list[Example], settings: Settings,
            threads: int, step: Callable[[train.Step], None]) -> tuple[Path, str, list[str]]:
     from engine.llama.training import Trainer
     data_sha = data.data_sha256(trained)
-    windows = data.windows(trained, args.context)
-    lines = [f"teacher data: {len(trained)} answers, {len(windows)} windows of {args.context} "
-             f"tokens; training {args.train} for {args.epochs} epochs"]
+    windows = data.windows(trained, settings.context)
+    lines = [f"teacher data: {len(trained)} answers, {len(windows)} windows of {settings.context} "
+             f"tokens; training {settings.train} for {settings.epochs} epochs"]
     losses: list[float] = []
     start = time.monotonic()
 
     def build(work: Path, out: Path) -> None:
         losses.extend(train.train_draft(
-            dinfo, windows, out, work, args.train, args.epochs, args.lr,
+            dinfo, windows, out, work, settings.train, settings.epochs, settings.lr,
             lambda p, n, t, lr: Trainer(p, n, t, lr, threads), step))
 
     path = derive_adapted(dinfo.path, key.target_sha256, key.adapter_sha256, data_sha, build)
     if losses:
         lines.append(f"trained in {time.monotonic() - start:.0f} s; "
-                     + run.losses_line(losses, args.epochs))
+                     + run.losses_line(losses, settings.epochs))
     else:
         lines.append("the adapted draft for this data was already in the store")
     return path, data_sha, lines
 
 
 def adapt(tcfg: ModelConfig, dcfg: ModelConfig, dinfo: GGUFInfo, key: PairKey,
-          trained: list[Example], held: list[Example], args: argparse.Namespace, threads: int,
+          trained: list[Example], held: list[Example], settings: Settings, threads: int,
           step: Callable[[train.Step], None], default: Candidate) -> Result:
     """Train (or reuse) the adapted draft, prove it on `held`, and keep the verdict in the
     pairing record of `key` (made with the `default` configuration if the pair has none)."""
-    path, data_sha, lines = _train(dinfo, key, trained, args, threads, step)
+    path, data_sha, lines = _train(dinfo, key, trained, settings, threads, step)
 
     def load(p: str, lora: tuple = ()) -> LlamaBackend:
         return quiet_backend(ModelConfig(path=p, n_ctx=2048, n_threads=threads, lora=lora))
@@ -91,7 +91,7 @@ def adapt(tcfg: ModelConfig, dcfg: ModelConfig, dinfo: GGUFInfo, key: PairKey,
     lines += run.table_lines(table, cpu) + [reason]
     record = find(key) or _new_record(tcfg, dcfg, key, default)
     record.adapted = AdaptedDraft(path.name, key.target_sha256, key.adapter_sha256,
-                                  key.draft_sha256, data_sha, args.train, wins, reason,
+                                  key.draft_sha256, data_sha, settings.train, wins, reason,
                                   tuple(lines))
     save(record)
     return Result(path, wins, lines)

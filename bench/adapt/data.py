@@ -128,7 +128,9 @@ def load(path: Path) -> list[Example]:
     with np.load(path, allow_pickle=False) as f:
         tokens, lens, plens = f["tokens"], f["lens"], f["prompt_lens"]
         cats, temps = f["categories"], f["temperatures"]
-        choices, clens = f["choices"], f["choice_lens"]
+        # Format 1 (before the prompt's choices): every example labelled by its text.
+        choices = f["choices"] if "choices" in f.files else np.zeros(0, np.int32)
+        clens = f["choice_lens"] if "choice_lens" in f.files else np.zeros(len(lens), int)
     out, at, cat_at = [], 0, 0
     for cat, temp, n, p, c in zip(cats, temps, lens, plens, clens):
         seq = [int(t) for t in tokens[at:at + n]]

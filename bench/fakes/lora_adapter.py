@@ -62,6 +62,9 @@ def write_lora(model: str | Path, out: str | Path, layers: Sequence[int], rank: 
 # the draft's acceptance from 0.67 to 0.41 but early exit at 21 layers to 0.02: the deeper
 # perturbations leave the truncated model nothing to agree with.
 TEST_LAYERS = (0, 1, 2, 3)
+# Spread over the middle layers the adapter changes the answers and keeps them coherent: the
+# adapter `tandem adapt --lora` is measured with (docs/BENCHMARKS.md).
+MID_LAYERS = (2, 5, 8, 11, 14, 17)
 # Early exit this deep agrees with the adapted target more often than the unadapted draft does.
 TEST_EXIT_LAYERS = 26
 WEAK_SCALE = 0.05
@@ -99,3 +102,21 @@ def acceptance(target: str, draft: str | None, lora: Sequence[tuple[str, float]]
     finally:
         pair.close()
     return (accepted / drafted if drafted else 0.0), texts
+
+
+def main() -> int:
+    """`python -m bench.fakes.lora_adapter OUT [--layers 2,5,8]`: write the test adapter for the
+    embedded target (default: the middle layers, which keep its answers coherent)."""
+    import argparse
+    from models import embedded
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--layers", default=",".join(map(str, MID_LAYERS)))
+    args = ap.parse_args()
+    target, _ = embedded.ensure()
+    print(write_lora(target, args.out, [int(x) for x in args.layers.split(",")]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

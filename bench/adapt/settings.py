@@ -1,0 +1,20 @@
+"""What `tandem adapt` takes beyond the pair, with its defaults: the options of the same names on
+the command line and the Models tab's fields (bench/adapt/train.py says why these defaults)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.adapt.data import ANSWER_TOKENS
+from bench.adapt.train import DEFAULT_CONTEXT, DEFAULT_EPOCHS, DEFAULT_LR, DEFAULT_TRAIN
+from bench.benchmark.suite import DEFAULT_SUITE
+
+
+@dataclass(frozen=True)
+class Settings:
+    train: str = DEFAULT_TRAIN
+    epochs: int = DEFAULT_EPOCHS
+    context: int = DEFAULT_CONTEXT
+    lr: float = DEFAULT_LR
+    max_tokens: int = ANSWER_TOKENS
+    holdout: str = str(DEFAULT_SUITE)
+    holdout_per_category: int = 2
