@@ -20,6 +20,7 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -114,8 +115,8 @@ class HistoryStore:
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
-                arrays = {"format": np.array([FORMAT]), "tokenizer": np.array(self.tokenizer),
-                          **state}
+                arrays: dict[str, Any] = {"format": np.array([FORMAT]),
+                                          "tokenizer": np.array(self.tokenizer), **state}
                 np.savez(f, **arrays)
 
         try:
