@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from app.runtime.defaults import PLAIN
-from bench.benchmark.suite import DEFAULT_SUITE, SuitePrompt, load_suite
+from app.runtime.prompt_sets import read_prompts
+from bench.benchmark.suite import SuitePrompt
 from engine.errors import SettingsError
 
 # Tokens per tuning run: long enough for the adaptive controller to settle, short enough for a
@@ -31,36 +32,10 @@ def tandem_version() -> str:
             return "unknown"
 
 
-def interleave(prompts: list[SuitePrompt]) -> list[SuitePrompt]:
-    """First prompt of each category, then the second of each, ...: a budget that cuts the list
-    short still covers every category."""
-    by_cat: dict[str, list[SuitePrompt]] = {}
-    for p in prompts:
-        by_cat.setdefault(p.category, []).append(p)
-    rows = list(by_cat.values())
-    return [r[i] for i in range(max(map(len, rows), default=0)) for r in rows if i < len(r)]
-
-
 def tune_prompts(args: argparse.Namespace) -> list[SuitePrompt]:
     """--prompts FILE (a suite JSONL, or plain text with one prompt per line, category
     "prompts"), else the suite's --category prompts, else the whole default suite."""
-    categories = [c.strip() for group in args.category or [] for c in group.split(",") if c.strip()]
-    if args.prompts:
-        path = Path(args.prompts)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SettingsError(f"cannot read the prompts file {path}: {exc.strerror or exc}") from None
-        if path.suffix == ".jsonl":
-            suite = load_suite(path).select(categories or None)
-            return interleave(list(suite.prompts))
-        if categories:
-            raise SettingsError("--category selects from a suite; a plain-text prompts file has none")
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        if not lines:
-            raise SettingsError(f"the prompts file {path} has no prompts")
-        return [SuitePrompt(f"line-{i + 1}", "prompts", ln) for i, ln in enumerate(lines)]
-    return interleave(list(load_suite(DEFAULT_SUITE).select(categories or None).prompts))
+    return read_prompts(args.prompts, args.category)
 
 
 def _choice(row):

@@ -6,7 +6,8 @@ import argparse
 import pytest
 
 from app.cli import main
-from app.tune_cli import build_record, interleave, table_lines, tune_prompts
+from app.runtime.prompt_sets import interleave
+from app.tune_cli import build_record, table_lines, tune_prompts
 from engine.backend import ModelConfig
 from bench.benchmark.suite import SuitePrompt
 from engine.errors import SettingsError

@@ -4,8 +4,6 @@ Models tab's action both call `run_adapt` here, which names the pair's record by
 runs the one adaptation (bench/adapt/session.py). Only the way progress shows differs."""
 from __future__ import annotations
 
-import argparse
-
 from bench.adapt import session
 from bench.adapt.build import Result
 from bench.adapt.settings import Settings
@@ -27,8 +25,8 @@ def user_prompts(path: str | None, categories: list[str] | None, tcfg: ModelConf
     the user's history of this target."""
     if not path:
         return session.history_prompts(tcfg)
-    from app.tune_cli import tune_prompts
-    chosen = tune_prompts(argparse.Namespace(prompts=path, category=categories))
+    from app.runtime.prompt_sets import read_prompts
+    chosen = read_prompts(path, categories)
     return session.text_prompts([(p.category, p.prompt) for p in chosen])
 
 
