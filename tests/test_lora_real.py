@@ -48,6 +48,8 @@ def store(tmp_path, monkeypatch, files):
     return root
 
 
+# Long: three loads of the pair (23 s of the suite); tests/test_exactness*.py hold the law.
+@pytest.mark.long
 def test_speculation_with_an_adapted_target_is_exact(files, tmp_path):
     target, draft, _ = files
     # Spread over middle layers the adapter changes the answer but keeps it coherent; the test

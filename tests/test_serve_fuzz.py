@@ -24,7 +24,7 @@ from app.serve.responses_request import RESPONSES_FIELDS
 from app.serve.parsing import CHAT_FIELDS, COMPLETION_FIELDS, MESSAGE_FIELDS, SPECULATIVE_FIELDS
 from tests.test_serve_security import KEY, Server
 
-DEFAULT_CASES = 400
+DEFAULT_CASES = 200
 LONG_CASES = 4000
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
