@@ -18,7 +18,17 @@ profile's cost at the batch's whole width, every client drafting at one acceptan
 the figures are then free of noise, though the speculative rows move by a few percent between runs:
 the order in which the clients' threads take their first rounds sets the batch each is priced in.
 
-    PYTHONPATH=. python -m bench.concurrency --clients 1 2 4 8 --max-tokens 32 --threads 2
+Each run of a cell (a mode at a client count) starts from a pair opened for it and closed after:
+no cell sees another's evidence (what the adaptive controller learnt of the drafter:
+engine/control/evidence.py), caches or slots' prefixes. Before its clients the pair is warmed
+without learning anything: the mode's drafter calibrated (`Pair.calibration`, as its first
+generation would) and one short plain request on a prompt of none of the clients' (plain
+decoding keeps no evidence), so the figures count neither calibration nor first decodes. Repeats
+are interleaved: every cell's first run, then every cell's second, each repeat starting each
+client count's modes from the next one, so that a drift of the machine weighs on all modes alike.
+The short-after-long pairs are opened afresh likewise.
+
+    PYTHONPATH=. python -m bench.concurrency --clients 1 2 4 8 --max-tokens 32 --repeats 3 --threads 2
     PYTHONPATH=. python -m bench.concurrency --profile gpu --max-tokens 64
 """
 from __future__ import annotations
@@ -28,13 +38,14 @@ import datetime
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from engine.backend import ModelConfig
+from engine.drafters.base import PLAIN, plain_alias
 from engine.events import DoneEvent, Event, TokenEvent
 from engine.generation_config import GenerationConfig
 from engine.llama.quiet import quiet_llama
@@ -45,6 +56,10 @@ from engine.slots import Run, sequences_for
 PROMPTS = ["def fibonacci(n):\n    ", "The capital of France is", "import numpy as np\n\n# ",
            "SELECT name FROM users WHERE", "Once upon a time, a small robot", "<html>\n  <head>\n",
            "fn main() {\n    let", "The three laws of motion are"]
+# The warm-up's prompt on the embedded pair: none of the clients' (nor a prefix of theirs).
+WARM_PROMPT = "Warm-up, not timed:"
+# The warm-up's plain request: enough tokens to run the decode path once.
+WARM_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -72,11 +87,12 @@ class Bench:
     clock (exact: a request's start is read on its slot's thread, where no step can pass)."""
 
     def __init__(self, pair: Pair, now: Callable[[], float], virtual: bool,
-                 prompts: Sequence[str]) -> None:
+                 prompts: Sequence[str], warm_prompt: str) -> None:
         self.pair = pair
         self.now = now
         self.virtual = virtual
         self.prompts = prompts
+        self.warm_prompt = warm_prompt
         self._starts: dict[int, list[float]] = {}
         if virtual and pair.slots is not None:
             slots = pair.slots
@@ -91,6 +107,15 @@ class Bench:
                     return run(slot)
                 return original(prompt, timed)
             slots.stream = stream  # type: ignore[method-assign]
+
+    def warm(self, config: GenerationConfig, drafter: str | None) -> None:
+        """Calibrate `drafter` (None: the pair's default) as its first generation would, then
+        one short plain request on the warm-up prompt: the drafter's evidence stays as new."""
+        name = self.pair.default_drafter if drafter is None else drafter
+        if plain_alias(name) != PLAIN:
+            self.pair.calibration(name, config.gamma)
+        self.request(self.warm_prompt, replace(config, max_tokens=WARM_TOKENS), PLAIN,
+                     self.now())
 
     def request(self, prompt: str, config: GenerationConfig, drafter: str | None,
                 arrival: float, first: threading.Event | None = None) -> Done:
@@ -188,17 +213,19 @@ def real_pair(parallel: int, threads: int, n_ctx: int) -> Bench:
                                  n_seq=sequences_for(parallel))
                      for m in (embedded.TARGET, embedded.DRAFT))
     pair = load_pair(target, draft)
-    return Bench(pair, time.perf_counter, False, PROMPTS)
+    return Bench(pair, time.perf_counter, False, PROMPTS, WARM_PROMPT)
 
 
 def profile_pair(name: str, parallel: int, acceptance: float) -> Bench:
     """Scripted fakes on `name`'s cost profile, every position drafted right at `acceptance`."""
-    from bench.fakes.costed import script, scripted_pair
+    from bench.fakes.costed import V, script, scripted_pair
     from bench.research.batch_replay import PROFILES
     profile = next(p for p in PROFILES if p.name == name)
     s = script(lambda k: acceptance, seed=46)
     pair, clock = scripted_pair(profile, s, parallel=parallel)
-    return Bench(pair, lambda: clock.now() / 1e3, True, [s.prompt_text])
+    # The fakes answer any prompt by its length: the warm-up's shares no prefix with the script's.
+    warm = " ".join(str(t % (V - 1) + 1) for t in s.prompt)
+    return Bench(pair, lambda: clock.now() / 1e3, True, [s.prompt_text], warm)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -232,17 +259,60 @@ def cpu_name() -> str:
     return "unknown"
 
 
-def short_after_long(serial: Bench, batched: Bench, args: argparse.Namespace,
+def opened(make: Callable[[int], Bench], mode: Mode, parallel: int,
+           config: GenerationConfig) -> Bench:
+    """A pair opened for one run of `mode` (`parallel` slots when batched), warmed up."""
+    b = make(parallel if mode.batched else 1)
+    try:
+        b.warm(config, mode.drafter)
+    except BaseException:
+        b.pair.close()
+        raise
+    return b
+
+
+def run_cell(make: Callable[[int], Bench], mode: Mode, parallel: int, k: int,
+             config: GenerationConfig) -> list[Done]:
+    """One run of a cell: `k` clients in `mode` on a pair opened for them and closed after."""
+    b = opened(make, mode, parallel, config)
+    try:
+        return b.clients(k, config, mode.drafter)
+    finally:
+        b.pair.close()
+
+
+def run_table(make: Callable[[int], Bench], clients: Sequence[int], parallel: int,
+              repeats: int, config: GenerationConfig) -> list[dict]:
+    """Every (mode, client count) cell's row, pooled over `repeats` runs: every cell's first
+    run, then every cell's second, and so on, each repeat taking each client count's modes from
+    the next one on (repeat r starts with mode r)."""
+    done: dict[tuple[int, str], list[Done]] = {(k, m.name): [] for k in clients for m in MODES}
+    for r in range(repeats):
+        for k in clients:
+            for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
+                got = run_cell(make, mode, parallel, k, config)
+                done[k, mode.name] += got
+                print(f"  run {r + 1}/{repeats}: {k} clients, {mode.name}: "
+                      f"{sum(d.tokens for d in got)} tokens, slowest "
+                      f"{max(d.latency for d in got):.2f} s", flush=True)
+    return [row(m.name, k, done[k, m.name], repeats) for k in clients for m in MODES]
+
+
+def short_after_long(make: Callable[[int], Bench], args: argparse.Namespace,
                      config: Callable[[int], GenerationConfig]) -> list[str]:
-    """The short-after-long table, serially and batched."""
+    """The short-after-long table, serially and batched, each on a pair opened for it."""
     out = ["", f"Short after long: a {args.long_tokens}-token request, then a "
            f"{args.short_tokens}-token one once the first one's first token is out "
            "(seconds from the long one's arrival):", "",
            "| mode | long ends | short arrives | short's first token | short ends | "
            "short ends first |", "|---|---:|---:|---:|---:|---|"]
-    for b, mode in ((serial, MODES[0]), (batched, MODES[2])):
-        long, at, short = b.short_after_long(config(args.long_tokens),
-                                             config(args.short_tokens), mode.drafter)
+    for mode in (MODES[0], MODES[2]):
+        b = opened(make, mode, args.parallel, config(args.long_tokens))
+        try:
+            long, at, short = b.short_after_long(config(args.long_tokens),
+                                                 config(args.short_tokens), mode.drafter)
+        finally:
+            b.pair.close()
         out.append(f"| {mode.name} | {long.latency:.2f} | {at:.2f} | {at + short.ttft:.2f} | "
                    f"{at + short.latency:.2f} | "
                    f"{'yes' if at + short.latency < long.latency else 'no'} |")
@@ -255,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--parallel", type=int, default=4, help="the batched modes' slots")
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=1, help="runs of each row, pooled")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each cell, interleaved, pooled")
     ap.add_argument("--long-tokens", type=int, default=96, help="short after long: the long one")
     ap.add_argument("--short-tokens", type=int, default=8, help="short after long: the short one")
     ap.add_argument("--threads", type=int, default=2)
@@ -273,30 +344,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         return profile_pair(args.profile, parallel, args.acceptance)
 
     started = datetime.datetime.now(datetime.timezone.utc)
-    serial, batched = make(1), make(args.parallel)
     out = [f"Concurrent clients, greedy, {args.max_tokens} tokens a request, "
-           f"{args.repeats} run(s) of each row; batched modes with {args.parallel} slots. "
+           f"{args.repeats} run(s) of each cell, interleaved, each on a pair opened for it; "
+           f"batched modes with {args.parallel} slots. "
            + ("Wall time on the embedded pair, --threads "
               f"{args.threads}; CPU: {cpu_name()}; load before: "
               f"{os.getloadavg()[0]:.2f}" if args.profile == "real" else
               f"Virtual time on the {args.profile} cost profile, acceptance {args.acceptance}")
            + f"; started {started:%Y-%m-%d %H:%M} UTC.", "", HEADER]
     print("\n".join(out), flush=True)
-    try:
-        for b, mode in ((serial, MODES[0]), (batched, MODES[1]), (batched, MODES[2])):
-            # Warm: calibrations and the first decodes are not the figures.
-            b.clients(1, config(args.max_tokens), mode.drafter)
-        for k in args.clients:
-            for b, mode in ((serial, MODES[0]), (batched, MODES[1]), (batched, MODES[2])):
-                done = [d for _ in range(args.repeats)
-                        for d in b.clients(k, config(args.max_tokens), mode.drafter)]
-                out.append(line(row(mode.name, k, done, args.repeats)))
-                print(out[-1], flush=True)
-        if args.profile == "real":
-            out += short_after_long(serial, batched, args, config)
-    finally:
-        batched.pair.close()
-        serial.pair.close()
+    rows = run_table(make, args.clients, args.parallel, args.repeats, config(args.max_tokens))
+    out += [line(r) for r in rows]
+    print("\n".join(out[-len(rows):]), flush=True)
+    if args.profile == "real":
+        out += short_after_long(make, args, config)
     ended = datetime.datetime.now(datetime.timezone.utc)
     out += ["", f"Ended {ended:%H:%M} UTC"
             + (f", load after: {os.getloadavg()[0]:.2f}." if args.profile == "real" else ".")]

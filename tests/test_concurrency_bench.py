@@ -1,11 +1,11 @@
 """bench/concurrency.py on a cost profile's virtual clock: the serial queue makes each request
 wait for the ones before it, the slots run up to their number together, and clients past the
-slots wait for one to free, as `tandem serve` admits them."""
+slots wait for one to free, as `tandem serve` admits them; and no cell's run sees what another's left."""
 from __future__ import annotations
 
 import pytest
 
-from bench.concurrency import main, profile_pair
+from bench.concurrency import Bench, main, profile_pair
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
 
@@ -48,3 +48,23 @@ def test_the_table_has_every_mode_for_every_client_count(tmp_path):
     main(["--profile", "gpu", "--clients", "1", "2", "--max-tokens", "8", "--out", str(out)])
     rows = [r for r in out.read_text().splitlines() if r.startswith("| 1 ") or r.startswith("| 2 ")]
     assert [r.split(" | ")[1] for r in rows] == ["serial", "plain batched", "spec. batched"] * 2
+
+
+def test_each_run_of_a_cell_starts_from_a_pair_of_its_own_that_has_learnt_nothing(monkeypatch):
+    # What each timed run starts from: its pair, and the answers the default drafter's evidence
+    # has seen (engine/control/evidence.py).
+    seen: list[tuple[Bench, int, str | None, int]] = []
+    clients = Bench.clients
+
+    def timed(self, k, config, drafter):
+        pair = self.pair
+        seen.append((self, k, drafter, pair.knowledge.evidence_of(pair.default_drafter).answers))
+        return clients(self, k, config, drafter)
+    monkeypatch.setattr(Bench, "clients", timed)
+    main(["--profile", "gpu", "--clients", "1", "2", "--max-tokens", "8", "--repeats", "2"])
+    assert len(seen) == 2 * 2 * 3
+    assert len({id(b.pair) for b, *_ in seen}) == len(seen)
+    assert [before for *_, before in seen] == [0] * len(seen)
+    # The evidence does learn within a run: each client's answer with the default drafter.
+    after = [b.pair.knowledge.evidence_of(b.pair.default_drafter).answers for b, *_ in seen]
+    assert after == [0 if drafter == "plain" else k for _, k, drafter, _ in seen]
