@@ -14,6 +14,8 @@ takes the GPU path and answers there as on the CPU:
 - a memory cap splits the target, and the answer does not change;
 - greedy answers on the device equal the CPU's under the near-tie rule;
 - sampled, structured and logprob answers through `tandem serve` on the device;
+- four greedy requests at once through `tandem serve` (its default `--parallel 4`) on the device,
+  each answering as it does alone under the near-tie rule, with no 5xx;
 - `serve` and `ui` start on the device and show the plan.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +32,8 @@ import httpx
 import pytest
 
 from app.runtime.open_pair import QUIET, PairRequest, open_pair
-from bench.exactness.greedy import NEAR_TIE_GAP, near_tie_divergence
+from bench.exactness.greedy import (NEAR_TIE_GAP, near_tie_divergence, require_near_tie,
+                                     text_divergence)
 from engine.backend import ModelConfig
 from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
@@ -262,6 +266,57 @@ def test_a_json_schema_answer_and_logprobs_on_the_device(server):
     out = _complete(server, logprobs=2)
     lp = out["choices"][0]["logprobs"]
     assert lp["token_logprobs"] and all(x <= 0 for x in lp["token_logprobs"]), lp
+
+
+# One prompt a slot of `tandem serve --parallel 4`.
+PARALLEL_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time,",
+                    "The three laws of motion are")
+
+
+def _greedy_completion(url: str, prompt: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/completions", timeout=600, json={
+        "prompt": prompt, "max_tokens": TOKENS, "temperature": 0.0, "speculative": SPEC})
+
+
+def test_four_requests_at_once_on_the_device_answer_as_each_alone(server, cpu_target):
+    health = httpx.get(f"{server}/health", timeout=30).json()
+    assert health["queue"]["parallel"] == 4, health
+    alone = []
+    for prompt in PARALLEL_PROMPTS:
+        r = _greedy_completion(server, prompt)
+        assert r.status_code == 200, r.text
+        alone.append(r.json()["choices"][0]["text"])
+    together: list[httpx.Response | None] = [None] * len(PARALLEL_PROMPTS)
+    start, done = threading.Barrier(len(PARALLEL_PROMPTS)), threading.Event()
+    running: list[int] = []
+
+    def ask(i: int) -> None:
+        start.wait()
+        together[i] = _greedy_completion(server, PARALLEL_PROMPTS[i])
+
+    def watch() -> None:  # how many generations the queue runs at once, meanwhile
+        while not done.wait(0.05):
+            running.append(httpx.get(f"{server}/health", timeout=30).json()["queue"]["running"])
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PARALLEL_PROMPTS))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+    finally:
+        done.set()
+        watcher.join(60)
+    assert [r.status_code if r is not None else None for r in together] == \
+        [200] * len(PARALLEL_PROMPTS), [r.text if r is not None else None for r in together]
+    assert max(running, default=0) == len(PARALLEL_PROMPTS), running
+    for prompt, a, r in zip(PARALLEL_PROMPTS, alone, together):
+        assert r is not None
+        b = r.json()["choices"][0]["text"]
+        print(f"{prompt!r}: alone {a!r}, together {b!r}")
+        tokens = cpu_target.tokenize(prompt, add_special=True, parse_special=True)
+        require_near_tie(text_divergence(Session(cpu_target), tokens, a, b))
 
 
 def test_the_ui_starts_on_the_device_and_shows_the_plan():
