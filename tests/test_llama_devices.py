@@ -25,12 +25,19 @@ def _cpu_device(lib: ctypes.CDLL) -> int:
 
 def test_props_are_exactly_the_size_the_library_fills():
     # ggml_backend_dev_get_props first zeroes sizeof(struct ggml_backend_dev_props) bytes: in a
-    # buffer filled with a marker, exactly ctypes' size must be cleared, the bytes after kept.
+    # buffer filled with a marker, exactly ctypes' size must be written, the bytes after kept.
+    # Three fills with different markers: a written byte (a pointer's, say) may equal one marker
+    # by chance, but a byte left alone equals each fill's marker.
     lib = devices._lib()
     size = ctypes.sizeof(devices._Props)
-    buf = (ctypes.c_ubyte * (size + 16))(*([0xAB] * (size + 16)))
-    lib.ggml_backend_dev_get_props(_cpu_device(lib), ctypes.cast(buf, ctypes.POINTER(devices._Props)))
-    assert 0xAB not in bytes(buf)[:size] and set(bytes(buf)[size:]) == {0xAB}
+    markers = (0xAB, 0x54, 0xC3)
+    filled = []
+    for marker in markers:
+        buf = (ctypes.c_ubyte * (size + 16))(*([marker] * (size + 16)))
+        lib.ggml_backend_dev_get_props(_cpu_device(lib), ctypes.cast(buf, ctypes.POINTER(devices._Props)))
+        filled.append(bytes(buf))
+    untouched = [all(f[i] == m for f, m in zip(filled, markers)) for i in range(size + 16)]
+    assert not any(untouched[:size]) and all(untouched[size:]), untouched
 
 
 def test_each_field_matches_its_accessor():
