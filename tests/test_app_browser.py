@@ -128,6 +128,8 @@ def found_app_url(tmp_path_factory):
         holder.close()
 
 
+# Long: the default suite has the same pick-pair-load flow without a browser (test_wizard_found.py).
+@pytest.mark.long
 def test_a_model_found_on_disk_is_picked_paired_and_loaded_in_the_browser(found_app_url):
     from playwright.sync_api import sync_playwright
 

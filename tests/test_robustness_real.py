@@ -31,6 +31,8 @@ def tandem(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.real
+# Long: test_robustness_sweep.py runs the same CLI at --ctx 16 on fakes in the default suite.
+@pytest.mark.long
 def test_ctx_16_with_a_prompt_that_cannot_fit_is_one_error_line(embedded_paths):
     proc = tandem("--ctx", "16", "--prompt", ESSAY)
     assert proc.returncode == 2
@@ -38,6 +40,7 @@ def test_ctx_16_with_a_prompt_that_cannot_fit_is_one_error_line(embedded_paths):
 
 
 @pytest.mark.real
+@pytest.mark.long
 def test_ctx_16_answer_runs_into_the_context_end_mid_round(embedded_paths):
     # Fixed gamma 4 drafts past the 10 positions left after the 6-token prompt unless the round
     # is cut to the room that is left.

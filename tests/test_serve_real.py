@@ -65,6 +65,8 @@ def running(server: str) -> bool:
     return httpx.get(f"{server}/health", timeout=10).json()["queue"]["running"]
 
 
+# Long: test_serve_api.py holds the same whole and streamed chat on fakes.
+@pytest.mark.long
 def test_chat_completion_whole_and_streamed(client):
     model = client.models.list().data[0].id
     assert model == "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -219,6 +221,8 @@ def test_bad_input_gets_an_openai_error(server, name, request_kwargs, status):
     assert httpx.get(f"{server}/health", timeout=10).json()["status"] == "ok"
 
 
+# Long: test_serve_structured.py holds the tool-call round trip on fakes.
+@pytest.mark.long
 def test_a_tool_call_round_trip(client):
     """The model's own template shows the tools (Qwen2.5's reads `tools`), the grammar holds its
     <tool_call> syntax, the call comes back streamed as OpenAI's deltas, and the tool's result
