@@ -3,9 +3,9 @@ client: chat and text completions, streamed and not, per-request speculative set
 agreement with plain decoding, eight clients at once, a client that leaves mid-stream, and the
 bad inputs. One server process serves the whole module; answers stay a few tokens long.
 
-The per-request settings with greedy agreement are `long` (scripts/test --all; issue 43: every
-drafter it asks for costs a calibration, 11 s on a 2-core CPU); on the fake pair they run in the
-default suite (tests/test_serve_api.py: settings, greedy = plain)."""
+The whole module is `long` (scripts/test --all): the server's first answer pays the pair's load
+and its cost calibration, and every drafter the per-request settings ask for costs another
+(issue 43: 11 s on a 2-core CPU). The default suite holds the same API on the fake pair."""
 from __future__ import annotations
 
 import json
@@ -26,7 +26,11 @@ from engine.llama.backend import LlamaBackend
 from engine.session import Session
 from tests.appserver import free_port, wait_up
 
-pytestmark = pytest.mark.real
+# Long as a whole: the server's first answer pays the pair's load and its cost calibration
+# (about 25 s on 2 cores). The default suite holds the same API on fakes (test_serve_api.py,
+# test_serve_leave.py, test_serve_parallel.py, test_serve_structured.py) and a real app server
+# (test_app_api.py).
+pytestmark = [pytest.mark.real, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-tandem-test"
@@ -65,8 +69,6 @@ def running(server: str) -> bool:
     return httpx.get(f"{server}/health", timeout=10).json()["queue"]["running"]
 
 
-# Long: test_serve_api.py holds the same whole and streamed chat on fakes.
-@pytest.mark.long
 def test_chat_completion_whole_and_streamed(client):
     model = client.models.list().data[0].id
     assert model == "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -97,7 +99,6 @@ def test_text_completion(client):
     assert out.usage.prompt_tokens < 10
 
 
-@pytest.mark.long
 def test_per_request_settings_are_honoured_and_greedy_matches_plain(client, embedded_paths):
     def complete(spec: dict):
         return client.completions.create(model="qwen2.5-coder-1.5b-instruct-q4_k_m",
@@ -221,8 +222,6 @@ def test_bad_input_gets_an_openai_error(server, name, request_kwargs, status):
     assert httpx.get(f"{server}/health", timeout=10).json()["status"] == "ok"
 
 
-# Long: test_serve_structured.py holds the tool-call round trip on fakes.
-@pytest.mark.long
 def test_a_tool_call_round_trip(client):
     """The model's own template shows the tools (Qwen2.5's reads `tools`), the grammar holds its
     <tool_call> syntax, the call comes back streamed as OpenAI's deltas, and the tool's result
