@@ -15,6 +15,7 @@ from bench.adapt import data, proof, run, train
 from bench.adapt.data import Example
 from bench.fakes.backend import FakeBackend
 from engine.errors import SettingsError
+from engine.llama import training
 from loading.derived.adapted import derive_adapted
 from loading.derived.files import derived_dir
 from loading.derived.trainable import trains, write_adapted, write_trainable
@@ -354,3 +355,8 @@ def test_the_teacher_with_an_adapter_is_not_the_bare_target(store, monkeypatch):
     # Three teachers, each answering your requests and the held-out suite's once; the bare
     # target's second run reads its answers back.
     assert taught.count(("mine",) * 8) == 3 and len(taught) == 6
+
+
+def test_an_unknown_optimizer_is_refused_before_loading(tmp_path):
+    with pytest.raises(ValueError, match="optimizer"):
+        training.Trainer(tmp_path / "missing.gguf", 256, lambda n: True, 1e-3, optimizer=7)

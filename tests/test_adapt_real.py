@@ -8,7 +8,7 @@ import pytest
 
 from engine.backend import ModelConfig
 from engine.llama.backend import quiet_backend
-from engine.llama.training import Trainer
+from engine.llama.training import SGD, Trainer
 from loading.derived.trainable import trains, write_adapted, write_trainable
 from models.gguf_file import GGUFFile
 from models.gguf_info import read_info
@@ -38,3 +38,22 @@ def test_one_step_on_the_head_moves_the_adapted_drafts_logits(tmp_path):
         with quiet_backend(ModelConfig(path=str(path), n_ctx=256, n_threads=1)) as be:
             logits.append(be.decode(window[:32], 0, [31])[-1])
     assert not np.allclose(logits[0], logits[1])
+
+
+def test_the_optimizer_and_its_parameters_reach_llama_cpp(tmp_path):
+    """SGD trains; AdamW with a huge eps (its step is lr * m / (sqrt(v) + eps)) barely moves."""
+    _, draft = embedded_pair()
+
+    def norm_only(name: str) -> bool:
+        return name == "output_norm.weight"
+
+    write_trainable(draft, tmp_path / "t.gguf", norm_only)
+    window = [int(t) for t in np.random.default_rng(1).integers(1000, 20000, 257)]
+    drops = {}
+    for name, kw in {"sgd": dict(optimizer=SGD), "adamw": {}, "adamw eps 1e6": dict(eps=1e6)}.items():
+        with Trainer(tmp_path / "t.gguf", 256, norm_only, 1e-3, threads=1, **kw) as trainer:
+            first = trainer.step(window[:-1], window[1:])
+            drops[name] = first - trainer.step(window[:-1], window[1:])
+    assert drops["sgd"] > 0 and drops["adamw"] > 0
+    assert abs(drops["adamw eps 1e6"]) < drops["adamw"] / 100
+

@@ -4,7 +4,7 @@ measures it, bench/adapt/proof.py) is compared with the base draft's on the trai
 themselves ("in sample") and on the held-out ones.
 
   .venv/bin/python -m bench.research.adapt_sweep --data adapt-data-<hash>.npz
-      --held adapt-data-<hash>.npz --prompts 40 NAME:TRAIN:LR:EPOCHS:LABELS ...
+      --held adapt-data-<hash>.npz --prompts 40 NAME:TRAIN:LR:EPOCHS:LABELS[:OPT[:EPS]] ...
 
 The two files are those `tandem adapt` wrote into the store's derived/ folder (the user's
 prompts' answers, then the held-out suite's); `--prompts` is how many prompts the first holds.
@@ -13,7 +13,7 @@ LABELS says what each position is trained toward: `next` (the next token of the 
 trains since teacher data format 2), `target` (the target's greedy choice everywhere) or `masked`
 (the target's greedy choice in the answers and the draft's own in the prompts, where llama.cpp's
 trainer cannot leave a position out). The target's rows are computed once and kept in the runs
-folder.
+folder. OPT is `adamw` (the default) or `sgd`; EPS is AdamW's eps (default 1e-8).
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import numpy as np
 from bench.adapt import data, proof, run
 from engine.backend import ModelConfig
 from engine.llama.backend import quiet_backend
+from engine.llama import training
 from engine.llama.training import Trainer
 from loading.derived.files import derived_dir
 from loading.derived.trainable import trains, write_adapted, write_trainable
@@ -37,6 +38,7 @@ from models.gguf_info import read_info
 from models.tandem_store import tandem_home
 
 LABELS = ("next", "prompt", "target", "masked")
+OPTIMIZERS = {"adamw": training.ADAMW, "sgd": training.SGD}
 
 
 def _argmax(path: Path, examples: list[data.Example]) -> list[np.ndarray]:
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held", required=True)
     ap.add_argument("--prompts", type=int, required=True)
     ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("settings", nargs="+", help="NAME:TRAIN:LR:EPOCHS:LABELS")
+    ap.add_argument("settings", nargs="+", help="NAME:TRAIN:LR:EPOCHS:LABELS[:OPT[:EPS]]")
     args = ap.parse_args(argv)
     target, draft = embedded.ensure()
     trained, yours = run.split(data.load(derived_dir() / args.data), args.prompts)
@@ -100,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     own = _argmax(draft, trained) if any(s.endswith(":masked") for s in args.settings) else []
     info = read_info(draft)
     for spec in args.settings:
-        name, train_set, lr, epochs, labels = spec.split(":")
-        assert labels in LABELS, labels
+        name, train_set, lr, epochs, labels, *rest = spec.split(":")
+        opt, eps = (rest + ["adamw", "1e-8"][len(rest):])[:2]
+        assert labels in LABELS and opt in OPTIMIZERS, spec
         chosen = trains(train_set, info.n_layer)
         if labels == "next":
             windows = data.windows([replace(e, choices=()) for e in trained], args.context)
@@ -115,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(dir=derived_dir(), prefix=".sweep-") as work:
             names = write_trainable(draft, Path(work) / "t.gguf", chosen)
             start, losses = time.monotonic(), []
-            with Trainer(Path(work) / "t.gguf", args.context, chosen, float(lr), 2) as t:
+            with Trainer(Path(work) / "t.gguf", args.context, chosen, float(lr), 2,
+                         eps=float(eps), optimizer=OPTIMIZERS[opt]) as t:
                 for _ in range(int(epochs)):
                     losses += [t.step(w, lab) for w, lab in windows]
                 t.save(Path(work) / "trained.gguf")
@@ -123,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             write_adapted(draft, Path(work) / "trained.gguf", Path(work) / "a.gguf", names)
             got = _acceptance(Path(work) / "a.gguf", trained, held, target_rows)
         print(json.dumps({"setting": name, "train": train_set, "lr": float(lr),
-                          "epochs": int(epochs), "labels": labels, "train_s": round(seconds),
+                          "epochs": int(epochs), "labels": labels, "optimizer": opt,
+                          "eps": float(eps), "train_s": round(seconds),
                           "loss": run.losses_line(losses, int(epochs)),
                           **{k: round(got[k] - base[k], 3) for k in got}}), flush=True)
     return 0

@@ -29,6 +29,7 @@ _LIB = Path(llama_cpp.__file__).parent / "lib"
 GGML_TYPE_I32 = 26
 # ggml_opt_optimizer_type
 ADAMW = 0
+SGD = 1
 
 
 class _AdamW(ctypes.Structure):
@@ -114,10 +115,14 @@ class Dataset(Owned):
 
 class Trainer(Owned):
     """A GGUF loaded into writable memory with a training context of `n_ctx` tokens, whose F32
-    tensors that `trains(name)` accepts are trained by AdamW at learning rate `lr`."""
+    tensors that `trains(name)` accepts are trained at learning rate `lr` by `optimizer` (ADAMW,
+    with `eps` added to the root of its second moment, or SGD), with weight decay `wd`."""
 
     def __init__(self, path: Path, n_ctx: int, trains: Callable[[str], bool], lr: float,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, *, eps: float = 1e-8, wd: float = 0.0,
+                 optimizer: int = ADAMW) -> None:
+        if optimizer not in (ADAMW, SGD):
+            raise ValueError(f"unknown optimizer type {optimizer}")
         _init_backend()
         self.model: Any = None
         self.ctx: Any = None
@@ -132,7 +137,7 @@ class Trainer(Owned):
         try:
             self._context(n_ctx, threads or default_threads())
             self.trained: list[str] = []
-            self._init_optimizer(n_ctx, trains, lr)
+            self._init_optimizer(n_ctx, trains, lr, eps, wd, optimizer)
         except BaseException:
             self.close()
             raise
@@ -151,7 +156,8 @@ class Trainer(Owned):
         if self.ctx is None:
             raise MemoryError(f"llama.cpp could not make a training context of {n_ctx} tokens")
 
-    def _init_optimizer(self, n_ctx: int, trains: Callable[[str], bool], lr: float) -> None:
+    def _init_optimizer(self, n_ctx: int, trains: Callable[[str], bool], lr: float, eps: float,
+                        wd: float, optimizer: int) -> None:
         def keep(tensor: int, _ud: int) -> bool:
             name = (_ggml.ggml_get_name(tensor) or b"").decode()
             ok = bool(trains(name))
@@ -162,10 +168,10 @@ class Trainer(Owned):
         # Kept on self: llama.cpp calls the filter during init, the optimizer reads the
         # parameters at every step.
         self._filter = llama_cpp.llama_opt_param_filter(keep)
-        self._pars = _OptimizerParams(_AdamW(lr, 0.9, 0.999, 1e-8, 0.0), _Sgd(lr, 0.0))
+        self._pars = _OptimizerParams(_AdamW(lr, 0.9, 0.999, eps, wd), _Sgd(lr, wd))
         constant = ctypes.cast(_ggml.ggml_opt_get_constant_optimizer_params, ctypes.c_void_p)
         params = _LlamaOptParams(n_ctx, self._filter, None, constant.value,
-                                 ctypes.addressof(self._pars), ADAMW)
+                                 ctypes.addressof(self._pars), optimizer)
         _llama.llama_opt_init(self.ctx, self.model, params)
         self.result = _ggml.ggml_opt_result_init()
 
