@@ -78,13 +78,15 @@ def answer(target: Backend, prompt: Sequence[int], max_tokens: int, temperature:
 
 
 def teach(target: Backend, prompts: Sequence[tuple[str, list[int]]], max_tokens: int,
-          seed: int, progress: Callable[[int, int], None] = lambda i, n: None) -> list[Example]:
-    """Each prompt answered twice by the target: greedy, and sampled at T 0.7."""
+          seed: int, progress: Callable[[int, int], None] = lambda i, n: None,
+          temperatures: Sequence[float] = (0.0, TEACHER_TEMPERATURE)) -> list[Example]:
+    """Each prompt answered by the target at each of `temperatures`: by default twice, greedy
+    and sampled at T 0.7."""
     rng = np.random.default_rng(seed)
     out: list[Example] = []
-    n = 2 * len(prompts)
+    n = len(temperatures) * len(prompts)
     for cat, toks in prompts:
-        for temp in (0.0, TEACHER_TEMPERATURE):
+        for temp in temperatures:
             choices, said = answer(target, toks, max_tokens, temp, rng)
             out.append(Example(cat, tuple(toks), tuple(said), temp, tuple(choices)))
             progress(len(out), n)

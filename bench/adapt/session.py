@@ -17,7 +17,7 @@ from bench.adapt.build import Result, adapt
 from bench.adapt.data import Example
 from bench.adapt.settings import Settings
 from bench.benchmark.suite import load_suite
-from engine.backend import ModelConfig
+from engine.backend import Backend, ModelConfig
 from engine.errors import SettingsError
 from loading.derived.files import derived_dir
 from models.candidate import Candidate
@@ -88,18 +88,27 @@ def teacher(tcfg: ModelConfig, prompts: Prompts, settings: Settings, threads: in
                                    lora=tcfg.lora)) as tb:
         pair = Pair(tb)
         mine_prompts = prompts(pair.tokens_for)
-        suite = load_suite(settings.holdout).select(None, settings.holdout_per_category)
-        others = [(p.category, pair.tokens_for(p.prompt)) for p in suite.prompts]
         mine = data.cached(
             data.prompts_sha256(mine_prompts, target_sha, run.SEED, settings.max_tokens),
             derived_dir(), lambda: data.teach(tb, mine_prompts, settings.max_tokens, run.SEED,
                                               progress.stage("teacher answers")))
-        held = data.cached(
-            data.prompts_sha256(others, target_sha, run.SEED, run.HELD_OUT_TOKENS),
-            derived_dir(), lambda: data.teach(tb, others, run.HELD_OUT_TOKENS, run.SEED,
-                                              progress.stage("held-out answers")))
+        held = held_suite(tb, pair.tokens_for, settings, target_sha,
+                          progress.stage("held-out answers"))
     trained, yours = run.split(mine, len(mine_prompts))
     return trained, yours + held
+
+
+def held_suite(tb: Backend, tokens_for: Callable[[str], list[int]], settings: Settings,
+               target_sha: str, progress: Callable[[int, int], None] = lambda i, n: None
+               ) -> list[Example]:
+    """The held-out suite's prompts (`settings.holdout`, so many a category) answered by the
+    teacher `tb`, whose `teacher_id` is `target_sha`; cached in the store by the prompts, the
+    teacher and the length."""
+    suite = load_suite(settings.holdout).select(None, settings.holdout_per_category)
+    others = [(p.category, tokens_for(p.prompt)) for p in suite.prompts]
+    return data.cached(data.prompts_sha256(others, target_sha, run.SEED, run.HELD_OUT_TOKENS),
+                       derived_dir(), lambda: data.teach(tb, others, run.HELD_OUT_TOKENS,
+                                                         run.SEED, progress))
 
 
 def adapt_pair(tcfg: ModelConfig, dcfg: ModelConfig, key: PairKey, prompts: Prompts,

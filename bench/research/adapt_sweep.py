@@ -7,11 +7,11 @@ themselves ("in sample") and on the held-out ones.
       --held adapt-data-<hash>.npz --prompts 40 NAME:TRAIN:LR:EPOCHS:LABELS[:OPT[:EPS]] ...
 
 The two files are those `tandem adapt` wrote into the store's derived/ folder (the user's
-prompts' answers, then the held-out suite's; without `--held` the suite is answered as
-`tandem adapt` answers it, into the same file); `--prompts` is how many prompts the first holds.
+prompts' answers, then the held-out suite's); `--prompts` is how many prompts the first holds.
 `--teach FILE` instead answers a prompts file's requests greedy only (cached in derived/ like
 `tandem adapt`'s data; every fourth is held out as "yours"), for teacher data larger than a run
-makes in a user's wait. `--steps 20,40` also measures the draft after those many steps, and
+makes in a user's wait; without `--held` the suite is then answered as `tandem adapt` answers
+it, into the same file. `--steps 20,40` also measures the draft after those many steps, and
 `--trained K` trains on the first K trained requests only (the same held-out ones).
 LABELS says what each position is trained toward: `next` (the next token of the text), `prompt`
 (the target's greedy choice in the prompt and the answer's next token after, as `tandem adapt`
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.adapt import data, proof, run
+from bench.adapt import data, proof, run, session
 from bench.adapt.settings import Settings
 from bench.benchmark.suite import load_suite
 from engine.backend import ModelConfig
@@ -71,37 +71,23 @@ def _windows(trained: list[data.Example], labels: list[np.ndarray], n_ctx: int) 
     return [(toks[i:i + n_ctx], labs[i:i + n_ctx]) for i in range(0, len(toks) - n_ctx, n_ctx)]
 
 
-def _held_suite(target: Path) -> list[data.Example]:
-    """The held-out suite's answers as `tandem adapt` makes them with its default settings (the
-    same file in derived/, so a run of either reuses the other's)."""
-    s = Settings()
-    suite = load_suite(s.holdout).select(None, s.holdout_per_category)
-    with quiet_backend(ModelConfig(path=str(target), n_ctx=2048, n_threads=2)) as tb:
-        pair = Pair(tb)
-        others = [(p.category, pair.tokens_for(p.prompt)) for p in suite.prompts]
-        return data.cached(
-            data.prompts_sha256(others, sha256_of(target), run.SEED, run.HELD_OUT_TOKENS),
-            derived_dir(), lambda: data.teach(tb, others, run.HELD_OUT_TOKENS, run.SEED))
-
-
-def _teach(prompts_file: str, target: Path, max_tokens: int) -> tuple[list[data.Example], int]:
+def _teach(prompts_file: str, target: Path, max_tokens: int, with_suite: bool
+           ) -> tuple[list[data.Example], int, list[data.Example]]:
     """The target's greedy answers to a prompts file's requests (teacher data format 2), cached
-    in derived/ by the prompts, the target and the length; and how many prompts there were."""
-    suite = load_suite(prompts_file)
+    in derived/ by the prompts, the target and the length; how many prompts there were; and, `with_suite`,
+    the held-out suite's answers as `tandem adapt` makes them with its default settings (the
+    same file in derived/, so a run of either reuses the other's)."""
+    target_sha = sha256_of(target)
     with quiet_backend(ModelConfig(path=str(target), n_ctx=2048, n_threads=2)) as tb:
         pair = Pair(tb)
-        prompts = [(p.category, pair.tokens_for(p.prompt)) for p in suite.prompts]
-        key = data.prompts_sha256(prompts, f"greedy|{sha256_of(target)}", run.SEED, max_tokens)
-        rng = np.random.default_rng(run.SEED)
-
-        def make() -> list[data.Example]:
-            out = []
-            for i, (cat, toks) in enumerate(prompts):
-                choices, said = data.answer(tb, toks, max_tokens, 0.0, rng)
-                out.append(data.Example(cat, tuple(toks), tuple(said), 0.0, tuple(choices)))
-                print(f"# teacher {i + 1}/{len(prompts)}", flush=True)
-            return out
-        return data.cached(key, derived_dir(), make), len(prompts)
+        prompts = [(p.category, pair.tokens_for(p.prompt)) for p in load_suite(prompts_file).prompts]
+        mine = data.cached(
+            data.prompts_sha256(prompts, f"greedy|{target_sha}", run.SEED, max_tokens),
+            derived_dir(), lambda: data.teach(
+                tb, prompts, max_tokens, run.SEED, temperatures=(0.0,),
+                progress=lambda i, n: print(f"# teacher {i}/{n}", flush=True)))
+        held = session.held_suite(tb, pair.tokens_for, Settings(), target_sha) if with_suite else []
+    return mine, len(prompts), held
 
 
 def _acceptance(path: Path, trained, held, target_rows) -> dict[str, float]:
@@ -121,26 +107,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="teacher data in derived/ (or --teach)")
     ap.add_argument("--teach", help="a prompts file the target answers greedy (or --data)")
-    ap.add_argument("--held", help="the held-out suite's answers in derived/ (default: made as "
-                    "`tandem adapt` makes them)")
+    ap.add_argument("--held", help="the held-out suite's answers in derived/ (with --teach, "
+                    "default: made as `tandem adapt` makes them)")
     ap.add_argument("--prompts", type=int, help="how many prompts --data holds")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--steps", default="", help="also measure after these steps, e.g. 20,40")
     ap.add_argument("--trained", type=int, help="train on the first this many trained requests")
     ap.add_argument("settings", nargs="+", help="NAME:TRAIN:LR:EPOCHS:LABELS[:OPT[:EPS]]")
     args = ap.parse_args(argv)
-    if (args.data is None) == (args.teach is None) or (args.data and not args.prompts):
-        ap.error("give --data with --prompts, or --teach")
+    if (args.data is None) == (args.teach is None) or (args.data and not (args.prompts and
+                                                                           args.held)):
+        ap.error("give --data with --prompts and --held, or --teach")
     checkpoints = {int(x) for x in args.steps.split(",") if x}
     target, draft = embedded.ensure()
     if args.teach:
-        examples, n_prompts = _teach(args.teach, target, data.ANSWER_TOKENS)
+        examples, n_prompts, suite = _teach(args.teach, target, data.ANSWER_TOKENS, not args.held)
         stem = f"adapt-data-{data.data_sha256(examples)[:16]}"
     else:
         examples, n_prompts = data.load(derived_dir() / args.data), args.prompts
         stem = Path(args.data).stem
+    if args.held:
+        suite = data.load(derived_dir() / args.held)
     trained, yours = run.split(examples, n_prompts)
-    held = yours + (data.load(derived_dir() / args.held) if args.held else _held_suite(target))
+    held = yours + suite
     cache = tandem_home() / "runs" / f"adapt-sweep-{stem}.npz"
     if not cache.is_file():
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             windows = _windows(trained, labs, args.context)
         with tempfile.TemporaryDirectory(dir=derived_dir(), prefix=".sweep-") as work:
             names = write_trainable(draft, Path(work) / "t.gguf", chosen)
-            start, losses, seconds = time.monotonic(), [], 0.0
+            losses: list[float] = []
+            seconds = 0.0  # training only: the checkpoints' measuring is left out
             total = int(epochs) * len(windows)
 
             def measure(t: Trainer) -> None:
@@ -188,12 +178,12 @@ def main(argv: list[str] | None = None) -> int:
 
             with Trainer(Path(work) / "t.gguf", args.context, chosen, float(lr), 2,
                          eps=float(eps), optimizer=OPTIMIZERS[opt]) as t:
-                for w, lab in (windows * int(epochs)):
+                for w, lab in windows * int(epochs):
+                    start = time.monotonic()
                     losses.append(t.step(w, lab))
-                    seconds = time.monotonic() - start
+                    seconds += time.monotonic() - start
                     if len(losses) in checkpoints and len(losses) < total:
                         measure(t)
-                        start = time.monotonic() - seconds
                 measure(t)
     return 0
 
