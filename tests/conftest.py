@@ -30,12 +30,31 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    if config.pluginmanager.hasplugin("xdist"):
+        group_for_xdist(items)
     if config.getoption("--all") or os.environ.get("TANDEM_TEST_ALL") == "1":
         return
     skip = pytest.mark.skip(reason=LONG_SKIP)
     for item in items:
         if "long" in item.keywords:
             item.add_marker(skip)
+
+
+# The real models' fixtures: a file using them runs llama.cpp's threads.
+REAL_FIXTURES = {"embedded_paths", "embedded_backends"}
+
+
+def group_for_xdist(items):
+    """How scripts/test's `-n 2 --dist loadgroup` splits the suite between its two processes:
+    each file is one group (its module fixtures, a server or a browser, are set up once), and
+    every file with a real-model test shares the one group `real`, so llama.cpp's threads (two
+    per model) never run in both processes at once, where they would wait on each other's cores.
+    Without xdist the groups are unused markers."""
+    real_files = {item.path for item in items
+                  if "real" in item.keywords or REAL_FIXTURES & set(getattr(item, "fixturenames", ()))}
+    for item in items:
+        name = "real" if item.path in real_files else item.path.name
+        item.add_marker(pytest.mark.xdist_group(name))
 
 
 @pytest.fixture(scope="session")
