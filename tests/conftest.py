@@ -51,7 +51,7 @@ def group_for_xdist(items):
     per model) never run in both processes at once, where they would wait on each other's cores.
     Without xdist the groups are unused markers."""
     real_files = {item.path for item in items
-                  if "real" in item.keywords or REAL_FIXTURES & set(getattr(item, "fixturenames", ()))}
+                  if "real" in item.keywords or REAL_FIXTURES & set(item.fixturenames)}
     for item in items:
         name = "real" if item.path in real_files else item.path.name
         item.add_marker(pytest.mark.xdist_group(name))
