@@ -28,6 +28,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -90,17 +91,25 @@ def _teach(prompts_file: str, target: Path, max_tokens: int, with_suite: bool
     return mine, len(prompts), held
 
 
-def _acceptance(path: Path, trained, held, target_rows) -> dict[str, float]:
+def acceptance_of(draft_rows: Callable[[data.Example], np.ndarray], trained, held, target_rows,
+                  in_sample: str = "in sample") -> dict[str, float]:
+    """Mean acceptance per position by "category T<t>": greedy on the trained requests' own
+    answers (`in_sample`), and on each held-out example against the target's rows; `draft_rows`
+    gives a draft's logits at an example's answer positions (proof.rows)."""
     res: dict[tuple[str, float], proof.Rounds] = {}
-    with quiet_backend(ModelConfig(path=str(path), n_ctx=2048, n_threads=2)) as d:
-        for e in trained:
-            if e.temperature == 0:
-                hit = np.argmax(proof.rows(d, e), axis=1) == np.asarray(e.answer)
-                res.setdefault(("in sample", 0.0), proof.Rounds()).add(hit.astype(float))
-        for e, rows in zip(held, target_rows):
-            chances = proof.accept_chances(rows, proof.rows(d, e), e)
-            res.setdefault((e.category, e.temperature), proof.Rounds()).add(chances)
+    for e in trained:
+        if e.temperature == 0:
+            hit = np.argmax(draft_rows(e), axis=1) == np.asarray(e.answer)
+            res.setdefault((in_sample, 0.0), proof.Rounds()).add(hit.astype(float))
+    for e, rows in zip(held, target_rows):
+        chances = proof.accept_chances(rows, draft_rows(e), e)
+        res.setdefault((e.category, e.temperature), proof.Rounds()).add(chances)
     return {f"{c} T{t:g}": r.mean_acceptance for (c, t), r in res.items()}
+
+
+def _acceptance(path: Path, trained, held, target_rows) -> dict[str, float]:
+    with quiet_backend(ModelConfig(path=str(path), n_ctx=2048, n_threads=2)) as d:
+        return acceptance_of(lambda e: proof.rows(d, e), trained, held, target_rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,34 +39,29 @@ try:  # PyTorch is no dependency of Tandem's: this probe runs in a venv that has
 except ImportError:  # imported without it, as tests/test_layers.py imports every module
     torch = F = None  # type: ignore[assignment]
 
-from bench.adapt import data, proof, run
-from bench.research.adapt_sweep import _acceptance, _teach
+from bench.adapt import data, run
+from bench.research.adapt_sweep import _acceptance, _teach, acceptance_of
 from engine.backend import ModelConfig
 from engine.llama.backend import quiet_backend
 from loading.derived.files import derived_dir
 from loading.derived.trainable import write_adapted, write_trainable
 from models import embedded
+from models.gguf_file import GGUFFile
+from models.gguf_info import GGUFInfo, read_info
 from models.tandem_store import tandem_home
 
 TOP_K = 64
 
 
-def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """Every tensor of a GGUF, dequantized to F32, in PyTorch's (out, in) layout."""
-    r = gguf.GGUFReader(str(path))
+def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], GGUFInfo, GGUFFile]:
+    """Every tensor of a GGUF, dequantized to F32, in PyTorch's (out, in) layout; its header."""
+    source = GGUFFile(read_info(path))
     out = {}
-    for t in r.tensors:
-        shape = tuple(int(x) for x in reversed(t.shape))
-        v = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
-        out[t.name] = torch.from_numpy(v.reshape(shape).copy())
-
-    def field(name: str) -> float:
-        f = r.fields[name]
-        return float(f.parts[f.data[0]][0])
-    hp = {k: field(f"qwen2.{k}") for k in ("block_count", "attention.head_count",
-                                          "attention.head_count_kv", "rope.freq_base",
-                                          "attention.layer_norm_rms_epsilon")}
-    return out, hp
+    for t in source.info.tensors:
+        v = gguf.quants.dequantize(np.asarray(source.data(t)),
+                                   gguf.GGMLQuantizationType(t.ggml_type))
+        out[t.name] = torch.from_numpy(v.astype(np.float32).reshape(tuple(reversed(t.shape))))
+    return out, source.info, source
 
 
 class Qwen2:
@@ -74,12 +69,12 @@ class Qwen2:
 
     x: [n, d] hidden states; rope is NEOX-style (halves rotated), as llama.cpp runs qwen2."""
 
-    def __init__(self, w: dict[str, torch.Tensor], hp: dict[str, float]):
-        self.w, self.n_layer = w, int(hp["block_count"])
-        self.n_head, self.n_kv = int(hp["attention.head_count"]), int(hp["attention.head_count_kv"])
-        self.eps, self.theta = hp["attention.layer_norm_rms_epsilon"], hp["rope.freq_base"]
-        self.d = w["token_embd.weight"].shape[1]
-        self.hd = self.d // self.n_head
+    def __init__(self, w: dict[str, torch.Tensor], info: GGUFInfo, source: GGUFFile):
+        self.w, self.n_layer = w, info.n_layer
+        self.n_head, self.n_kv, self.hd = info.n_head, info.n_head_kv, info.head_dim_k
+        self.eps = float(source.value("qwen2.attention.layer_norm_rms_epsilon"))
+        self.theta = float(source.value("qwen2.rope.freq_base"))
+        self.d = info.n_embd
 
     def norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.w[name]
@@ -167,23 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     target_rows = [sweep[f"r{i}"] for i in range(len(held))]
     teacher = teacher_topk(target, trained, tandem_home() / "runs" / f"adapt-topk-{stem}.npz")
     trained, teacher = trained[:args.trained], teacher[:args.trained]
-    w, hp = load_weights(draft)
-    m = Qwen2(w, hp)
+    w, info, source = load_weights(draft)
+    m = Qwen2(w, info, source)
 
     def measure(label: str, extra: dict) -> None:
-        res: dict[str, proof.Rounds] = {}
-        with torch.no_grad():
-            for e in trained[:used]:
-                if e.temperature == 0:
-                    x = m.logits(hid_tr[id(e)], start, slice(len(e.prompt) - 1, len(e.tokens) - 1))
-                    hit = x.argmax(1).numpy() == np.asarray(e.answer)
-                    res.setdefault(f"in sample ({used}) T0", proof.Rounds()).add(
-                        hit.astype(float))
-            for e, rows in zip(held, target_rows):
-                x = m.logits(hid_he[id(e)], start, slice(len(e.prompt) - 1, len(e.tokens) - 1))
-                chances = proof.accept_chances(rows, x.numpy(), e)
-                res.setdefault(f"{e.category} T{e.temperature:g}", proof.Rounds()).add(chances)
-        got = {k: r.mean_acceptance for k, r in res.items()}
+        def draft_rows(e: data.Example) -> np.ndarray:
+            with torch.no_grad():
+                return m.logits(hid[id(e)], start,
+                                slice(len(e.prompt) - 1, len(e.tokens) - 1)).numpy()
+        got = acceptance_of(draft_rows, trained[:used], held, target_rows,
+                            in_sample=f"in sample ({used})")
         if label == "base":
             base.update(got)
         # A gain over base where base measured the same requests; else the value itself.
@@ -193,15 +181,14 @@ def main(argv: list[str] | None = None) -> int:
 
     base: dict[str, float] = {}
     llama_base: dict[str, float] = {}
-    start, hid_tr, hid_he = -1, {}, {}
+    start, hid = -1, {}
     for spec in args.settings:
         name, last, head, lr, epochs, where, *n_used = spec.split(":")
         used = int(n_used[0]) if n_used else len(trained)
         if m.n_layer - int(last) != start:
             start = m.n_layer - int(last)
             with torch.no_grad():
-                hid_tr = {id(e): m.hidden(e.tokens, start) for e in trained}
-                hid_he = {id(e): m.hidden(e.tokens, start) for e in held}
+                hid = {id(e): m.hidden(e.tokens, start) for e in trained + held}
         if not base:
             measure("base", {})
         names = [n for n in w if n.startswith(tuple(f"blk.{i}." for i in range(start, m.n_layer)))
@@ -220,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 e, (ids, ps) = trained[j], teacher[j]
                 t0 = time.monotonic()
                 lo = 0 if where == "all" else len(e.prompt) - 1
-                x = m.logits(hid_tr[id(e)], start, slice(lo, len(e.tokens) - 1))
+                x = m.logits(hid[id(e)], start, slice(lo, len(e.tokens) - 1))
                 logq = F.log_softmax(x, dim=-1)
                 loss = -(torch.from_numpy(ps[lo:]) * logq.gather(1, torch.from_numpy(
                     ids[lo:]).long())).sum(1).mean()
