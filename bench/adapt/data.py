@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -112,18 +112,24 @@ def prompts_sha256(prompts: Sequence[tuple[str, list[int]]], target_sha: str, se
     return h.hexdigest()
 
 
-def save(path: Path, examples: Sequence[Example]) -> Path:
-    """Write the teacher data user-only (0600), atomically."""
+def save_arrays(path: Path, **arrays: Any) -> Path:
+    """Write arrays drawn from the teacher data as one .npz, user-only (0600), atomically."""
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            np.savez(f, categories=np.array([e.category for e in examples]),
-                     temperatures=np.array([e.temperature for e in examples]),
-                     prompt_lens=np.array([len(e.prompt) for e in examples]),
-                     lens=np.array([len(e.tokens) for e in examples]),
-                     tokens=np.concatenate([np.asarray(e.tokens, np.int32) for e in examples]),
-                     choices=np.concatenate([np.asarray(e.choices, np.int32) for e in examples]),
-                     choice_lens=np.array([len(e.choices) for e in examples]))
+            np.savez(f, **arrays)
     return write_atomically(path, write, private=True)
+
+
+def save(path: Path, examples: Sequence[Example]) -> Path:
+    """Write the teacher data user-only (0600), atomically."""
+    return save_arrays(
+        path, categories=np.array([e.category for e in examples]),
+        temperatures=np.array([e.temperature for e in examples]),
+        prompt_lens=np.array([len(e.prompt) for e in examples]),
+        lens=np.array([len(e.tokens) for e in examples]),
+        tokens=np.concatenate([np.asarray(e.tokens, np.int32) for e in examples]),
+        choices=np.concatenate([np.asarray(e.choices, np.int32) for e in examples]),
+        choice_lens=np.array([len(e.choices) for e in examples]))
 
 
 def load(path: Path) -> list[Example]:

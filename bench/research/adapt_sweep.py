@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         with quiet_backend(ModelConfig(path=str(target), n_ctx=2048, n_threads=2)) as tb:
             rows = {f"r{i}": proof.rows(tb, e).astype(np.float32) for i, e in enumerate(held)}
         labs = _argmax(target, trained)
-        np.savez(cache, lens=[len(x) for x in labs], labels=np.concatenate(labs), **rows)
+        data.save_arrays(cache, lens=np.array([len(x) for x in labs]),
+                         labels=np.concatenate(labs), **rows)
     with np.load(cache) as f:
         target_rows = [f[f"r{i}"] for i in range(len(held))]
         target_labels = np.split(f["labels"], np.cumsum(f["lens"])[:-1])

@@ -136,7 +136,9 @@ def teacher_topk(target: Path, examples: list[data.Example], cache: Path
                 ps.append((z / z.sum(1, keepdims=True)).astype(np.float32))
                 lens.append(len(top))
                 print(f"# teacher rows {j + 1}/{len(examples)}", flush=True)
-        np.savez(cache, ids=np.concatenate(ids), ps=np.concatenate(ps), lens=lens)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        data.save_arrays(cache, ids=np.concatenate(ids), ps=np.concatenate(ps),
+                         lens=np.array(lens))
     with np.load(cache) as f:
         cut = np.cumsum(f["lens"])[:-1]
         return list(zip(np.split(f["ids"], cut), np.split(f["ps"], cut)))
