@@ -59,9 +59,11 @@ def choice(mode: str = AUTO, name: str | None = None, parallel: bool = True,
     # Lazy: text, then a call from the trigger on, and nothing after it.
     (choice(), "Let me look.\n" + FENCED, True),
     (choice(), "Let me look.\n" + FENCED + "\nDone.", False),
-    # JSON that is not a call stays text; a call's trigger holds the rest to the tools.
+    # JSON that is not a call stays text (naming no tool offered, it is not a trigger); a
+    # call's trigger, a tool's name included, holds the rest to that tool.
     (choice(), 'Here:\n```json\n{"city": "Paris"}\n```', True),
-    (choice(), '```json\n{"name": "send_mail", "arguments": {}}\n```', False),
+    (choice(), '```json\n{"name": "send_mail", "arguments": {}}\n```', True),
+    (choice(), '```json\n{"name": "get_weather", "arguments": {"town": 1}}\n```', False),
     (choice(), '<tool_call>\n{"name": "get_weather", "arguments": {"town": "Paris"}}\n</tool_call>',
      False),
     (choice(), '<tool_call>\n{"name": "get_weather", "arguments": {"city": 3}}\n</tool_call>', False),
@@ -239,3 +241,83 @@ def test_text_that_cannot_be_a_trigger_goes_out_at_once():
     reader = CallReader(BY_NAME[HERMES], choice())
     assert reader.push(" <tool") == [] and reader.push("s are") == [Content(" <tools are")]
     assert reader.push(" fun") == [Content(" fun")] and reader.finish() == []
+
+
+# Every form each row reads, as the model writes it: (row, form, text). Qwen2.5-Coder's
+# template shows its call with the braces doubled (`{{"name": <function-name>, ...}}`), and the
+# model writes it so, in or out of the tags or a fence; the issue's answer is the bare doubled
+# one (`{{"name": "weather", "arguments": {"city": "Paris"}}}`).
+ARGS = '"arguments": {"city": "Paris"}'
+FORMS = [
+    (CODER, "tool_call", CALL),
+    (CODER, "tool_call_doubled", '<tool_call>\n{{"name": "get_weather", ' + ARGS + '}}\n</tool_call>'),
+    (CODER, "tools", '<tools>\n{"name": "get_weather", ' + ARGS + '}\n</tools>'),
+    (CODER, "tools_doubled", '<tools>{{"name": "get_weather", ' + ARGS + '}}</tools>'),
+    (CODER, "fence", FENCED),
+    (CODER, "fence_doubled", '```json\n{{"name": "get_weather", ' + ARGS + '}}\n```'),
+    (CODER, "bare", '{"name": "get_weather", ' + ARGS + '}'),
+    (CODER, "bare_doubled", '{{"name": "get_weather", ' + ARGS + '}}'),
+    (HERMES, "bare", '\n{"name": "get_weather", ' + ARGS + '}\n'),
+    (LLAMA3, "llama3", LLAMA),
+]
+
+
+@pytest.mark.parametrize("row, form, text", FORMS, ids=[f"{r}-{f}" for r, f, _ in FORMS])
+@pytest.mark.parametrize("backend", [ChatByteFake, ByteFake], ids=["tag-tokens", "plain-text"])
+def test_every_form_a_template_shows_is_read_as_a_call_and_its_trigger_holds_it(row, form, text,
+                                                                                 backend):
+    assert form in {f.name for f in BY_NAME[row].forms}
+    content, calls = read_answer(text, BY_NAME[row], choice())
+    assert content is None and [(c.name, json.loads(c.arguments)) for c in calls] == \
+        [("get_weather", {"city": "Paris"})]
+    # As it streams, held while it could still be a call, then sent as one.
+    reader = CallReader(BY_NAME[row], choice(), stream_arguments=True)
+    pieces = [p for i in range(0, len(text), 2) for p in reader.push(text[i:i + 2])]
+    pieces += reader.finish()
+    assert [p.name for p in pieces if isinstance(p, Call)] == ["get_weather"]
+    assert not any(isinstance(p, Content) and p.text.strip() for p in pieces)
+    # The grammar allows it under `auto` and `required`; under `auto` the trigger holds the
+    # rest to the call: a wrong argument, or text after the call, is refused.
+    assert accepts(choice(), text, row, backend()) and accepts(choice(REQUIRED), text, row,
+                                                               backend())
+    assert not accepts(choice(), text.replace('"city"', '"town"'), row, backend())
+    assert not accepts(choice(), text + " Done.", row, backend())
+
+
+def test_the_issues_answer_on_the_coder_template_is_a_call():
+    weather = Function("weather", {"type": "object", "required": ["city"],
+                                   "properties": {"city": {"type": "string"}}})
+    tools = Tools((weather,), ToolChoice(AUTO))
+    shown = prompt_with_tools(CoderFake(), [{"role": "user", "content": "Paris?"}], tools)
+    assert shown.syntax.name == CODER
+    answer = '{{"name": "weather", "arguments": {"city": "Paris"}}}'
+    content, calls = read_answer(answer, shown.syntax, tools)
+    assert content is None and [(c.name, c.arguments) for c in calls] == \
+        [("weather", '{"city": "Paris"}')]
+    row = shown.syntax
+    spec = tool_grammar(row, tools, control_tokens(ChatByteFake(), row))
+    assert spec is not None
+    walk = compile_grammar(spec, ChatByteFake()).start()
+    # Once `{{"name": "weather"` is written, only the call may follow.
+    assert walk.consume(list(b'{{"name": "weather"')) == len('{{"name": "weather"')
+    assert not walk.mask().allows(EOG) and not walk.mask().allows(ord("x"))
+
+
+@pytest.mark.parametrize("row", [CODER, HERMES, LLAMA3])
+@pytest.mark.parametrize("text", [
+    # A bare object is a call only at the answer's start ...
+    'You would call it as {"name": "get_weather", "arguments": {"city": "Paris"}} here.',
+    'Like so: {{"name": "get_weather", "arguments": {"city": "Paris"}}}',
+    # ... and only when it names a tool offered.
+    '{"name": "Alice", "age": 31}',
+    '{{"name": "Bob"}}',
+    '{"name": "get_weather_soon", "arguments": {}}',
+    'The JSON {"city": "Paris"} is valid.',
+])
+def test_a_text_answer_that_mentions_json_stays_text(row, text):
+    assert read_answer(text, BY_NAME[row], choice()) == (text, [])
+    for backend in (ChatByteFake(), ByteFake()):
+        assert accepts(choice(), text, row, backend)
+    reader = CallReader(BY_NAME[row], choice())
+    streamed = [p for i in range(0, len(text), 4) for p in reader.push(text[i:i + 4])]
+    assert "".join(p.text for p in streamed + reader.finish()) == text

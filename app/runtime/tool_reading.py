@@ -1,8 +1,9 @@
 """The model's answer read back as OpenAI tool calls, in the syntax of its template
 (app/runtime/tool_syntax.py), whole or as it is drawn.
 
-Text passes through as `Content` until a form's trigger (the pieces up to a function's name)
-is written; what could still become a trigger is held back. From the trigger on the answer is
+Text passes through as `Content` until a form's trigger (the pieces up to a function's name,
+and the name of a tool offered) is written, a bare form's only at the answer's start; what could
+still become a trigger is held back. From the trigger on the answer is
 read as calls: a call is handed out (`Call`) once its name is known, its arguments as they are
 drawn (`Arguments`), when the reader streams them: where a grammar holds the model to the
 syntax, so what is drawn is the call's (a `strict: false` tool is read only once complete).
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Collection
 
 import jsonschema_rs
 
@@ -91,6 +92,24 @@ def value_end(text: str, pos: int) -> int | None:
             if depth == 0:
                 return i + 1
     return None
+
+
+def trigger_at(form: Form, text: str, pos: int, names: Collection[str], at_start: bool) -> str:
+    """Whether a call in `form` begins at `pos`: its trigger, then one of `names` closed (FULL),
+    PARTIAL while the text could still become that, else NO. A bare form begins only at the
+    answer's start (`at_start`: nothing but whitespace before `pos`)."""
+    if form.anchored and not at_start:
+        return NO
+    state, at = pieces_at(text, pos, form.trigger)
+    if state != FULL:
+        return state
+    rest, partial = text[at:], False
+    for name in names:
+        named = name + form.name_close
+        if rest.startswith(named):
+            return FULL
+        partial = partial or named.startswith(rest)
+    return PARTIAL if partial else NO
 
 
 @dataclass
@@ -214,6 +233,7 @@ class CallReader:
         self.sent: list[tuple[str, str]] = []  # each call's id and the arguments sent
         self.ended = False
         self.n_calls = 0
+        self.first: int | None = None  # where the answer's first non-space is, once written
 
     def push(self, text: str) -> list[Piece]:
         self.text += text
@@ -242,9 +262,10 @@ class CallReader:
     def _find_trigger(self, final: bool) -> list[Piece]:
         """Content up to the first trigger (or up to what could still become one)."""
         hold = len(self.text)
+        first = self._first_word()
         for i in range(self.released, len(self.text)):
             for form in self.syntax.forms:
-                state, _ = pieces_at(self.text, i, form.trigger)
+                state = trigger_at(form, self.text, i, self.functions, i <= first)
                 if state == FULL:
                     self.form, self.start = form, i
                     return self._release(i)
@@ -253,6 +274,14 @@ class CallReader:
             if hold < len(self.text):
                 break
         return self._release(hold)
+
+    def _first_word(self) -> int:
+        if self.first is None:
+            blank = len(self.text) - len(self.text.lstrip())
+            if blank < len(self.text):
+                self.first = blank
+            return blank
+        return self.first
 
     def _release(self, upto: int) -> list[Piece]:
         text, self.released = self.text[self.released:upto], max(self.released, upto)

@@ -6,14 +6,20 @@ A row is one or more forms. A JSON form writes each call as an object
 of calls between `head` and `tail`, the calls separated by `sep`; the XML form (Qwen3-Coder's)
 writes `<function=NAME>` and one `<parameter=P>` per argument. Pieces are literal text with any
 whitespace allowed between them; a piece that is a control token of the vocabulary
-(`<tool_call>` in Qwen's, `[TOOL_CALLS]` in Mistral's) is that token.
+(`<tool_call>` in Qwen's, `[TOOL_CALLS]` in Mistral's) is that token. A call begins (its
+trigger) once the pieces up to its function's name and a tool's name are written: JSON that names
+no tool offered is text. A bare form (no tag, no fence) is a call only at the answer's start, as
+llama.cpp reads one (common/chat.cpp): a text answer may quote JSON, even a call, and stay text.
 
 | row      | templates                     | forms                                                  |
 |----------|-------------------------------|--------------------------------------------------------|
-| coder    | Qwen2.5-Coder                 | as hermes; its tools hidden after their results (below) |
+| coder    | Qwen2.5-Coder                 | as hermes, and each with the braces doubled            |
+|          |                               | (`{{"name": ..., "arguments": {...}}}`, as its template |
+|          |                               | shows the call); its tools hidden after their results  |
 | hermes   | Hermes, Qwen2.5               | `<tool_call>{...}</tool_call>`, `<tools>{...}</tools>`, |
-|          |                               | a ```json fence (the last two: how Qwen2.5-Coder answers) |
-| llama3   | Llama 3.1 / 3.2 / 3.3         | `{"name": ..., "parameters": {...}}`                   |
+|          |                               | a ```json fence, the bare object (how Qwen2.5-Coder    |
+|          |                               | answers: the last three)                               |
+| llama3   | Llama 3.1 / 3.2 / 3.3         | the bare `{"name": ..., "parameters": {...}}`          |
 | mistral  | Mistral (v3 tokenizer)        | `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` |
 | qwen3xml | Qwen3-Coder                   | `<tool_call><function=NAME><parameter=P>v</parameter>` |
 
@@ -48,12 +54,19 @@ class Form:
     # The key of the arguments object: "arguments", or Llama 3.1's "parameters".
     key: str = "arguments"
     xml: bool = False
+    # Read only at the answer's start (after whitespace): a bare object.
+    anchored: bool = False
 
     @property
     def trigger(self) -> tuple[str, ...]:
         """The pieces that say a call has begun: everything up to the function's name."""
         name_open = ("<function=",) if self.xml else ("{", '"name"', ":", '"')
         return self.head + self.call_open + name_open
+
+    @property
+    def name_close(self) -> str:
+        """What ends a function's name after the trigger."""
+        return ">" if self.xml else '"'
 
     @property
     def pieces(self) -> tuple[str, ...]:
@@ -74,15 +87,26 @@ class Syntax:
 
 TOOL_CALL = Form("tool_call", call_open=("<tool_call>",), call_close=("</tool_call>",))
 HERMES_FORMS = (TOOL_CALL, Form("tools", call_open=("<tools>",), call_close=("</tools>",)),
-                Form("fence", call_open=("```json",), call_close=("```",)))
+                Form("fence", call_open=("```json",), call_close=("```",)),
+                Form("bare", anchored=True))
+
+
+def doubled(form: Form) -> Form:
+    """The form with the call's braces doubled, as a Jinja string writes `{{...}}`: one more
+    brace opens before the call's object and closes after it."""
+    return replace(form, name=form.name + "_doubled", call_open=form.call_open + ("{",),
+                   call_close=("}",) + form.call_close)
+
+
+CODER_FORMS = tuple(f for form in HERMES_FORMS for f in (form, doubled(form)))
 SYNTAXES = (
     Syntax(QWEN3_XML, (Form("xml", call_open=("<tool_call>",), call_close=("</tool_call>",),
                             xml=True),), ("<function=", "<parameter=")),
     Syntax(MISTRAL, (Form("mistral", head=("[TOOL_CALLS]", "["), tail=("]",), sep=(",",)),),
            ("[AVAILABLE_TOOLS]",)),
-    Syntax(LLAMA3, (Form("llama3", key="parameters"),),
+    Syntax(LLAMA3, (Form("llama3", key="parameters", anchored=True),),
            ('"parameters": dictionary of argument name',)),
-    Syntax(CODER, HERMES_FORMS, ('{{"name": <function-name>', "<tool_call>"),
+    Syntax(CODER, CODER_FORMS, ('{{"name": <function-name>', "<tool_call>"),
            tools_after_results=False),
     Syntax(HERMES, HERMES_FORMS, ("<tool_call>",)),
 )
