@@ -11,6 +11,11 @@ model), the machine and the build (the versions of tandem and llama-cpp-python).
 another identity is stale, as a pairing record of another target is: it is not read, and the
 next save replaces it. An unreadable file is set aside with one warning line and counts as none;
 the file is written atomically and user-only (models/atomic.py), like the history.
+
+The generations of several slots (`tandem serve --parallel N`) share a drafter's evidence and
+end at once: `save` holds the file's lock from the snapshot to the rename, so saves go one at a
+time and the last holds what every answer before it learned (never an older snapshot renamed
+over a newer one).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import hashlib
 import json
 import os
 import platform
+import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -26,6 +32,10 @@ from engine.pair import Pair
 from models.atomic import set_aside, write_text
 from models.tandem_store import store_dir, writable_dir
 from models.tuned import PairKey
+
+
+# How often a snapshot is taken before a concurrent change is let through as an error.
+SNAPSHOT_TRIES = 8
 
 
 def evidence_dir() -> Path:
@@ -76,6 +86,7 @@ class EvidenceFile:
         self.identity = ident
         self.drafters: dict[str, Evidence] = {}
         self._stored: dict = {}
+        self._lock = threading.Lock()
         try:
             text = path.read_text(encoding="utf-8")
         except OSError:
@@ -93,24 +104,37 @@ class EvidenceFile:
     def for_drafter(self, drafter: str) -> Evidence:
         """The evidence of `drafter`, the same each time: restored from the file when it holds
         some of this identity, else fresh; either way kept by `save`."""
-        found = self.drafters.get(drafter)
-        if found is None:
-            try:
-                found = Evidence.restore(self._stored.get(drafter), keeper=self.save)
-            except (KeyError, TypeError, ValueError):
-                found = Evidence(keeper=self.save)
-            self.drafters[drafter] = found
-        return found
+        with self._lock:
+            found = self.drafters.get(drafter)
+            if found is None:
+                try:
+                    found = Evidence.restore(self._stored.get(drafter), keeper=self.save)
+                except (KeyError, TypeError, ValueError):
+                    found = Evidence(keeper=self.save)
+                self.drafters[drafter] = found
+            return found
 
     def save(self, _: Evidence | None = None) -> None:
-        text = json.dumps({"identity": self.identity,
-                           "drafters": {k: v.as_dict() for k, v in self.drafters.items()}})
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_text(self.path, text, private=True)
-        except OSError:
-            # A store that cannot be written costs the evidence of this answer, not the answer.
-            pass
+        with self._lock:
+            text = json.dumps({"identity": self.identity, "drafters": self._snapshot()})
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_text(self.path, text, private=True)
+            except OSError:
+                # A store that cannot be written costs the evidence of this answer, not the
+                # answer.
+                pass
+
+    def _snapshot(self) -> dict:
+        """Every drafter's evidence as it is now. Another slot's generation may be adding to
+        one (a new acceptance key) meanwhile, outside this lock: a copy that meets that is
+        taken again."""
+        for _ in range(SNAPSHOT_TRIES - 1):
+            try:
+                return {k: v.as_dict() for k, v in self.drafters.items()}
+            except RuntimeError:  # a dict changed size while it was copied
+                continue
+        return {k: v.as_dict() for k, v in self.drafters.items()}
 
 
 def keep_evidence(pair: Pair, key: PairKey) -> EvidenceFile:

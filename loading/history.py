@@ -11,6 +11,12 @@ another vocabulary never reads ids that mean other text to it. Folders are creat
 A file is written through models/atomic.py (a temporary name, fsync, rename, fsync of the
 folder), so a crash or kill mid-write leaves the previous file whole; a file that cannot be read
 is set aside as `<name>.corrupt-<time>` (nothing is lost) and the history starts empty.
+
+Several generations add to one owner's history at once (`tandem serve --parallel N`, one key):
+the index takes its own lock for each change, and `save` holds the owner's lock from the
+snapshot to the rename, so saves of one file go one at a time and each writes the index as it
+is then: the last save's file holds every answer added before it, never an older snapshot
+renamed over a newer one.
 """
 from __future__ import annotations
 
@@ -72,6 +78,8 @@ class HistoryStore:
         self.root = root or history_root()
         self._indexes: dict[str, HistoryIndex] = {}
         self._lock = threading.Lock()
+        # One per owner: held by `save` and `clear` over the file (the module's docstring).
+        self._writing: dict[str, threading.Lock] = {}
 
     @classmethod
     def for_model(cls, model: GGUFInfo, capacity: int,
@@ -89,6 +97,10 @@ class HistoryStore:
                 index = self._indexes[owner] = self._read(owner)
             return index
 
+    def _writer(self, owner: str) -> threading.Lock:
+        with self._lock:
+            return self._writing.setdefault(owner, threading.Lock())
+
     def _read(self, owner: str) -> HistoryIndex:
         path = self.path(owner)
         if not path.exists():
@@ -104,34 +116,37 @@ class HistoryStore:
             return HistoryIndex(self.capacity)
 
     def save(self, owner: str = LOCAL) -> None:
-        """Write owner's history atomically (nothing to do if it was never read)."""
+        """Write owner's history atomically (nothing to do if it was never read), one save of
+        a file at a time, from a snapshot taken with the file's lock held."""
         index = self._indexes.get(owner)
         if index is None:
             return
-        state = index.state()
-        _private_dir(self.path(owner).parent)
-        _private_dir(self.root)
         out = self.path(owner)
+        with self._writer(owner):
+            state = index.state()
+            _private_dir(out.parent)
+            _private_dir(self.root)
 
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as f:
-                arrays: dict[str, Any] = {"format": np.array([FORMAT]),
-                                          "tokenizer": np.array(self.tokenizer), **state}
-                np.savez(f, **arrays)
+            def write(tmp: Path) -> None:
+                with open(tmp, "wb") as f:
+                    arrays: dict[str, Any] = {"format": np.array([FORMAT]),
+                                              "tokenizer": np.array(self.tokenizer), **state}
+                    np.savez(f, **arrays)
 
-        try:
-            write_atomically(out, write, private=True)
-        except OSError as exc:
-            raise SettingsError(f"cannot save the history {out}: {exc.strerror or exc}; "
-                                "use --no-history to run without one") from None
+            try:
+                write_atomically(out, write, private=True)
+            except OSError as exc:
+                raise SettingsError(f"cannot save the history {out}: {exc.strerror or exc}; "
+                                    "use --no-history to run without one") from None
 
     def clear(self, owner: str = LOCAL) -> None:
         """Empty owner's history in memory and on disk."""
-        with self._lock:
-            index = self._indexes.get(owner)
+        with self._writer(owner):
+            with self._lock:
+                index = self._indexes.get(owner)
             if index is not None:
                 index.clear()
-        self.path(owner).unlink(missing_ok=True)
+            self.path(owner).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
