@@ -20,6 +20,8 @@ os.environ["TANDEM_EVIDENCE"] = tempfile.mkdtemp(prefix="tandem-test-evidence-")
 os.environ["TANDEM_HISTORY"] = tempfile.mkdtemp(prefix="tandem-test-history-")
 # The app's saved chats likewise (loading/chats.py).
 os.environ["TANDEM_CHATS"] = tempfile.mkdtemp(prefix="tandem-test-chats-")
+# And the API's stored responses (loading/responses.py).
+os.environ["TANDEM_RESPONSES"] = tempfile.mkdtemp(prefix="tandem-test-responses-")
 
 LONG_SKIP = "long real-model test: run it with scripts/test --all (or TANDEM_TEST_ALL=1)"
 

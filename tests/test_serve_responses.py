@@ -1,6 +1,7 @@
 """/v1/responses (OpenAI's Responses API) over the byte-level fake pair, driven by the `openai`
 client in-process: text, streamed events, tools (a call, its arguments streamed, the call and
-its output sent back), a `json_schema` format, and the fields it refuses (issue 48)."""
+its output sent back), a `json_schema` format, and the fields it refuses (issue 48). Stored
+responses: tests/test_serve_responses_stored.py."""
 from __future__ import annotations
 
 import json
@@ -86,9 +87,9 @@ def test_a_json_schema_format(oai):
 
 
 @pytest.mark.parametrize("fields, param", [
-    ({"store": True}, "store"),
+    ({"store": "yes"}, "store"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
-    ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"previous_response_id": 7}, "previous_response_id"),
     ({"input": []}, "input"),
     ({"input": [{"type": "web_search_call"}]}, "input[0].type"),
     ({"temperature": -1}, "temperature"),

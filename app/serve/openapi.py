@@ -209,7 +209,11 @@ RESPONSES_REQUEST = {
         "parallel_tool_calls": TOOLS_FIELDS["parallel_tool_calls"],
         "text": {"type": "object", "nullable": True,
                  "description": '{"format": {"type": "text|json_object|json_schema", ...}}'},
-        "store": {"type": "boolean", "nullable": True, "description": "false: nothing is kept"},
+        "store": {"type": "boolean", "nullable": True,
+                  "description": "true (the default): the response is kept for GET, DELETE and "
+                                 "previous_response_id; false: nothing is kept"},
+        "previous_response_id": {"type": "string", "nullable": True,
+                                 "description": "a stored response this one continues"},
         "metadata": {"type": "object", "nullable": True},
         "include": {"type": "array", "maxItems": 0, "nullable": True},
         **{k: v for k, v in SAMPLING.items() if k in RESPONSES_PASSED}},
@@ -235,6 +239,26 @@ def _generation(summary: str, request: str) -> dict:
             **GENERATION_ERRORS}}}
 
 
+def _continued(path: dict) -> dict:
+    path["post"]["responses"]["404"] = _error("previous_response_id names no stored response "
+                                              "of this key")
+    return path
+
+
+def _stored(summary: str) -> dict:
+    return {"summary": summary,
+            "parameters": [{"name": "response_id", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "responses": {"200": {"description": summary,
+                                  "content": {JSON: {"schema": {"type": "object"}}}},
+                          "404": _error("no stored response of this key has that id"),
+                          **GUARD}}
+
+
+STORED_RESPONSE = {"get": _stored("a stored response"),
+                   "delete": _stored("forget a stored response")}
+
+
 def document(version: str = "1") -> dict:
     """The OpenAPI document of `tandem serve`."""
     return {
@@ -255,7 +279,9 @@ def document(version: str = "1") -> dict:
                                                  "503": GENERATION_ERRORS["503"]}}},
             "/v1/chat/completions": _generation("a chat answer", "ChatRequest"),
             "/v1/completions": _generation("a raw completion", "CompletionRequest"),
-            "/v1/responses": _generation("a Responses API answer", "ResponsesRequest"),
+            "/v1/responses": _continued(_generation("a Responses API answer",
+                                                    "ResponsesRequest")),
+            "/v1/responses/{response_id}": STORED_RESPONSE,
         },
         "components": {"schemas": {"Error": ERROR, "ChatRequest": CHAT_REQUEST,
                                    "CompletionRequest": COMPLETION_REQUEST,

@@ -5,7 +5,8 @@ and the stream's typed events (`response.created`, `response.output_item.added`,
 `response.completed`), each `event: TYPE` with its JSON and a `sequence_number`.
 
 Tool calls are read as for chat (app/runtime/tool_reading.py); the statistics are the chat
-answers' `speculative` object (app/serve/responses.py).
+answers' `speculative` object (app/serve/responses.py). A finished response is handed to the
+request's stored responses (app/serve/responses_kept.py), which keep it unless `store` is false.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Sequence
 from app.runtime.tool_reading import Arguments, Call, CallReader, Content, Piece, read_answer
 from app.serve.parsing import GenerationRequest
 from app.serve.responses import finish_reason, speculative
+from app.serve.responses_kept import KeptResponses
 from engine.logprobs import TokenLogprob
 from engine.stats import GenerationStats
 
@@ -32,10 +34,12 @@ def event(kind: str, n: int, **fields) -> str:
 class ResponsesFormatter:
     """The Responses objects of one request; the stream's items are built as it goes."""
 
-    def __init__(self, request: GenerationRequest, body: dict, model: str) -> None:
+    def __init__(self, request: GenerationRequest, body: dict, model: str,
+                 kept: KeptResponses | None = None) -> None:
         self.request = request
         self.body = body
         self.model = model
+        self.kept = kept
         self.id = _id("resp_")
         self.created = int(time.time())
         self.items: list[dict] = []
@@ -65,13 +69,17 @@ class ResponsesFormatter:
                "parallel_tool_calls": self.request.tools.parallel if self.request.tools else True,
                "temperature": spec.sampling.temperature, "top_p": spec.sampling.top_p,
                "tool_choice": self.body.get("tool_choice") or "auto", "tools": tools,
-               "text": self.body.get("text") or {"format": {"type": "text"}}, "store": False}
+               "text": self.body.get("text") or {"format": {"type": "text"}},
+               "store": self.kept is not None and self.body.get("store", True) is not False,
+               "previous_response_id": self.body.get("previous_response_id")}
         if stats is not None:
             if finish_reason(stats) == "length":
                 out["status"] = "incomplete"
                 out["incomplete_details"] = {"reason": "max_output_tokens"}
             out["usage"] = {"input_tokens": stats.prompt_tokens,
-                            "input_tokens_details": {"cached_tokens": 0},
+                            # The prompt's tokens the slot's KV cache held (the conversation's
+                            # earlier turns, when it still held them).
+                            "input_tokens_details": {"cached_tokens": stats.prompt_cached_tokens},
                             "output_tokens": stats.output_tokens,
                             "output_tokens_details": {"reasoning_tokens": 0},
                             "total_tokens": stats.prompt_tokens + stats.output_tokens}
@@ -88,7 +96,12 @@ class ResponsesFormatter:
             self.items.append(self._message(content, "completed"))
         for call in calls:
             self.items.append(self._call(call.id, call.name, call.arguments, "completed"))
-        return self._response("completed", stats)
+        return self._kept(self._response("completed", stats))
+
+    def _kept(self, response: dict) -> dict:
+        if self.kept is not None:
+            self.kept.keep(self.body, response)
+        return response
 
     @staticmethod
     def _message(text: str, status: str) -> dict:
@@ -157,7 +170,7 @@ class ResponsesFormatter:
 
     def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = ()) -> str:
         out = self._finish_item()
-        final = self._response("completed", stats)
+        final = self._kept(self._response("completed", stats))
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
         return out + self._event(kind, response=final)
 

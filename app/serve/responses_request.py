@@ -8,12 +8,13 @@ assistant; `content` a string or `input_text` / `output_text` parts), `function_
 (consecutive ones are one assistant turn's calls) and `function_call_output` items (a tool
 message). Function `tools` are flat (`{"type": "function", "name", "parameters", ...}`),
 `tool_choice` names a function as `{"type": "function", "name": ...}`, `text.format` is
-`response_format`, `max_output_tokens` is `max_tokens`. Nothing is stored: `store` may only be
-false (or absent), and `previous_response_id` is refused; `include` may only be empty.
+`response_format`, `max_output_tokens` is `max_tokens`; `include` may only be empty.
+A request that continues a stored response (`previous_response_id`, app/serve/responses_kept.py)
+is read with that response's conversation (its items, then its output) before its own input.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from app.runtime.request import Offer
 from app.serve.errors import BadRequestError
@@ -25,7 +26,8 @@ PASSED = tuple(f for f in COMMON_FIELDS if f not in ("max_tokens", "max_completi
                                                     "response_format", "logprobs", "n",
                                                     "stream_options"))
 RESPONSES_FIELDS = ("input", "instructions", "max_output_tokens", "tools", "tool_choice",
-                    "parallel_tool_calls", "text", "store", "metadata", "include", *PASSED)
+                    "parallel_tool_calls", "text", "store", "metadata", "include",
+                    "previous_response_id", *PASSED)
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 PART_TYPES = ("input_text", "output_text", "text")
 ITEM_FIELDS = {"message": ("type", "role", "content", "id", "status"),
@@ -34,16 +36,17 @@ ITEM_FIELDS = {"message": ("type", "role", "content", "id", "status"),
 FORMAT_FIELDS = ("type", "name", "schema", "strict", "description")
 
 
-def parse_responses(body: dict, offer: Offer) -> GenerationRequest:
+def parse_responses(body: dict, offer: Offer, earlier: Sequence[dict] = ()) -> GenerationRequest:
+    """The chat request `body` amounts to, after the items of the conversation it continues."""
     refuse_unknown(body, RESPONSES_FIELDS)
-    if body.get("store"):
-        raise BadRequestError("store: true is not supported: this server keeps no responses "
-                              "(send store: false)", param="store")
+    if not isinstance(body.get("store", True), bool):
+        raise BadRequestError("store must be true or false", param="store")
     if body.get("include"):
         raise BadRequestError("include asks for output this server does not have (reasoning, "
                               "search results...); send an empty list", param="include")
     chat: dict[str, Any] = {k: body[k] for k in PASSED if k in body}
-    chat["messages"] = _messages(body.get("instructions"), body.get("input"))
+    chat["messages"] = _messages(body.get("instructions"), [*earlier, *input_items(body)],
+                                 len(earlier))
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     for key in ("parallel_tool_calls",):
@@ -59,19 +62,26 @@ def parse_responses(body: dict, offer: Offer) -> GenerationRequest:
     return parse_chat(chat, offer)
 
 
-def _messages(instructions: Any, value: Any) -> list[dict]:
+def input_items(body: dict) -> list:
+    """The request's `input` as a list of items (a string is one user message)."""
+    value = body.get("input")
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise BadRequestError("input must be a string or a non-empty list of items",
+                              param="input")
+    return value
+
+
+def _messages(instructions: Any, items: list, earlier: int) -> list[dict]:
+    """Chat messages of the items; the first `earlier` are a stored conversation's."""
     out: list[dict] = []
     if instructions is not None:
         if not isinstance(instructions, str):
             raise BadRequestError("instructions must be a string", param="instructions")
         out.append({"role": "system", "content": instructions})
-    if isinstance(value, str):
-        return out + [{"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise BadRequestError("input must be a string or a non-empty list of items",
-                              param="input")
-    for i, item in enumerate(value):
-        where = f"input[{i}]"
+    for i, item in enumerate(items):
+        where = f"input[{i - earlier}]" if i >= earlier else f"previous_response_id item {i}"
         if not isinstance(item, dict):
             raise BadRequestError(f"{where} must be an object", param=where)
         kind = item.get("type", "message")

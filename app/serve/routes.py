@@ -31,11 +31,12 @@ from app.runtime.tool_reading import ends_calls
 from app.serve.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from app.runtime.queue import GenerationQueue, QueueFullError
 from app.serve.responses import Formatter, model_id
+from app.serve.responses_kept import KeptResponses
 from app.serve.responses_objects import ResponsesFormatter
-from app.serve.responses_request import parse_responses
 from app.serve.stream import ClosingStreamingResponse, Job, run_to_end, stream_events
 from app.serve.access import bearer_token
 from loading.history import LOCAL, owner_for_key
+from loading.responses import ResponseStore
 from app.runtime.holder import READY, NotReadyError, PairHolder
 from engine.errors import GrammarError, PromptTooLongError
 from engine.grammar.llg import compile_grammar
@@ -204,6 +205,7 @@ class Routes:
     def __init__(self, holder: PairHolder, queue: GenerationQueue) -> None:
         self.holder = holder
         self.queue = queue
+        self.stored = ResponseStore()
 
     def loaded_pair(self) -> Pair:
         try:
@@ -212,7 +214,7 @@ class Routes:
             raise UnavailableError(str(exc), headers={"Retry-After": "5"}) from None
 
     async def generation(self, request: Request, parse: Parse,
-                         responses: bool = False) -> Response:
+                         responses: KeptResponses | None = None) -> Response:
         """One generation: chat or completions (`parse`), or the Responses API's."""
         body = await read_body(request)
         pair = self.loaded_pair()
@@ -230,7 +232,7 @@ class Routes:
         except QueueFullError as exc:
             raise UnavailableError(str(exc), code="queue_full",
                                    headers={"Retry-After": str(exc.retry_after)}) from None
-        fmt = (ResponsesFormatter(req, body, served) if responses
+        fmt = (ResponsesFormatter(req, body, served, responses) if responses is not None
                else Formatter(req, served, pair.target.backend.token_bytes))
         if req.stream:
             return ClosingStreamingResponse(stream_events(job, fmt), job.close,
@@ -272,8 +274,19 @@ class Routes:
     async def completions(self, request: Request) -> Response:
         return await self.generation(request, parse_completion)
 
+    def kept(self, request: Request) -> KeptResponses:
+        """The stored responses of the request's key (app/serve/responses_kept.py)."""
+        return KeptResponses(self.stored, history_owner(request))
+
     async def responses(self, request: Request) -> Response:
-        return await self.generation(request, parse_responses, responses=True)
+        kept = self.kept(request)
+        return await self.generation(request, kept.parse, responses=kept)
+
+    async def stored_response(self, request: Request) -> Response:
+        kept, response_id = self.kept(request), request.path_params["response_id"]
+        if request.method == "DELETE":
+            return JSONResponse(await to_thread.run_sync(kept.delete, response_id))
+        return JSONResponse(await to_thread.run_sync(kept.get, response_id))
 
     async def unknown(self, request: Request) -> Response:
         raise NotFoundError(f"no route {request.method} {request.url.path} on this server "
@@ -290,6 +303,8 @@ def api_router(holder: PairHolder, queue: GenerationQueue) -> APIRouter:
                          methods=["POST"])
     router.add_api_route("/v1/completions", answered(routes.completions), methods=["POST"])
     router.add_api_route("/v1/responses", answered(routes.responses), methods=["POST"])
+    router.add_api_route("/v1/responses/{response_id}", answered(routes.stored_response),
+                         methods=["GET", "DELETE"])
     router.add_api_route("/v1/{path:path}", answered(routes.unknown),
                          methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     return router
