@@ -6,6 +6,7 @@ import math
 from typing import Sequence
 
 from bench.benchmark.aggregate import Summary
+from bench.benchmark.gpu_profile import measured
 from bench.benchmark.theory import __doc__ as THEORY
 
 
@@ -33,8 +34,8 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
               "same ratio of end-to-end milliseconds per output token, prefill included. Slower = "
               "share of prompts with speedup < 1. Forced = share of output tokens a prompt's grammar "
               "forced (committed without a model). Tok/s = median decode tokens/s, speculative and "
-              "plain. GPU profile = median predicted speedup of the same rounds where a verify of up "
-              "to 9 tokens costs one token and the draft model 0.1 of one (bench/benchmark/"
+              "plain. GPU profile = median predicted speedup of the same rounds on the measured "
+              f"GPU profile: {measured().description} (bench/benchmark/gpu_profile.py, "
               "theory.py).", ""]
 
     lines += ["## Speedup per category", ""]

@@ -1,5 +1,5 @@
 """The adaptive controller's decisions in a batch (issue 46), replayed on the cost profiles of
-bench/fakes/costed.py (a GPU, this 2-core CPU as calibrated) and on this CPU's curve for rows of
+bench/fakes/costed.py (the measured GPU profile, this 2-core CPU as calibrated) and on this CPU's curve for rows of
 several sequences (`CPU_BATCHED`), widths past the nine given extrapolated linearly, as the cost
 model does: for batches of 1, 2, 4 and 8 sequences, each
 drafting from the same source at the same acceptance, the gamma every sequence settles on, the
@@ -149,7 +149,9 @@ def replay(profile: Profile, plan: RoundPlan, acceptance: float) -> list[Row]:
 
 def main(acceptance: float) -> None:
     print(f"Acceptance {acceptance} per drafted token; max gamma {MAX_GAMMA}; tokens/s on each "
-          "profile's virtual clock (a target token 10 ms)")
+          "profile's virtual clock:")
+    for profile in PROFILES:
+        print(f"- {profile.name}: {profile.label or 'a target token 10 ms'}")
     print()
     print("| profile | drafter | batch | gamma | sequences drafting | step width | "
           "tok/s per sequence | "
