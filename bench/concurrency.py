@@ -347,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     def cost_profile() -> str:
         from bench.research.batch_replay import PROFILES
         label = next(p.label for p in PROFILES if p.name == args.profile)
-        return f"the {args.profile} cost profile ({label})" if label else f"the {args.profile} cost profile"
+        return f"the {args.profile} cost profile: {label};" if label else f"the {args.profile} cost profile,"
 
     started = datetime.datetime.now(datetime.timezone.utc)
     out = [f"Concurrent clients, greedy, {args.max_tokens} tokens a request, "
@@ -356,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> None:
            + ("Wall time on the embedded pair, --threads "
               f"{args.threads}; CPU: {cpu_name()}; load before: "
               f"{os.getloadavg()[0]:.2f}" if args.profile == "real" else
-              f"Virtual time on {cost_profile()}, acceptance {args.acceptance}")
+              f"Virtual time on {cost_profile()} acceptance {args.acceptance}")
            + f"; started {started:%Y-%m-%d %H:%M} UTC.", "", HEADER]
     print("\n".join(out), flush=True)
     rows = run_table(make, args.clients, args.parallel, args.repeats, config(args.max_tokens))

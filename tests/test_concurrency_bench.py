@@ -49,7 +49,7 @@ def test_the_table_has_every_mode_for_every_client_count(tmp_path):
     out = tmp_path / "gpu.md"
     main(["--profile", "gpu", "--clients", "1", "2", "--max-tokens", "8", "--out", str(out)])
     text = out.read_text()
-    assert f"the gpu cost profile ({GPU.label})" in text and "H200 measured" in text
+    assert f"the gpu cost profile: {GPU.label};" in text and "H200 measured" in text
     rows = [r for r in text.splitlines() if r.startswith("| 1 ") or r.startswith("| 2 ")]
     assert [r.split(" | ")[1] for r in rows] == ["serial", "plain batched", "spec. batched"] * 2
 
