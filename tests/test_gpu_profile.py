@@ -96,3 +96,20 @@ def test_no_gpu_curve_is_typed_in_anywhere_but_the_profiles_file():
     hits = [f"{p.relative_to(root)}: {name}" for folder in ("bench", "app", "engine", "scripts")
             for p in (root / folder).rglob("*.py") for name in gone if name in p.read_text()]
     assert hits == []
+
+
+def test_a_bench_report_names_the_profile_and_an_install_without_one_leaves_the_column_empty(
+        monkeypatch, tmp_path):
+    from app.reports import bench_markdown
+    from bench.benchmark.aggregate import summarize
+    from tests.test_bench_aggregate import rec, spec
+    base = rec(order=0)
+    records = [base, spec(1, base, 1.5, drafted_by={"draft-model": 20}, drafted_at=[10, 10])]
+    md = bench_markdown.render(summarize(records), {})
+    assert f"measured GPU profile: {measured().description}" in md
+    row = next(r for r in summarize(records).speedups if r.category == "overall")
+    assert row.gpu_profile == pytest.approx(gpu_profile_speedup(40, 10, [10, 10], 20))
+    monkeypatch.setattr(gpu_profile, "PROFILE", tmp_path / "none.json")
+    row = next(r for r in summarize(records).speedups if r.category == "overall")
+    assert row.gpu_profile != row.gpu_profile  # NaN
+    assert "GPU profile: none in this install" in bench_markdown.render(summarize(records), {})

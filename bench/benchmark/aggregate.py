@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from bench.benchmark.gpu_profile import available
 from bench.benchmark.records import RunRecord
 from bench.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
                                           predicted_speedup)
@@ -166,9 +167,13 @@ def _forced_share(runs: Sequence[RunRecord]) -> float:
 
 
 def gpu_profile(r: RunRecord) -> float:
-    """The run's predicted speedup on the measured GPU profile (theory.py)."""
+    """The run's predicted speedup on the measured GPU profile (theory.py); NaN where this
+    install has none."""
+    profile = available()
+    if profile is None:
+        return float("nan")
     return gpu_profile_speedup(r.output_tokens, r.target_calls, r.drafted_at,
-                               r.drafted_by.get("draft-model", 0))
+                               r.drafted_by.get("draft-model", 0), profile)
 
 
 def speedup_rows(records: Sequence[RunRecord]) -> list[SpeedupRow]:

@@ -138,3 +138,9 @@ def load(path: str | Path | None = None) -> GpuProfile:
 def measured() -> GpuProfile:
     """The H200 run's profile, read once."""
     return load()
+
+
+def available() -> GpuProfile | None:
+    """The H200 run's profile where this install has it (a checkout does; a wheel, which holds
+    no docs/, does not): `tandem bench` then leaves its GPU column empty and says why."""
+    return measured() if PROFILE.is_file() else None
