@@ -12,8 +12,9 @@ request starts, a short one arrives once the long one's first token is out; whic
 serially and batched.
 
 On the embedded pair (`--profile real`) every figure is wall time on this machine. On a cost
-profile (`--profile gpu` or `cpu-batched`: bench/fakes/costed.py, bench/research/batch_replay.py)
-the same `Pair.generate` runs on scripted fakes whose decodes advance a virtual clock by the
+profile (`--profile gpu`, the measured GPU profile of bench/benchmark/gpu_profile.py, whose label
+the table carries, or `cpu-batched`: bench/fakes/costed.py, bench/research/batch_replay.py) the
+same `Pair.generate` runs on scripted fakes whose decodes advance a virtual clock by the
 profile's cost at the batch's whole width, every client drafting at one acceptance (`--acceptance`);
 the figures are then free of noise, though the speculative rows move by a few percent between runs:
 the order in which the clients' threads take their first rounds sets the batch each is priced in.
@@ -343,6 +344,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             return real_pair(parallel, args.threads, 1024)
         return profile_pair(args.profile, parallel, args.acceptance)
 
+    def cost_profile() -> str:
+        from bench.research.batch_replay import PROFILES
+        label = next(p.label for p in PROFILES if p.name == args.profile)
+        return f"the {args.profile} cost profile: {label};" if label else f"the {args.profile} cost profile,"
+
     started = datetime.datetime.now(datetime.timezone.utc)
     out = [f"Concurrent clients, greedy, {args.max_tokens} tokens a request, "
            f"{args.repeats} run(s) of each cell, interleaved, each on a pair opened for it; "
@@ -350,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> None:
            + ("Wall time on the embedded pair, --threads "
               f"{args.threads}; CPU: {cpu_name()}; load before: "
               f"{os.getloadavg()[0]:.2f}" if args.profile == "real" else
-              f"Virtual time on the {args.profile} cost profile, acceptance {args.acceptance}")
+              f"Virtual time on {cost_profile()} acceptance {args.acceptance}")
            + f"; started {started:%Y-%m-%d %H:%M} UTC.", "", HEADER]
     print("\n".join(out), flush=True)
     rows = run_table(make, args.clients, args.parallel, args.repeats, config(args.max_tokens))

@@ -13,7 +13,8 @@ from engine.control.policy import FixedGamma
 from engine.errors import SettingsError
 from engine.round_plan import CONTEXT, MODEL, RoundPlan
 from engine.stats import RoundStats
-from bench.fakes.costed import GPU, Profile
+from bench.fakes.costed import Profile
+from tests.fakes.flat_costs import FLAT
 from bench.research.batch_replay import steady
 
 VERIFY = [100.0, 130.0, 130.0, 135.0, 150.0, 190.0, 210.0, 230.0, 260.0]
@@ -90,7 +91,7 @@ def test_gamma_shrinks_as_the_batch_fills_and_stops_where_it_cannot_pay() -> Non
 
 
 def test_a_draft_depth_others_share_costs_less_than_one_drawn_alone() -> None:
-    c = steady(GPU, M, 0.8)
+    c = steady(FLAT, M, 0.8)
     costs = c.costs
     assert costs is not None
     shared = costs.step_ms(8, True, Batch(2, 7, 1.0, (6,)))
@@ -126,7 +127,7 @@ def test_a_batch_that_cannot_be_is_refused(kw: dict) -> None:
 
 
 def test_a_round_in_a_batch_teaches_the_steps_width_and_not_the_drafts_cost() -> None:
-    c = steady(GPU, M, 0.8)
+    c = steady(FLAT, M, 0.8)
     costs = c.costs
     assert costs is not None
     batch = Batch(4, 12, other_drafts=(3, 3, 3))

@@ -9,6 +9,7 @@ import pytest
 from bench.benchmark.aggregate import (amdahl_rows, gamma_sweep, leviathan_rows, position_curves,
                                         quantiles, sampling_label, speedup_rows, summarize)
 from bench.benchmark.records import RunRecord, pair_with
+from bench.benchmark.gpu_profile import measured
 from bench.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
                                           predicted_speedup)
 
@@ -144,14 +145,17 @@ def test_summarize_is_json_ready():
 def test_forced_share_tokens_per_second_and_the_gpu_profile_beside_the_speedup():
     base = rec(order=0, tokens_per_s=10.0)
     # 40 tokens: 12 forced, 10 target calls, 20 tokens drafted by the draft model.
-    run = spec(1, base, 1.5, forced_tokens=12, drafted_by={"draft-model": 20})
+    run = spec(1, base, 1.5, forced_tokens=12, drafted_by={"draft-model": 20}, drafted_at=[10, 10])
     free = rec(order=2, prompt_id="q", tokens_per_s=12.0)
     other = spec(3, free, 1.0, prompt_id="q")
     overall = next(r for r in speedup_rows([base, run, free, other]) if r.category == "overall")
     assert overall.forced_share == pytest.approx(12 / 80)
     assert overall.tokens_per_s == pytest.approx(13.5)
     assert overall.baseline_tokens_per_s == pytest.approx(11.0)
-    # GPU profile: 40 tokens for 10 calls + 0.1 x 20 drafted (12), and 40 for 10 calls (4).
-    assert gpu_profile_speedup(40, 10, 20) == pytest.approx(40 / 12)
-    assert overall.gpu_profile == pytest.approx(np.median([40 / 12, 4.0]))
-    assert math.isnan(gpu_profile_speedup(0, 0, 0))
+    # The measured GPU profile: 40 tokens for 10 verifies of 3 tokens and 20 drafted, and 40
+    # for 10 calls of one token (4).
+    gpu = measured()
+    drafting = 40 / (10 * gpu.verify(3) / gpu.verify(1) + 20 * gpu.draft_cost)
+    assert gpu_profile_speedup(40, 10, [10, 10], 20) == pytest.approx(drafting)
+    assert overall.gpu_profile == pytest.approx(np.median([drafting, 4.0]))
+    assert math.isnan(gpu_profile_speedup(0, 0, [], 0))

@@ -12,16 +12,17 @@ from engine.control.costs import Calibration
 from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
-from bench.fakes.costed import GPU, PATTERNS, SLOW_DRAFT, script, scripted_pair
+from bench.fakes.costed import PATTERNS, SLOW_DRAFT, script, scripted_pair
+from tests.fakes.flat_costs import FLAT
 
 SLOW_CAL = Calibration(draft_ms=list(SLOW_DRAFT.draft), verify_ms=list(SLOW_DRAFT.verify),
                        model_name="draft-model")
-GPU_CAL = Calibration(draft_ms=list(GPU.draft), verify_ms=list(GPU.verify),
-                      model_name="draft-model")
+FLAT_CAL = Calibration(draft_ms=list(FLAT.draft), verify_ms=list(FLAT.verify),
+                       model_name="draft-model")
 
 
 def test_the_ceiling_follows_the_cost_model():
-    c = ceiling(GPU_CAL, 8)
+    c = ceiling(FLAT_CAL, 8)
     # Every drafted token accepted: gamma + 1 tokens for a verify of gamma + 1 and the drafts.
     assert c.model[3] == pytest.approx(4 * 10.0 / (10.3 + 3 * 1.0), abs=1e-3)
     assert c.lookup[3] == pytest.approx(4 * 10.0 / 10.3, abs=1e-3)
@@ -42,12 +43,12 @@ def test_where_the_draft_cannot_pay_calibrate_says_what_might():
     assert any("smaller or requantized draft" in t and "this one costs 0.70" in t for t in tips)
     assert any(t.startswith("a GPU") for t in tips)
     # A pair that pays needs no advice.
-    assert suggestions(ceiling(GPU_CAL, 8), has_draft=True) == []
+    assert suggestions(ceiling(FLAT_CAL, 8), has_draft=True) == []
 
 
 def test_a_generation_carries_the_controller_block():
     s = script(PATTERNS["high"], 0)
-    pair, _ = scripted_pair(GPU, s)
+    pair, _ = scripted_pair(FLAT, s)
     config = GenerationConfig(params=SamplingParams(temperature=0.0), gamma=4, max_tokens=24)
     done = [ev for ev in pair.generate(s.prompt_text, config, raw=True)
             if isinstance(ev, DoneEvent)][0]
@@ -67,15 +68,15 @@ def test_the_wizard_formats_the_ceiling_and_waits_for_the_files():
     page = ceiling_html(ceiling(SLOW_CAL, 4))
     assert "cannot pay" in page and "The draft costs 0.70 of a target token" in page
     assert page.count("<tr>") == 5 and "What might pay instead" in page
-    assert "pays" in ceiling_html(ceiling(GPU_CAL, 4)) and "What might" not in ceiling_html(
-        ceiling(GPU_CAL, 4))
+    assert "pays" in ceiling_html(ceiling(FLAT_CAL, 4)) and "What might" not in ceiling_html(
+        ceiling(FLAT_CAL, 4))
     assert "Not on disk yet" in measure_ceiling("some/repo", "absent.gguf", "some/repo",
                                                 "absent-draft.gguf", 4096)
 
 
 def test_calibrate_measures_the_widths_parallel_sequences_reach_and_the_batch_shrinks_gamma():
     from bench.ceiling import measure
-    pair, _ = scripted_pair(GPU, script(PATTERNS["high"], 0))
+    pair, _ = scripted_pair(FLAT, script(PATTERNS["high"], 0))
     alone = measure(pair, 8)
     assert alone.batches == [] and len(alone.verify_ms) < 36
     four = measure(pair, 8, parallel=4)
@@ -93,11 +94,11 @@ def test_calibrate_measures_the_widths_parallel_sequences_reach_and_the_batch_sh
 def test_calibrates_batch_lines_and_its_refusal_of_no_sequences(capsys):
     from app import cli
     from app.calibrate_cli import _batch_table
-    c = ceiling(GPU_CAL, 8, parallel=2)
+    c = ceiling(FLAT_CAL, 8, parallel=2)
     lines = _batch_table(c, has_draft=True)
     assert lines[0].startswith("batches (--parallel 2), every sequence drafting alike")
     assert len(lines) == 4 and lines[2].split("|")[0].strip() == "1"
-    assert _batch_table(ceiling(GPU_CAL, 8), has_draft=True) == []
+    assert _batch_table(ceiling(FLAT_CAL, 8), has_draft=True) == []
     with pytest.raises(SystemExit):
         cli.main(["calibrate", "--target", "t.gguf", "--parallel", "0"])
     assert "expected a number of sequences >= 1, got '0'" in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.concurrency import Bench, main, profile_pair
+from bench.fakes.costed import GPU
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
 
@@ -35,18 +36,21 @@ def test_slots_run_together_and_clients_past_them_wait_for_one():
     alone = plain(4, 1)[0].latency
     done = plain(4, 8)
     first, second = done[:4], done[4:]
-    # The GPU profile: a step of 4 rows costs 1.03 of one row.
+    # The measured GPU profile: a step of 4 rows costs what its curve says of one row's.
+    four = GPU.verify[3] / GPU.verify[0]
     for d in first:
-        assert d.latency == pytest.approx(1.03 * alone, rel=0.1)
+        assert d.latency == pytest.approx(four * alone, rel=0.1)
     for d in second:
-        assert d.latency == pytest.approx(2 * 1.03 * alone, rel=0.1)
+        assert d.latency == pytest.approx(2 * four * alone, rel=0.1)
         assert d.ttft > first[-1].latency * 0.9
 
 
 def test_the_table_has_every_mode_for_every_client_count(tmp_path):
     out = tmp_path / "gpu.md"
     main(["--profile", "gpu", "--clients", "1", "2", "--max-tokens", "8", "--out", str(out)])
-    rows = [r for r in out.read_text().splitlines() if r.startswith("| 1 ") or r.startswith("| 2 ")]
+    text = out.read_text()
+    assert f"the gpu cost profile: {GPU.label};" in text and "H200 measured" in text
+    rows = [r for r in text.splitlines() if r.startswith("| 1 ") or r.startswith("| 2 ")]
     assert [r.split(" | ")[1] for r in rows] == ["serial", "plain batched", "spec. batched"] * 2
 
 

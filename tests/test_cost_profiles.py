@@ -1,4 +1,5 @@
-"""The default policy on cost profiles (issue 17): on a GPU-like machine, on this CPU as measured,
+"""The default policy on cost profiles (issue 17): on a synthetic flat curve, on the measured GPU
+profile (bench/benchmark/gpu_profile.py), on this CPU as measured,
 with a draft too slow to pay, and with a free drafter (prompt lookup copying a file), under high,
 low and shifting acceptance, its simulated tokens/s over a run of three answers must be at least
 0.97 of the best fixed gamma (gamma 0 included) chosen in hindsight for that run, and every
@@ -23,8 +24,16 @@ from engine.control.policy import FixedGamma, GammaPolicy
 from engine.sampling import SamplingParams
 from bench.fakes.costed import (CASES, FIXED, MAX_GAMMA, PATTERNS, SEEDS, SLOW_DRAFT, TOKENS,
                                 Profile, Script, script, scripted_pair)
+from tests.fakes.flat_costs import FLAT
 
 BOUND = 0.97
+# The bench's cases and the flat curve the bound was first shown on.
+TESTED = [(FLAT, "hybrid", 0), *CASES]
+# Where the default misses the bound on the measured GPU profile (issue 62): a draft at 0.50 of
+# a target token, acceptance 0.9, and the default never leaves plain (219.6 tokens/s) where a
+# fixed gamma 2 makes 248.8. A finding for the controller, kept in sight: strict, so that the
+# day it passes the mark must go.
+MISSED = {("gpu", "hybrid", 0, "high")}
 
 
 def tokens_per_s(profile: Profile, s: Script, drafter: str, policy: GammaPolicy | None) -> float:
@@ -46,9 +55,11 @@ def speeds(profile: Profile, drafter: str, copy: int, pattern: str, seed: int) -
     return out
 
 
-@pytest.mark.parametrize("pattern", sorted(PATTERNS))
-@pytest.mark.parametrize("profile,drafter,copy", CASES,
-                         ids=[f"{p.name}-{d}{'-copy' if c else ''}" for p, d, c in CASES])
+@pytest.mark.parametrize("profile,drafter,copy,pattern", [
+    pytest.param(p, d, c, pattern, id=f"{p.name}-{d}{'-copy' if c else ''}-{pattern}",
+                 marks=[pytest.mark.xfail(strict=True, reason="issue 62: the default stays plain")]
+                 if (p.name, d, c, pattern) in MISSED else [])
+    for p, d, c in TESTED for pattern in sorted(PATTERNS)])
 def test_the_default_is_within_3_percent_of_the_best_fixed_gamma_in_hindsight(
         profile: Profile, drafter: str, copy: int, pattern: str) -> None:
     runs = [speeds(profile, drafter, copy, pattern, seed) for seed in SEEDS]

@@ -13,7 +13,8 @@ from engine.control.evidence import Evidence
 from engine.events import DoneEvent, RoundEvent
 from engine.generation_config import GenerationConfig
 from engine.sampling import SamplingParams
-from bench.fakes.costed import GPU, PATTERNS, script, scripted_pair
+from bench.fakes.costed import PATTERNS, script, scripted_pair
+from tests.fakes.flat_costs import FLAT
 from loading.evidence import EvidenceFile, evidence_path, identity, keep_evidence
 from models.tuned import PairKey
 
@@ -29,7 +30,7 @@ def answer(pair, prompt: str) -> list:
 
 def test_answers_of_one_pair_share_their_evidence_in_the_process():
     s = script(PATTERNS["high"], 0)
-    pair, _ = scripted_pair(GPU, s)
+    pair, _ = scripted_pair(FLAT, s)
     answer(pair, s.prompt_text)
     evidence = pair.knowledge.evidence_of("hybrid")
     assert evidence.answers == 1 and evidence.plain_ms > 0
@@ -42,7 +43,7 @@ def test_answers_of_one_pair_share_their_evidence_in_the_process():
 
 def test_evidence_is_kept_on_disk_for_its_pair_machine_and_build_only():
     s = script(PATTERNS["high"], 0)
-    pair, _ = scripted_pair(GPU, s)
+    pair, _ = scripted_pair(FLAT, s)
     kept = keep_evidence(pair, KEY)
     rounds = answer(pair, s.prompt_text)
     assert any(r.drafted for r in rounds)
@@ -52,7 +53,7 @@ def test_evidence_is_kept_on_disk_for_its_pair_machine_and_build_only():
     learned = kept.drafters["hybrid"].estimator.as_dict()
 
     # A new process: the same pair starts from it.
-    again, _ = scripted_pair(GPU, s)
+    again, _ = scripted_pair(FLAT, s)
     keep_evidence(again, KEY)
     restored = again.knowledge.evidence_of("hybrid")
     assert restored.adopt(kept.drafters["hybrid"].estimator.constants)
@@ -86,7 +87,7 @@ def test_a_calibration_is_a_value_and_the_pair_keeps_the_evidence_beside_it():
     with pytest.raises(FrozenInstanceError):
         cal.verify_ms = (1.0,)  # type: ignore[misc]
     s = script(PATTERNS["high"], 0)
-    pair, _ = scripted_pair(GPU, s)
+    pair, _ = scripted_pair(FLAT, s)
     answer(pair, s.prompt_text)
     evidence = pair.knowledge.evidence_of("hybrid")
     # A wider calibration leaves the evidence; a drafter offered anew starts both over.
@@ -101,7 +102,7 @@ def test_a_calibration_is_a_value_and_the_pair_keeps_the_evidence_beside_it():
 def test_evidence_restored_from_a_source_is_kept_by_the_keeper_it_was_made_with():
     kept: list[Evidence] = []
     s = script(PATTERNS["high"], 0)
-    pair, _ = scripted_pair(GPU, s)
+    pair, _ = scripted_pair(FLAT, s)
     pair.knowledge.restore_evidence_from(lambda name: Evidence(keeper=kept.append))
     answer(pair, s.prompt_text)
     answer(pair, s.prompt_text)

@@ -7,6 +7,7 @@ import pytest
 
 from engine.control.controller import AdaptiveController
 from engine.control.policy import FixedGamma
+from bench.benchmark.gpu_profile import measured
 from bench.research import policy_sim
 
 
@@ -73,7 +74,12 @@ def test_a_suite_replay_carries_the_evidence_from_answer_to_answer():
     assert len(runs["u"]) == 2
 
 
-def test_the_gpu_profile_prices_any_width_as_one_token_and_a_draft_at_a_tenth():
-    gpu = policy_sim.gpu_costs([30.0, 50.0, 70.0])
-    assert [gpu.verify(w) for w in (1, 2, 3)] == [30.0, 30.0, 30.0]
-    assert gpu.draft_batch(1) == gpu.draft_batch(48) == pytest.approx(3.0)
+def test_the_gpu_costs_are_the_measured_profiles_own_milliseconds():
+    profile = measured()
+    gpu = policy_sim.gpu_costs(profile)
+    # Measured widths as measured, past the widest as the profile extends them.
+    assert [gpu.verify(w) for w in profile.widths] == pytest.approx(list(profile.verify_ms))
+    assert gpu.verify(64) == pytest.approx(profile.verify(64))
+    assert gpu.verify(64) > profile.verify_ms[-1]
+    assert gpu.draft_batch(1) == pytest.approx(profile.draft_ms[0])
+    assert gpu.draft_batch(48) == pytest.approx(profile.draft_decode(48))

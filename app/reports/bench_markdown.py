@@ -6,6 +6,7 @@ import math
 from typing import Sequence
 
 from bench.benchmark.aggregate import Summary
+from bench.benchmark.gpu_profile import PROFILE, available
 from bench.benchmark.theory import __doc__ as THEORY
 
 
@@ -13,6 +14,11 @@ def _f(x: float | None, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return f"{x:.{digits}f}"
+
+
+def _gpu_profile() -> str:
+    profile = available()
+    return profile.description if profile else f"none in this install ({PROFILE} is missing)"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -33,9 +39,8 @@ def render(summary: Summary, context: dict, plots: Sequence[str] = ()) -> str:
               "same ratio of end-to-end milliseconds per output token, prefill included. Slower = "
               "share of prompts with speedup < 1. Forced = share of output tokens a prompt's grammar "
               "forced (committed without a model). Tok/s = median decode tokens/s, speculative and "
-              "plain. GPU profile = median predicted speedup of the same rounds where a verify of up "
-              "to 9 tokens costs one token and the draft model 0.1 of one (bench/benchmark/"
-              "theory.py).", ""]
+              "plain. GPU profile = median predicted speedup of the same rounds on the measured "
+              f"GPU profile: {_gpu_profile()} (bench/benchmark/gpu_profile.py, theory.py).", ""]
 
     lines += ["## Speedup per category", ""]
     keys = list(dict.fromkeys((r.config, r.sampling) for r in summary.speedups))

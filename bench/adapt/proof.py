@@ -12,9 +12,10 @@ model), which gives what a speculative round would accept exactly, without runni
   the chance of reaching j.
 
 Accepted tokens per target call is one more than a round's expected accepted drafts. The speed
-predicted on the GPU cost profile (bench/fakes/costed.py: a verify of w tokens costs the target's
-one-token time times GPU_RATIOS[w - 1], a drafted token a tenth of it) is relative to plain
-decoding; the speed measured on this CPU is the generator's own, on a few held-out prompts.
+predicted on the measured GPU profile (bench/benchmark/gpu_profile.py: a round of `gamma` costs
+a verify of gamma + 1 tokens over one, plus gamma drafted tokens at the draft's measured cost) is
+relative to plain decoding; the speed measured on this CPU is the generator's own, on a few
+held-out prompts.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from bench.adapt.data import Example
-from bench.fakes.costed import GPU_RATIOS
+from bench.benchmark.gpu_profile import measured
 from engine.backend import Backend
 
 GAMMA = 4
@@ -85,8 +86,9 @@ class Rounds:
         return 1.0 + float(self.accepted.sum()) / max(self.rounds, 1)
 
     def gpu_speedup(self) -> float:
-        """Predicted tokens/s against plain decoding on the GPU cost profile."""
-        cost = GPU_RATIOS[self.gamma] + 0.1 * self.gamma
+        """Predicted tokens/s against plain decoding on the measured GPU profile."""
+        gpu = measured()
+        cost = gpu.ratio(self.gamma + 1) + gpu.draft_cost * self.gamma
         return self.tokens_per_call / cost
 
 

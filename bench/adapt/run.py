@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from bench.adapt import proof
+from bench.benchmark.gpu_profile import measured
 from bench.adapt.data import Example
 from engine.backend import Backend
 
@@ -81,7 +82,8 @@ def decide(table: Sequence[Row]) -> tuple[bool, str]:
 
 def table_lines(table: Sequence[Row], cpu: dict[tuple[str, float], float]) -> list[str]:
     """The proof as one table: acceptance per draft position (base -> adapted), the mean, tokens
-    per target call, the GPU profile's predicted speedup and this CPU's measured tokens/s."""
+    per target call, the measured GPU profile's predicted speedup (its label below the table)
+    and this CPU's measured tokens/s."""
     head = (f"{'held out':<16}{'T':>4}  {'acceptance per position 1..4 (base / adapted)':<46}"
             f"{'mean':>13}{'tok/call':>13}{'GPU pred':>13}")
     lines = [head]
@@ -92,6 +94,7 @@ def table_lines(table: Sequence[Row], cpu: dict[tuple[str, float], float]) -> li
                      f"{r.base.mean_acceptance:>6.3f}>{r.adapted.mean_acceptance:<6.3f}"
                      f"{r.base.tokens_per_call:>6.2f}>{r.adapted.tokens_per_call:<6.2f}"
                      f"{r.base.gpu_speedup():>5.2f}x>{r.adapted.gpu_speedup():<5.2f}x")
+    lines.append(f"GPU pred: gamma {proof.GAMMA} on {measured().description}")
     for temp in proof.TEMPERATURES:
         if ("base", temp) in cpu:
             lines.append(f"measured on this CPU at T {temp:.1f} (gamma {proof.GAMMA}): "

@@ -3,7 +3,7 @@
 Speculative runs are grouped by configuration and sampling setting. For each group: the
 distribution of speedup over the paired baselines per category and overall (median, p10, p90,
 fraction of prompts slower than baseline; the share of tokens a grammar forced, decode tokens/s
-and the GPU profile's prediction beside them), the gamma sweep with its latency-optimal gamma (the
+and the measured GPU profile's prediction beside them), the gamma sweep with its latency-optimal gamma (the
 highest median speedup) next to its acceptance-optimal gamma (the highest acceptance rate), the
 Amdahl view, the Leviathan prediction (see `theory`), and acceptance by draft position and by
 position in the output.
@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from bench.benchmark.gpu_profile import available
 from bench.benchmark.records import RunRecord
 from bench.benchmark.theory import (amdahl_speedup, expected_tokens_per_round, gpu_profile_speedup,
                                           predicted_speedup)
@@ -68,7 +69,7 @@ class SpeedupRow:
     # Median decode tokens/s of the speculative runs and of their paired baselines.
     tokens_per_s: float = float("nan")
     baseline_tokens_per_s: float = float("nan")
-    # Median predicted speedup of the same rounds on the GPU profile (theory.py).
+    # Median predicted speedup of the same rounds on the measured GPU profile (theory.py).
     gpu_profile: float = float("nan")
 
 
@@ -166,9 +167,13 @@ def _forced_share(runs: Sequence[RunRecord]) -> float:
 
 
 def gpu_profile(r: RunRecord) -> float:
-    """The run's predicted speedup on the GPU profile (theory.py)."""
-    return gpu_profile_speedup(r.output_tokens, r.target_calls,
-                               r.drafted_by.get("draft-model", 0))
+    """The run's predicted speedup on the measured GPU profile (theory.py); NaN where this
+    install has none."""
+    profile = available()
+    if profile is None:
+        return float("nan")
+    return gpu_profile_speedup(r.output_tokens, r.target_calls, r.drafted_at,
+                               r.drafted_by.get("draft-model", 0), profile)
 
 
 def speedup_rows(records: Sequence[RunRecord]) -> list[SpeedupRow]:

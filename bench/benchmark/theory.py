@@ -13,13 +13,16 @@ The paper's form is the special case v = 1 (a batch costs as much as one token).
 is the cost model's round cost in units of a plain token (`round_cost`, engine/control/costs.py),
 the one formula the adaptive controller prices rounds with.
 
-GPU profile: on a GPU a verify of up to 9 tokens costs what one token does (v ~ 1 for widths
-1-8) and the draft model about a tenth of a target token, so a run's rounds predict there
+GPU profile: the measured one (bench/benchmark/gpu_profile.py: the H200 run's verify curve v(w)
+and draft cost c, with its label). A run's rounds predict there
 
-    speedup_gpu   = output tokens / (target calls + 0.1 x tokens the draft model drafted)
+    speedup_gpu   = output tokens / (sum over target calls of v(width) + c x tokens the draft
+                                     model drafted)
 
-over plain decoding's one target call a token. It keeps the measured run's rounds (a controller
-calibrated on the GPU would draft more) and leaves out the engine's own time per token (`tandem
+over plain decoding's one target call a token (v(1) = 1), each call's width read from the run's
+drafted tokens per draft position (a round that drafted g tokens verifies g + 1; the other calls
+one). It keeps the measured run's rounds (a controller calibrated on the GPU would draft
+otherwise), leaves out the draft's catch-up decodes and the engine's own time per token (`tandem
 bench --overhead` measures that).
 
 Amdahl: when a fraction s of the baseline's end-to-end time is prefill (which speculation does
@@ -27,6 +30,9 @@ not shorten) and decoding gets faster by S, the end-to-end speedup is 1 / (s + (
 """
 from __future__ import annotations
 
+from typing import Sequence
+
+from bench.benchmark.gpu_profile import GpuProfile, measured
 from engine.control.costs import round_cost
 
 
@@ -54,11 +60,24 @@ def amdahl_speedup(prefill_share: float, decode_speedup: float) -> float:
     return 1.0 / (prefill_share + (1.0 - prefill_share) / decode_speedup)
 
 
-# The GPU profile's draft-model cost, in target tokens (the module docstring).
-GPU_DRAFT_COST = 0.1
+def call_widths(target_calls: int, drafted_at: Sequence[int]) -> dict[int, int]:
+    """Target calls by width: `drafted_at[i]` rounds drafted a token at position i, so
+    drafted_at[g - 1] - drafted_at[g] rounds drafted g and verified g + 1; the rest one token."""
+    at = [int(n) for n in drafted_at] + [0]
+    widths = {g + 1: at[g - 1] - at[g] for g in range(1, len(at)) if at[g - 1] > at[g]}
+    plain = target_calls - (at[0] if drafted_at else 0)
+    if plain < 0 or any(n < 0 for n in widths.values()):
+        raise ValueError(f"{target_calls} target calls cannot hold rounds drafting {list(drafted_at)}")
+    if plain:
+        widths[1] = plain
+    return widths
 
 
-def gpu_profile_speedup(output_tokens: int, target_calls: int, draft_model_tokens: int) -> float:
-    """A run's predicted speedup over plain decoding on the GPU profile (module docstring)."""
-    cost = target_calls + GPU_DRAFT_COST * draft_model_tokens
+def gpu_profile_speedup(output_tokens: int, target_calls: int, drafted_at: Sequence[int],
+                        draft_model_tokens: int, profile: GpuProfile | None = None) -> float:
+    """A run's predicted speedup over plain decoding on the measured GPU profile (module
+    docstring; `profile` None: the H200 run's)."""
+    p = profile if profile is not None else measured()
+    cost = sum(n * p.ratio(w) for w, n in call_widths(target_calls, drafted_at).items())
+    cost += p.draft_cost * draft_model_tokens
     return output_tokens / cost if cost > 0 else float("nan")

@@ -6,6 +6,8 @@ The target's greedy answer is scripted by position (a `Script`): a token, and th
 probability there. The draft, at each position, agrees with the target when that position's coin
 falls under the acceptance rate (else it proposes another token), with a top probability that
 tracks the rate. A decode of w tokens costs `cost[w - 1]` virtual ms (bench/fakes/table.py).
+`GPU` is the measured GPU profile (bench/benchmark/gpu_profile.py: the H200 run's curve, in its
+own ms, tabled to `GPU_WIDTHS`); `CPU` a 2-core CPU as issue 17 measured it, a target token 10 ms.
 
 A fake's text is its token ids written out ("17 203 5"), so a prompt can be any sequence of ids
 (a "file" the answer copies, for prompt lookup).
@@ -19,6 +21,7 @@ import numpy as np
 
 from engine.backend import Part
 from engine.pair import Pair
+from bench.benchmark.gpu_profile import GpuProfile, measured
 from bench.fakes.backend import FakeBackend
 from bench.fakes.table import VirtualClock
 
@@ -28,24 +31,35 @@ N_POS = 4096
 
 @dataclass(frozen=True)
 class Profile:
-    """Virtual ms per decode of 1..9 tokens, for the target and the draft."""
+    """Virtual ms per decode of 1, 2, ... tokens, for the target and the draft; `label` says
+    whose costs they are."""
     name: str
     verify: tuple[float, ...]
     draft: tuple[float, ...]
+    label: str = ""
 
 
 def _scaled(ratios: Sequence[float], unit: float) -> tuple[float, ...]:
     return tuple(unit * r for r in ratios)
 
 
-# A GPU: nine rows cost barely more than one, and the draft a tenth of the target.
-GPU_RATIOS = (1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.08, 1.10)
+# The widths the GPU profile is tabled at: 8 sequences' verifies of 64-token copies.
+GPU_WIDTHS = 8 * 65
+
+
+def gpu(profile: GpuProfile) -> Profile:
+    """A measured GPU profile as a fake's costs: its ms at widths 1..GPU_WIDTHS."""
+    return Profile("gpu", profile.verify_table(GPU_WIDTHS), profile.draft_table(GPU_WIDTHS),
+                   profile.description)
+
+
 # This 2-core CPU as measured (issue 17): widths 2, 3, 4 and 8 cost 1.42, 1.92, 2.85 and 6.1 of
 # one token; 5-7 and 9 interpolated.
 CPU_RATIOS = (1.0, 1.42, 1.92, 2.85, 3.66, 4.47, 5.29, 6.1, 6.9)
 
-GPU = Profile("gpu", _scaled(GPU_RATIOS, 10.0), _scaled(GPU_RATIOS, 1.0))
-CPU = Profile("cpu", _scaled(CPU_RATIOS, 10.0), _scaled(CPU_RATIOS, 3.5))
+GPU = gpu(measured())
+CPU = Profile("cpu", _scaled(CPU_RATIOS, 10.0), _scaled(CPU_RATIOS, 3.5),
+              "a 2-core CPU as issue 17 measured it (widths 2, 3, 4, 8), a target token 10 ms")
 SLOW_DRAFT = Profile("slow-draft", _scaled(CPU_RATIOS, 10.0), _scaled(CPU_RATIOS, 7.0))
 
 

@@ -1,5 +1,5 @@
 """The adaptive controller's decisions in a batch (issue 46), replayed on the cost profiles of
-bench/fakes/costed.py (a GPU, this 2-core CPU as calibrated) and on this CPU's curve for rows of
+bench/fakes/costed.py (the measured GPU profile, this 2-core CPU as calibrated) and on this CPU's curve for rows of
 several sequences (`CPU_BATCHED`), widths past the nine given extrapolated linearly, as the cost
 model does: for batches of 1, 2, 4 and 8 sequences, each
 drafting from the same source at the same acceptance, the gamma every sequence settles on, the
@@ -35,7 +35,8 @@ from bench.fakes.costed import CPU, GPU, MAX_GAMMA, Profile
 # 1.42, 1.92, 2.85; past 4 at their mean step), the draft as on CPU. The cost model has one
 # verify curve, so this one prices a sequence alone too: a bound on what batching gains here.
 CPU_BATCHED = Profile("cpu-batched", tuple(10.0 * r for r in (1.0, 1.77, 2.53, 3.90, 4.87, 5.84,
-                                                              6.81, 7.78, 8.75)), CPU.draft)
+                                                              6.81, 7.78, 8.75)), CPU.draft,
+                      "this 2-core CPU's rows of several sequences (issue 46), a target token 10 ms")
 PROFILES = (GPU, CPU, CPU_BATCHED)
 BATCHES = (1, 2, 4, 8)
 # The two ways of drafting: the draft model (in step with the text), and a copy from the
@@ -149,7 +150,9 @@ def replay(profile: Profile, plan: RoundPlan, acceptance: float) -> list[Row]:
 
 def main(acceptance: float) -> None:
     print(f"Acceptance {acceptance} per drafted token; max gamma {MAX_GAMMA}; tokens/s on each "
-          "profile's virtual clock (a target token 10 ms)")
+          "profile's virtual clock:")
+    for profile in PROFILES:
+        print(f"- {profile.name}: {profile.label}")
     print()
     print("| profile | drafter | batch | gamma | sequences drafting | step width | "
           "tok/s per sequence | "

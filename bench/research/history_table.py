@@ -2,11 +2,10 @@
 assets/prompts/history-v1.jsonl: every configuration's speedup over plain decoding request by
 request, in the order the requests ran (so the history's warm-up shows), then median, p10 and
 the share slower over all requests and after the first five; and, beside each, the cost
-model's prediction for a GPU-like profile from the same rounds.
+model's prediction on the measured GPU profile from the same rounds.
 
-GPU profile: bench/benchmark/theory.py's `gpu_profile_speedup` (a verify of up to 9
-tokens costs what one token does, the draft model a tenth of a target token), from this run's
-rounds.
+GPU profile: bench/benchmark/theory.py's `gpu_profile_speedup` on the measured curve
+(bench/benchmark/gpu_profile.py, its label printed above the tables), from this run's rounds.
 
   .venv/bin/python -m bench.research.history_table RUNS [WARM_UP]
 
@@ -21,6 +20,7 @@ import sys
 import numpy as np
 
 from bench.benchmark.files import runs_file
+from bench.benchmark.gpu_profile import measured
 from bench.benchmark.theory import gpu_profile_speedup
 
 
@@ -31,6 +31,7 @@ def _read(path: str) -> dict:
 
 def gpu_prediction(run: dict) -> float:
     return gpu_profile_speedup(run["output_tokens"], run["target_calls"],
+                               run.get("drafted_at", []),
                                run.get("drafted_by", {}).get("draft-model", 0))
 
 
@@ -46,6 +47,7 @@ def main(path: str, warm_up: int = 5) -> int:
     configs = list(dict.fromkeys(r["config"] for r in runs))
     order = list(dict.fromkeys(r["prompt_id"] for r in sorted(runs, key=lambda r: r["order"])))
     by = {(r["config"], r["prompt_id"]): r for r in runs}
+    print(f"GPU profile: {measured().description}.\n")
     print("| # | request | " + " | ".join(configs) + " | history: copied / drafted "
           "from it, accepted | GPU profile (history) |")
     print("|---" * (len(configs) + 4) + "|")

@@ -18,13 +18,14 @@ the adaptive controller's choices and the drafter's chain stop (docs/design/cont
       determined by the trace, so each policy's time against plain decoding is computed without
       noise, by the very code that runs. Prints the per-category median speedup, p10 and share
       below 0.95x for each configuration, and the oracle's ceiling.
-  suite TRACE.json [REPEATS] [--verify-ratios ...] [--gpu]
+  suite TRACE.json [REPEATS] [--verify-ratios ...] [--gpu [PROFILE.json]]
       The default (hybrid, adaptive) as `tandem bench --repeats REPEATS` runs it: every prompt
       REPEATS times in a row, the pair's evidence kept across answers; per category, the
       median, p10 and share below 0.98x, without measurement noise; then every fixed gamma of
       the draft model and of hybrid, and the default against the best of them. `--gpu`: the
-      bench's GPU profile (a verify of up to 9 tokens costs one token, a draft decode 0.1 of
-      one) instead of the trace's measured costs.
+      measured GPU profile's verify and draft times (bench/benchmark/gpu_profile.py: the H200
+      run's, or PROFILE.json), in its own milliseconds, instead of the trace's measured costs;
+      the output opens with its label.
 
 Usage: .venv/bin/python -m bench.research.policy_sim record /tmp/trace.json 8 64
        .venv/bin/python -m bench.research.policy_sim replay /tmp/trace.json
@@ -52,10 +53,12 @@ from engine.generation_config import GenerationConfig
 from engine.pair import Pair
 from engine.control.policy import FixedGamma, GammaPolicy
 from engine.sampling import SamplingParams
-from bench.benchmark.theory import GPU_DRAFT_COST
+from bench.benchmark.gpu_profile import GpuProfile, load as load_profile
 from engine.widths import padded_width
 
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# The widths a GPU profile's costs are tabled at for a replay (the longest copy's verify).
+GPU_WIDTHS = 65
 
 
 def _timed(backend, prefix: list[int], filler: list[int], widths, all_rows: bool) -> list[float]:
@@ -337,26 +340,27 @@ def suite_speeds(recs: list[dict], costs: Costs, repeats: int) -> dict[str, list
                       for _ in range(repeats)] for r in recs}
 
 
-def gpu_costs(verify_ms: list[float]) -> Costs:
-    """The bench's GPU profile (bench/benchmark/theory.py) at this trace's token time: a
-    verify of up to 9 tokens costs one token, a draft decode of any width `GPU_DRAFT_COST` of
-    one."""
-    one = verify_ms[0]
-    return Costs([one] * len(verify_ms), {"1": GPU_DRAFT_COST * one, "64": GPU_DRAFT_COST * one})
+def gpu_costs(profile: GpuProfile) -> Costs:
+    """A measured GPU profile's costs in its own ms: the target's verify and the draft's decodes
+    at widths 1..GPU_WIDTHS, read as the profile reads them (measured, interpolated, extended)."""
+    return Costs(list(profile.verify_table(GPU_WIDTHS)),
+                 dict(zip(range(1, GPU_WIDTHS + 1), profile.draft_table(GPU_WIDTHS))))
 
 
 def replay_suite(trace: Path, repeats: int, verify_ratios: list[float] | None = None,
-                 gpu: bool = False) -> None:
+                 gpu: GpuProfile | None = None) -> None:
     """Per category, the default's median over prompts of its median over repeats
     (`suite_speeds`), as `tandem bench` reports the speedup of the medians; the never-drafting
     control is 1 here by construction. Then every fixed gamma of the draft model and of hybrid
     (chain stop 0.5, a fresh pair per answer: a fixed gamma learns nothing), for the default's
-    distance to the best of them."""
+    distance to the best of them. `gpu`: the replay on that measured profile's costs."""
     data = json.loads(trace.read_text())
     verify = data["verify_ms"]
     if verify_ratios:
         verify = [verify[0] * r for r in verify_ratios]
-    costs = gpu_costs(verify) if gpu else Costs(verify, data["draft_ms"])
+    costs = gpu_costs(gpu) if gpu is not None else Costs(verify, data["draft_ms"])
+    if gpu is not None:
+        print(f"GPU profile: {gpu.description}.\n")
     recs = data["recs"]
     runs = suite_speeds(recs, costs, repeats)
     for rid, xs in runs.items():
@@ -364,7 +368,8 @@ def replay_suite(trace: Path, repeats: int, verify_ratios: list[float] | None = 
     speed = {rid: float(np.median(xs)) for rid, xs in runs.items()}
     cats = list(dict.fromkeys(r["cat"] for r in recs))
     print(f"{len(recs)} prompts x {repeats} repeats, evidence kept across answers; verify ms "
-          f"{[round(v, 1) for v in costs.verify_ms]}, draft ms {costs.draft_batch(1):.1f} a decode")
+          f"{[round(v, 1) for v in costs.verify_ms[:9]]} at widths 1-9, draft ms "
+          f"{costs.draft_batch(1):.1f} a decode")
     print("| configuration | " + " | ".join(cats) + " | **all** | p10 | below 0.98x | geomean |")
     print("|---" * (len(cats) + 5) + "|")
 
@@ -415,6 +420,15 @@ def oracle_one(rec: dict, costs: Costs, max_tokens: int = 64, max_gamma: int = 8
     return costs.verify(1) * end / best(0, 1)
 
 
+def _gpu_profile(argv: list[str]) -> GpuProfile | None:
+    """`--gpu [PROFILE.json]`: that measured profile (default: the H200 run's); None without it."""
+    if "--gpu" not in argv:
+        return None
+    i = argv.index("--gpu")
+    given = argv[i + 1] if i + 1 < len(argv) and argv[i + 1].endswith(".json") else None
+    return load_profile(given)
+
+
 class _NoTrim(AdaptiveController):
     """The adaptive controller without its stopping rule (`keep_drafting`), for comparison."""
 
@@ -445,7 +459,7 @@ def main(argv: list[str]) -> int:
             ratios = [float(x) for x in argv[argv.index("--verify-ratios") + 1].split(",")]
         if argv[0] == "suite":
             replay_suite(Path(argv[1]), int(argv[2]) if len(argv) > 2 and argv[2].isdigit()
-                         else 3, ratios, gpu="--gpu" in argv)
+                         else 3, ratios, gpu=_gpu_profile(argv))
         else:
             replay(Path(argv[1]), ratios)
     return 0
