@@ -15,7 +15,7 @@ from engine.round_plan import CONTEXT, MODEL, RoundPlan
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import generate
-from engine.generation_config import GenerationConfig
+from engine.generation_config import COPY_MAX, GenerationConfig
 from engine.control.registry import make_policy
 from engine.control.policy import Decision, FixedGamma, GammaPolicy, HeuristicGamma
 from engine.sampling import SamplingParams
@@ -504,8 +504,8 @@ def test_policies_by_name():
     assert make_policy("fixed", 3).name == "fixed-3"
     assert make_policy("heuristic", 3).name == "heuristic"
     adaptive = make_policy("adaptive", 6)
-    # Uncalibrated: it asks the pair to measure gammas up to its maximum.
-    assert adaptive.name == "adaptive" and adaptive.calibration_need() == 6
+    # Uncalibrated: it asks the pair to measure the widest round, a copy's (COPY_MAX tokens).
+    assert adaptive.name == "adaptive" and adaptive.calibration_need() == COPY_MAX
     with pytest.raises(SettingsError, match="unknown policy"):
         make_policy("greedy", 3)
 
@@ -697,7 +697,8 @@ def _twin_play(kind: type[AdaptiveController], verify: list[float], rounds: int,
     return differ, skipped
 
 
-@pytest.mark.parametrize("verify,least", [(CPU_VERIFY, 400), (VERIFY, 0)])
+# (Each key's first `lose_after` rounds are predicted in full.)
+@pytest.mark.parametrize("verify,least", [(CPU_VERIFY, 350), (VERIFY, 0)])
 def test_skipping_the_prediction_of_a_losing_copy_changes_no_decision(verify, least):
     """A copy whose estimate cannot pay at any acceptance it could reach until it next learns
     is plain without its prediction (`_loses`): every decision is the full prediction's, over
@@ -718,8 +719,9 @@ def test_a_copy_known_to_lose_says_so_and_its_report_still_predicts_every_gamma(
         c.estimator.learn(COPY.acceptance_key, 2, 0)
     d = c.next_gamma(COPY)
     assert d.gamma == 0 and not d.speeds and d.prediction == 1e3 / CPU_VERIFY[0]
-    assert d.reason.startswith("plain: copying from the context at 3-token matches cannot pay "
-                               "(at most 0.70 accepted a token)")
+    assert d.reason == ("plain: copying from the context at 3-token matches cannot pay (at most "
+                        "0.70 accepted a token); earlier answers: lookup at 3-token matches: 0.00 "
+                        "accepted over 12 rounds")
     report = c.report(d)
     expected = c.predict(COPY).speeds
     assert report.predicted_speedup == [round(float(s / expected[0]), 3) for s in expected]

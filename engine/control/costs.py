@@ -44,6 +44,7 @@ import numpy.typing as npt
 from engine.clock import Clock, wall_ms
 from engine.control.batch import Batch
 from engine.errors import SettingsError
+from engine.generation_config import COPY_MAX
 from engine.session import Session
 from engine.widths import padded_width
 
@@ -153,25 +154,33 @@ class CostModel:
         self.verify = [float(v) for v in c.verify_ms]
         self.draft_batch = [float(d) for d in c.draft_ms]
         # The pair pads batches to the cheaper widths of its calibration (engine/widths.py);
-        # costs are read at the width actually decoded.
+        # costs are read at the width actually decoded, which is fixed by the calibration.
         self.pad_verify = list(self.verify)
         self.pad_draft = list(self.draft_batch)
+        self._padded = [padded_width(self.pad_verify, w) for w in range(1, len(self.verify) + 1)]
         self.draft_token = self.draft_batch[0]
-        # verify_costs' answer, kept up to date as costs are learned (the controller prices
-        # every gamma of every round with it).
+        # verify_costs' answer for every width priced so far (at least the calibration's), kept
+        # up to date as costs are learned: the controller prices every gamma of every round
+        # from it, a copy at its own length (up to 64 tokens), so it is sliced, not rebuilt.
         self._verify_costs: np.ndarray | None = None
-        self._gammas = np.arange(64, dtype=np.float64)
+        # Bumped whenever the verify curve changes shape (a wide round's measurement): what
+        # only the curve's ratios decide may be kept until then.
+        self.shape = 0
+        self._gammas = np.arange(COPY_MAX + 1, dtype=np.float64)
 
     def verify_costs(self, n: int) -> np.ndarray:
-        """`verify_cost(w)` for w = 1..n, as an array (not to be written to)."""
+        """`verify_cost(w)` for w = 1..n, as an array (a view: not to be written to)."""
         cached = self._verify_costs
-        if cached is None or len(cached) != n:
-            cached = self._verify_costs = np.array([self.verify_cost(w) for w in range(1, n + 1)])
-        return cached
+        if cached is None or len(cached) < n:
+            widest = max(n, len(self._padded), len(cached) if cached is not None else 0)
+            cached = self._verify_costs = np.array([self.verify_cost(w)
+                                                    for w in range(1, widest + 1)])
+        return cached[:n]
 
     def verify_cost(self, width: int) -> float:
         """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
-        return at_width(self.verify, padded_width(self.pad_verify, width))
+        padded = self._padded
+        return at_width(self.verify, padded[width - 1] if 0 < width <= len(padded) else width)
 
     def catch_up_ms(self, lag: int) -> float:
         """The extra cost of a draft decode that first feeds `lag` - 1 committed tokens."""
@@ -246,6 +255,7 @@ class CostModel:
                 self._verify_costs = self._verify_costs * common
             return
         self._verify_costs = None
+        self.shape += 1
         # A wide verify also learns the curve's shape: the width seen moves fully, the others
         # follow a fraction.
         for i in range(len(self.verify)):
