@@ -254,7 +254,7 @@ def test_the_first_round_after_the_prefill_does_not_teach_costs():
     before = list(c.costs.verify)
     c.update(Decision(0, M), RoundStats(index=0, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
-    assert c.costs.verify == before
+    assert list(c.costs.verify) == before
     c.update(Decision(0, M), RoundStats(index=1, gamma=0, drafted=0, accepted=0, kind="target", committed=1,
                         draft_ms=0.0, verify_ms=3 * VERIFY[0], source="plain"))
     assert c.costs.verify[0] > before[0]
@@ -559,14 +559,21 @@ def test_every_choice_comes_with_a_one_line_reason():
     if g:
         assert d.reason.startswith(f"gamma {g}: predicted {speeds[g] / speeds[0]:.2f}x") \
             or d.reason.startswith(f"explore: gamma {g}")
-    # A draft as dear as the target: plain, and the line says what it costs and what the best
-    # gamma would have given.
+    # A draft as dear as the target: plain, and the line says what it costs and that no gamma
+    # pays; one a third as dear that does not pay either says what the best gamma would give.
     dear = controller(per_token=100.0, opening=(), explore_share=0.0)
     dear.estimator.model.tries[:] = 1.0
     d = dear.next_gamma(M)
-    assert d.gamma == 0
-    assert d.reason.startswith("plain: the draft costs 1.00 of a target token; best "
-                               "predicted 0.")
+    assert d.gamma == 0 and not d.speeds
+    assert d.reason == ("plain: the draft costs 1.00 of a target token; no gamma pays at up to "
+                        "0.09 accepted a token")
+    cheaper = controller(per_token=10.0, opening=(), explore_share=0.0)
+    cheaper.estimator.model.tries[:] = 1.0
+    cheaper.estimator.model.hits[0] = 1.0
+    d = cheaper.next_gamma(M)
+    assert d.gamma == 0 and d.speeds
+    assert d.reason.startswith("plain: the draft costs 0.10 of a target token; best "
+                               "predicted 1.07x at gamma 1")
     assert FixedGamma(3).next_gamma().reason == "fixed: gamma 3 every round"
     assert make_policy("plain", 1).next_gamma().reason.startswith("plain")
 

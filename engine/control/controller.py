@@ -211,12 +211,19 @@ class AdaptiveController(GammaPolicy):
         if not plan.model_drafts:
             ms = costs.round_ms(n, False)
             return Prediction(expected, ms, hopeful, ms, a)
-        # The model's decodes, and the share of its catch-up charged to this round: both
-        # predictions' costs in one step.
-        both = np.stack((expected, hopeful))
+        # The model's decodes, and the share of its catch-up charged to this round.
         catch_up = costs.catch_up_ms(max(plan.behind, 1))
-        ms, hopeful_ms = costs.round_ms(self.max_gamma, True, catch_up / self._rounds_ahead(both))
-        return Prediction(expected, ms, hopeful, hopeful_ms, a)
+        c = self.constants
+        span = min(self.elapsed, c.horizon_cap) if c.horizon_cap > 0 else 0.0
+        if not catch_up or span <= 0:
+            # The share is the same for every gamma: catch_up / horizon.
+            ms = costs.round_ms(n, True, catch_up / c.horizon)
+            return Prediction(expected, ms, hopeful, ms, a)
+        # catch_up / _rounds_ahead(E), written as a minimum (E >= 1, so span / E is finite).
+        per_token, most = catch_up / span, catch_up / c.horizon
+        return Prediction(expected, costs.round_ms(n, True, np.minimum(expected * per_token, most)),
+                          hopeful, costs.round_ms(n, True, np.minimum(hopeful * per_token, most)),
+                          a)
 
     def _predict_in(self, batch: Batch, plan: RoundPlan, a: np.ndarray, expected: np.ndarray,
                     hopeful: np.ndarray) -> Prediction:
@@ -302,16 +309,18 @@ class AdaptiveController(GammaPolicy):
         """For a copy whose key has been seen in `lose_after` rounds or more: the most
         acceptance its estimate can give any position, when at that acceptance no gamma up to
         the copy's length pays by the round's margin, and none pays by the carrying-on margin
-        at its optimistic first-token acceptance either; None otherwise (and for the model,
-        whose estimate plain rounds move). The round is then plain and explores nothing, as the
-        full prediction would say (`_choose` and `could_pay` ask whether some gamma pays, and
-        more acceptance only pays more), so the prediction is skipped. Thinner evidence never
-        switches a copy off: its rounds are predicted in full.
+        at its optimistic first-token acceptance either; for the model, `_model_loses`; None
+        otherwise. The round is then plain and explores nothing, as the full prediction would
+        say (`_choose` and `could_pay` ask whether some gamma pays, and more acceptance only
+        pays more), so the prediction is skipped. Thinner evidence never switches a copy off:
+        its rounds are predicted in full.
 
         Both acceptances only fall until the key's next first-token hit (a miss lowers the
         first position's rate and the posterior's bound, forgetting scales the counts alike):
         kept per key until then, with the shortest gamma each pays at, which depends on the
         verify curve's shape alone (`CostModel.shape`), not on the machine's pace."""
+        if plan.model_drafts:
+            return self._model_loses(plan)
         if not plan.is_copy:
             return None
         key = plan.acceptance_key
@@ -333,6 +342,30 @@ class AdaptiveController(GammaPolicy):
                 counts, counts.first_hits, counts.rounds,
                 self.estimator.ceiling(key, POSITIONS), self.optimistic_acceptance(plan))
         return kept.ceiling if self._closes(kept, costs, plan, n) else None
+
+    def _model_loses(self, plan: RoundPlan) -> float | None:
+        """For the model, alone: the most acceptance its estimate gives any position, when at
+        that acceptance no gamma pays by the round's margin even without its catch-up, and
+        exploring could not pay either (no budget, or no gamma pays at the optimistic
+        acceptance); None otherwise. Its estimate moves every few plain rounds (the target's
+        confidence), so this is asked afresh each round: a few Python floats where the full
+        prediction is a dozen array operations, and the same decision (the catch-up only
+        makes a round dearer)."""
+        costs = self._costs()
+        c = self.constants
+        n = self.max_gamma
+        a = self.estimator.expected(plan.acceptance_key, n, 1.0, c.hope)[0]
+        top = float(a.max())
+        verify = costs.verify_costs(n + 1).tolist()
+        step = costs.draft_token
+        rounds = [verify[0]] + [verify[g] + g * step for g in range(1, n + 1)]
+        if _first_paying(top, rounds, self._margin(plan)) <= n:
+            return None
+        ev = self.evidence
+        if ev.explored_ms < c.explore_share * ev.plain_ms and _first_paying(
+                self.optimistic_acceptance(plan), rounds, c.margin) <= n:
+            return None
+        return top
 
     def _closes(self, kept: "_Bounds", costs: CostModel, plan: RoundPlan, n: int) -> bool:
         """Whether at `kept`'s bounds no gamma up to `n` pays (`_loses`)."""
@@ -371,7 +404,7 @@ class AdaptiveController(GammaPolicy):
                             reason="plain: nothing to draft from this round",
                             confidence=self._unread + 1 >= c.confidence_every, batch=batch)
         if self.rounds >= max(c.opening_plain, len(c.opening)):
-            top = self._loses(plan)
+            top = self._loses(plan) if plan.is_copy or batch.alone else None
             if top is not None:
                 one = self._costs().verify_costs(1)[0]
                 return Decision(0, plan, prediction=1e3 / one,
@@ -411,6 +444,10 @@ class AdaptiveController(GammaPolicy):
 
     def _losing_reason(self, plan: RoundPlan, top: float) -> str:
         """The line of a copy's round that `_loses`: kept per key until its evidence changes."""
+        if plan.model_drafts:
+            return (f"plain: the draft costs {self._costs().draft_relative():.2f} of a target "
+                    f"token; no gamma pays at up to {min(top, 1.0):.2f} accepted a token"
+                    f"{self._earlier(plan)}")
         key = plan.acceptance_key
         rounds = self.estimator.counts(key).rounds
         stamp = (top, self.drafted_here.get(key, 0), rounds)

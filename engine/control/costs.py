@@ -151,14 +151,17 @@ class CostModel:
             raise SettingsError("calibration must give positive verify costs and a draft cost "
                                 "for each width")
         self.rate = rate
-        self.verify = [float(v) for v in c.verify_ms]
-        self.draft_batch = [float(d) for d in c.draft_ms]
+        # Arrays, so that a plain round's step (every cost alike) is one multiplication each.
+        self.verify = np.array(c.verify_ms, dtype=np.float64)
+        self.draft_batch = np.array(c.draft_ms, dtype=np.float64)
         # The pair pads batches to the cheaper widths of its calibration (engine/widths.py);
         # costs are read at the width actually decoded, which is fixed by the calibration.
-        self.pad_verify = list(self.verify)
-        self.pad_draft = list(self.draft_batch)
+        self.pad_verify = [float(v) for v in c.verify_ms]
+        self.pad_draft = [float(d) for d in c.draft_ms]
         self._padded = [padded_width(self.pad_verify, w) for w in range(1, len(self.verify) + 1)]
-        self.draft_token = self.draft_batch[0]
+        self._padded_draft = [padded_width(self.pad_draft, w)
+                              for w in range(1, len(self.draft_batch) + 1)]
+        self.draft_token = float(self.draft_batch[0])
         # verify_costs' answer for every width priced so far (at least the calibration's), kept
         # up to date as costs are learned: the controller prices every gamma of every round
         # from it, a copy at its own length (up to 64 tokens), so it is sliced, not rebuilt.
@@ -186,7 +189,8 @@ class CostModel:
         """The extra cost of a draft decode that first feeds `lag` - 1 committed tokens."""
         if lag <= 1:
             return 0.0
-        wide = at_width(self.draft_batch, padded_width(self.pad_draft, lag))
+        padded = self._padded_draft
+        wide = at_width(self.draft_batch, padded[lag - 1] if lag <= len(padded) else lag)
         return max(wide - at_width(self.draft_batch, 1), 0.0)
 
     def round_ms(self, max_gamma: int, model_drafts: bool,
@@ -196,7 +200,17 @@ class CostModel:
         verify = self.verify_costs(max_gamma + 1)
         if not model_drafts:
             return verify
-        return round_cost(verify, self._gammas[:max_gamma + 1], self.draft_token, catch_up)
+        # round_cost's formula, in as few array operations as a round's pricing allows.
+        ms = verify + self._gammas[:max_gamma + 1] * self.draft_token
+        if np.ndim(catch_up) == 0:
+            if catch_up:
+                first = ms[0]
+                ms += catch_up
+                ms[0] = first
+            return ms
+        share = np.array(catch_up, dtype=np.float64)
+        share[..., 0] = 0.0
+        return ms + share
 
     def step_ms(self, max_gamma: int, model_drafts: bool, batch: Batch,
                 catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
@@ -240,17 +254,19 @@ class CostModel:
         self.draft_token += self.rate * (per_token - self.draft_token)
 
     def learn_verify(self, width: int, measured: float) -> None:
-        while len(self.verify) < width:
-            self.verify.append(at_width(self.verify, len(self.verify) + 1))
+        self.verify = np.asarray(self.verify, dtype=np.float64)
+        if len(self.verify) < width:
+            self.verify = np.append(self.verify, [at_width(self.verify, w) for w in
+                                                  range(len(self.verify) + 1, width + 1)])
         ratio = measured / self.verify[width - 1]
         if width == 1:
             # A plain round measures the machine's pace: load (another program, heat) slows
             # every decode alike, the draft's too, so all costs take the same step and their
             # ratios, which choose gamma, stay as calibrated.
             common = 1.0 + self.rate * (ratio - 1.0)
-            self.verify = [v * common for v in self.verify]
+            self.verify = self.verify * common
             self.draft_token *= common
-            self.draft_batch = [d * common for d in self.draft_batch]
+            self.draft_batch = self.draft_batch * common
             if self._verify_costs is not None:
                 self._verify_costs = self._verify_costs * common
             return
@@ -258,6 +274,6 @@ class CostModel:
         self.shape += 1
         # A wide verify also learns the curve's shape: the width seen moves fully, the others
         # follow a fraction.
-        for i in range(len(self.verify)):
-            step = self.rate if i == width - 1 else self.rate / 4
-            self.verify[i] *= 1.0 + step * (ratio - 1.0)
+        steps = np.full(len(self.verify), self.rate / 4)
+        steps[width - 1] = self.rate
+        self.verify = self.verify * (1.0 + steps * (ratio - 1.0))
