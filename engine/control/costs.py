@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy.typing as npt
 
@@ -142,6 +142,11 @@ def expected_tokens(acceptance: float, gamma: int) -> float:
     return float(sum(acceptance ** i for i in range(gamma + 1)))
 
 
+def _at(table: np.ndarray, w: int) -> float:
+    """`at_width` of one of the cost model's arrays."""
+    return at_width(cast(Sequence[float], table), w)
+
+
 class CostModel:
     """Round costs in ms from a calibration; `learn_*` move them towards measured rounds."""
 
@@ -183,15 +188,15 @@ class CostModel:
     def verify_cost(self, width: int) -> float:
         """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
         padded = self._padded
-        return at_width(self.verify, padded[width - 1] if 0 < width <= len(padded) else width)
+        return _at(self.verify, padded[width - 1] if 0 < width <= len(padded) else width)
 
     def catch_up_ms(self, lag: int) -> float:
         """The extra cost of a draft decode that first feeds `lag` - 1 committed tokens."""
         if lag <= 1:
             return 0.0
         padded = self._padded_draft
-        wide = at_width(self.draft_batch, padded[lag - 1] if lag <= len(padded) else lag)
-        return max(wide - at_width(self.draft_batch, 1), 0.0)
+        wide = _at(self.draft_batch, padded[lag - 1] if lag <= len(padded) else lag)
+        return max(wide - _at(self.draft_batch, 1), 0.0)
 
     def round_ms(self, max_gamma: int, model_drafts: bool,
                  catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
@@ -203,10 +208,7 @@ class CostModel:
         # round_cost's formula, in as few array operations as a round's pricing allows.
         ms = verify + self._gammas[:max_gamma + 1] * self.draft_token
         if np.ndim(catch_up) == 0:
-            if catch_up:
-                first = ms[0]
-                ms += catch_up
-                ms[0] = first
+            ms[1:] += float(np.asarray(catch_up))
             return ms
         share = np.array(catch_up, dtype=np.float64)
         share[..., 0] = 0.0
@@ -235,7 +237,7 @@ class CostModel:
         if k == 0:
             return self.draft_token
         db = self.draft_batch
-        wider = max(at_width(db, k + 1) - at_width(db, k), 0.0)
+        wider = max(_at(db, k + 1) - _at(db, k), 0.0)
         return self.draft_token * wider / db[0] if db[0] > 0 else 0.0
 
     def draft_relative(self) -> float:
@@ -256,7 +258,7 @@ class CostModel:
     def learn_verify(self, width: int, measured: float) -> None:
         self.verify = np.asarray(self.verify, dtype=np.float64)
         if len(self.verify) < width:
-            self.verify = np.append(self.verify, [at_width(self.verify, w) for w in
+            self.verify = np.append(self.verify, [_at(self.verify, w) for w in
                                                   range(len(self.verify) + 1, width + 1)])
         ratio = measured / self.verify[width - 1]
         if width == 1:
