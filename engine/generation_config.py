@@ -11,7 +11,16 @@ from engine.grammar.guide import CompiledGrammar
 from engine.logprobs import MAX_TOP
 from engine.sampling import SamplingParams
 
+# The most a request's `gamma` may be: under the adaptive policy, the most the draft model drafts
+# in a round; under a fixed policy, what every round drafts.
 MAX_GAMMA = 32
+# The most a copy drafts in one round (a plan whose `is_copy` holds: prompt lookup, the history
+# of past requests, a client's prediction; engine/round_plan.py), whatever the request's gamma:
+# a copy costs no draft decode, and on a steep CPU verify curve only copies of 16 to 64 tokens
+# pay (issue 62: a verify of 64 costs 27.8 tokens on a Zen 4). The adaptive controller prices
+# each copy at its own length up to this (docs/design/controller.md); a fixed policy caps copies
+# at its gamma, which is how a user caps them.
+COPY_MAX = 64
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,8 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
                        kind=verdict.kind, committed=0, draft_ms=draft_ms, verify_ms=verify_ms,
                        source=proposal.source, is_copy=plan.is_copy,
                        predicted_tps=decision.prediction, reason=decision.reason,
-                       confidence=confidence, width=width, forced=len(forced))
+                       confidence=confidence, width=width, forced=len(forced),
+                       token=verdict.token)
     tokens = (*forced, *drafted[:n], verdict.token)
     if r.mates is not None:
         r.mates.report(Share(width, float(len(tokens)), len(drafted) if plan.model_drafts else 0))

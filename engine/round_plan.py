@@ -26,15 +26,17 @@ NOTHING = ""
 
 # Match lengths are counted in buckets: a 2-token match and a 16-token one are different bets
 # (suffix decoding sizes speculation by the match), and buckets doubling in width keep the
-# counts per bucket large where matches are rare.
-_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, 1 << 30))
+# counts per bucket large where matches are rare, up to the 64 tokens a match is counted to
+# (the copy's own length is not in the key: it caps the round, and acceptance is kept per
+# position, engine/control/estimator.py).
+_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, 31), (32, 63), (64, 1 << 30))
 
 
 def match_bucket(length: int) -> str:
     """The bucket of a match of `length` tokens, as it is written in reasons and acceptance keys.
 
-    >>> [match_bucket(n) for n in (1, 2, 5, 8, 40)]
-    ['1', '2', '4-7', '8-15', '16+']
+    >>> [match_bucket(n) for n in (1, 2, 5, 8, 20, 40, 64)]
+    ['1', '2', '4-7', '8-15', '16-31', '32-63', '64+']
     """
     for lo, hi in _BUCKETS:
         if length <= hi:

@@ -38,6 +38,10 @@ class RoundStats:
     # Tokens a grammar forced before the draft (committed without a model, decoded in the
     # batch as context).
     forced: int = 0
+    # The last token the round committed (the target's own: a plain round's, a correction or a
+    # bonus); None where not known. A plain round's judges a copy it did not draft
+    # (engine/control/controller.py's `_watch`).
+    token: int | None = None
 
     @property
     def measured_tps(self) -> float:

@@ -17,7 +17,7 @@ from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import generate
-from engine.generation_config import GenerationConfig
+from engine.generation_config import COPY_MAX, GenerationConfig
 from engine.pair import Pair
 from engine.control.registry import make_policy
 from engine.rng import Rng
@@ -225,8 +225,8 @@ def test_pair_default_policy_is_the_adaptive_controller_calibrated_once_per_draf
     done = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)][-1]
     assert all(p is not None for p in done.stats.predicted_tps)
     first = pair.knowledge["draft"]
-    # Widths 1..9 whatever gamma: enough to see which batch widths are worth padding to.
-    assert len(first.verify_ms) == 9 and first.model_name == "draft-model"
+    # Widths 1..65 whatever gamma: the widest round the adaptive controller prices, a copy's.
+    assert len(first.verify_ms) == COPY_MAX + 1 and first.model_name == "draft-model"
     [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True)]
     assert pair.knowledge["draft"] is first
     fixed = [ev for ev in pair.generate(TEXT, config, drafter="draft", raw=True,

@@ -11,7 +11,7 @@ import pytest
 from engine.control.costs import Calibration
 from engine.control.evidence import Evidence
 from engine.events import DoneEvent, RoundEvent
-from engine.generation_config import GenerationConfig
+from engine.generation_config import COPY_MAX, GenerationConfig
 from engine.sampling import SamplingParams
 from bench.fakes.costed import PATTERNS, script, scripted_pair
 from tests.fakes.flat_costs import FLAT
@@ -92,7 +92,7 @@ def test_a_calibration_is_a_value_and_the_pair_keeps_the_evidence_beside_it():
     evidence = pair.knowledge.evidence_of("hybrid")
     # A wider calibration leaves the evidence; a drafter offered anew starts both over.
     narrow = pair.calibration("hybrid", 4)
-    assert pair.calibration("hybrid", 12) is not narrow
+    assert pair.calibration("hybrid", COPY_MAX + 4) is not narrow
     assert pair.knowledge.evidence_of("hybrid") is evidence
     pair.knowledge.forget("hybrid")
     assert "hybrid" not in pair.knowledge

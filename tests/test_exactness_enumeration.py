@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.acceptance import speculative_verify
+from engine.acceptance import Verdict, speculative_verify
 from engine.control.controller import AdaptiveController
 from engine.dist import Dist
 from engine.drafters.base import Drafter
@@ -270,3 +270,85 @@ def test_lazy_rows_with_a_tail_emit_the_targets_law_exactly(drafter, sampling, m
                                  lambda d: make_policy("fixed", d))
     assert drafted > 0
     assert total_variation(spec, want) < 1e-9
+
+
+# --- a 64-token copy -------------------------------------------------------------------------
+
+# A long copy source: the prompt holds SOURCE and then its first four tokens again, so prompt
+# lookup copies the 64 tokens after them; the target follows SOURCE one-hot except at the
+# copy's positions 0, 31 and 63, where it splits evenly with another token (off the copy it is
+# one-hot on token 0). Three tokens and an end; the verify curve is flat to 65 rows, so the
+# adaptive controller (model capped at gamma 2) drafts the whole copy at once.
+LONG_V, LONG_EOG, LONG_N = 4, 3, 66
+SOURCE = [int(t) for t in np.random.default_rng(5).integers(0, 3, 72)]
+LONG_PROMPT = SOURCE + SOURCE[:4]
+SPLITS = (0, 31, 63)
+FLAT_65 = [10.0] * 65
+
+
+class CopyTarget(TableFake):
+    """The long copy's target (above); a decode of w tokens costs FLAT_65[w - 1]."""
+
+    def __init__(self, clock: VirtualClock | None = None) -> None:
+        super().__init__(n_vocab=LONG_V, eog=LONG_EOG, clock=clock, cost=FLAT_65)
+
+    def _row(self, context):
+        row = np.full(LONG_V, -np.inf, dtype=np.float32)
+        out = list(context[len(LONG_PROMPT):])
+        i = len(out)
+        on_copy = len(context) >= len(LONG_PROMPT) and out == SOURCE[4:4 + i] and i < 64
+        if not on_copy:
+            row[0] = 0.0
+            return row
+        row[SOURCE[4 + i]] = 0.0
+        if i in SPLITS:
+            row[(SOURCE[4 + i] + 1) % 3] = 0.0
+        return row
+
+
+def _deep_trusting_verify(p, q, draft, rng, greedy):
+    """A wrong rule, the negative control: a copy's first 40 tokens are judged by the one-hot
+    rule, every later one the target allows is accepted without its coin."""
+    for i in range(len(draft)):
+        x, pi = int(draft[i]), p[i]
+        if (i >= 40 and pi.prob(x) > 0) or rng.coin(pi.prob(x)):
+            continue
+        return Verdict(i, rng.draw_without(pi, x), "correction")
+    return Verdict(len(draft), rng.draw(p[len(draft)]), "bonus")
+
+
+def long_copy_law(rule=None) -> tuple[dict, dict, int]:
+    """(speculative law, target law, the longest round drafted) of the first LONG_N tokens."""
+    params = SamplingParams(temperature=1.0)
+    longest = [0]
+
+    def run(rng: Rng):
+        clock = VirtualClock()
+        target = Session(CopyTarget(clock))
+        drafter = PromptLookupDrafter(ngram_max=3, is_eog=lambda t: t == LONG_EOG)
+        policy = AdaptiveController(max_gamma=2, draft_ms=[0.0] * 65, verify_ms=FLAT_65,
+                                    opening=())
+        config = GenerationConfig(params=params, gamma=2, max_tokens=LONG_N)
+        kw = {} if rule is None else {"rule": rule}
+        events = list(generate(target, drafter, LONG_PROMPT, config, policy, rng=rng,
+                               clock=clock.now, **kw))
+        longest[0] = max([longest[0]] + [e.round.drafted for e in events
+                                         if type(e).__name__ == "RoundEvent"])
+        return events[-1].tokens
+
+    spec = exact_law(run)
+    return spec, target_law(CopyTarget(), LONG_PROMPT, params, LONG_N), longest[0]
+
+
+def test_a_64_token_copy_emits_the_targets_law_exactly():
+    """One round drafts the whole 64-token copy (past the model's gamma of 2), its splits at
+    positions 0, 31 and 63 each decided by the one-hot rule's coin: the law of 66 tokens is the
+    target's."""
+    spec, want, longest = long_copy_law()
+    assert longest == 64 and len(want) >= 4
+    assert total_variation(spec, want) < 1e-9
+
+
+def test_a_rule_wrong_only_deep_in_a_64_token_copy_is_caught():
+    spec, want, longest = long_copy_law(_deep_trusting_verify)
+    assert longest == 64 and total_variation(spec, want) > 1e-3

@@ -68,8 +68,9 @@ def test_lookup_finds_matches_in_a_large_index():
     h = HistoryIndex(capacity=1_000_000)
     for d in docs:
         h.add(d)
-    m = h.match([5, *docs[77][100:140]], 8)
-    assert m.tokens == docs[77][140:148].tolist() and m.length == 32
+    m = h.match([5, *docs[77][100:170]], 8)
+    # The match is counted back to MATCH_MAX (64) tokens.
+    assert m.tokens == docs[77][170:178].tolist() and m.length == 64
     assert h.n_tokens == 100_000 and h.n_documents == 200
 
 

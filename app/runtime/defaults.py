@@ -9,11 +9,12 @@ from app.runtime.overflow import DROP_OLDEST, STOP
 from engine.drafters.base import PLAIN, plain_alias
 from engine.pair import DEFAULT_CHAIN_MIN, DEFAULT_DRAFTER
 from engine.control.registry import POLICIES
+from engine.generation_config import COPY_MAX
 from engine.sampling import SamplingParams
 from loading.options import LoadOptions
 from models.offload import AUTO
 
-__all__ = ["CTX", "DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
+__all__ = ["COPY_MAX", "CTX", "DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE",
            "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL",
            "MAX_PARALLEL", "OVERFLOW", "OVERFLOW_API", "PARALLEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS",
@@ -31,6 +32,9 @@ DEFAULT_POLICY = "adaptive"
 # Gamma when not given: the fixed gamma, the heuristic's start, the adaptive maximum (and 1 for
 # the control that never drafts, where it only sizes the calibration).
 DEFAULT_GAMMA = {"fixed": 4, "heuristic": 4, "adaptive": 8, "plain": 1}
+# Under the adaptive policy gamma caps the draft model only: a copy (prompt lookup, the history,
+# a client's prediction) drafts up to COPY_MAX tokens (the engine's, engine/generation_config.py),
+# as far as its match and the measured verify curve pay. A fixed policy caps copies at its gamma.
 
 # Sampling when not given: greedy, nothing truncated (SamplingParams' own defaults), and the
 # longest answer.

@@ -37,6 +37,14 @@ class ControllerConstants:
     probe_gamma: int = 2
     explore_z: float = 1.64
     explore_share: float = 0.01
+    # A copy's key is switched off for the answer (`_loses`) only once it has been seen in this
+    # many rounds (drafted, or watched: a plain round judged as the copy's draft would have
+    # been); with fewer, its rounds are predicted in full, which costs microseconds, where a
+    # wrong switch-off costs the answer's copies (issue 62: one failed 1-token match closed
+    # lookup for a whole verbatim edit). With 8, a copy whose first token is accepted 0.9 of the
+    # time (what a 16-token copy needs on a steep CPU curve) shows the 4 misses in 8 that could
+    # close it with probability 0.5%; one that missed all 8 has an optimistic bound of 0.25.
+    lose_after: int = 8
     # A plain round adds `conf_weight` of an observation at acceptance `scale * confidence`
     # (the target's top probability tracks the draft's agreement: 0.99 above 0.97, 0.61 at
     # 0.5-0.7, 0.27 at 0.3-0.5); `scale` starts at 1 with this weight.

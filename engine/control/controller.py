@@ -37,7 +37,7 @@ than the gamma chosen.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -45,11 +45,12 @@ import numpy as np
 from engine.control.batch import ALONE, Batch
 from engine.control.constants import DEFAULTS, ControllerConstants
 from engine.control.costs import Calibration, CostModel, calibrate
-from engine.control.estimator import AcceptanceEstimator, Counts
+from engine.control.estimator import POSITIONS, AcceptanceEstimator, Counts
 from engine.control.evidence import Evidence
 from engine.control.policy import Decision, GammaPolicy
 from engine.round_plan import CONTEXT, HISTORY, MODEL, NO_PLAN, RoundPlan, match_bucket
 from engine.errors import SettingsError
+from engine.generation_config import COPY_MAX, MAX_GAMMA
 from engine.stats import ControllerReport, RoundStats
 
 __all__ = ["AdaptiveController", "Calibration", "Prediction", "calibrate"]
@@ -96,8 +97,9 @@ class AdaptiveController(GammaPolicy):
     def __init__(self, max_gamma: int = 8, draft_ms: Sequence[float] | None = None,
                  verify_ms: Sequence[float] | None = None, model_name: str | None = None,
                  constants: ControllerConstants = DEFAULTS, **overrides) -> None:
-        if max_gamma < 1:
-            raise SettingsError(f"the adaptive controller needs max gamma >= 1, got {max_gamma}")
+        if not 1 <= max_gamma <= MAX_GAMMA:
+            raise SettingsError(f"the adaptive controller needs max gamma between 1 and "
+                                f"{MAX_GAMMA}, got {max_gamma}")
         try:
             c = replace(constants, **overrides)
         except TypeError as exc:
@@ -123,10 +125,13 @@ class AdaptiveController(GammaPolicy):
         self.copy_parts: set[str] = set()
         # Plain rounds since the target's confidence was last read (`confidence_every`).
         self._unread = 0
-        self._gammas = np.arange(max_gamma + 1)
-        # Per copy key: its counts, their rounds and `_loses`' two acceptances; its losing line.
-        self._ceilings: dict[str, tuple[Counts, int, float, float]] = {}
-        self._losing_reasons: dict[str, tuple[tuple[float, int], str]] = {}
+        # Per copy key: its counts, their first hits and `_loses`' two acceptances; its line.
+        self._ceilings: dict[str, _Bounds] = {}
+        # The copy a plain round was offered and did not draft, followed over the plain rounds
+        # after it as if it had been drafted (`_watch`): its key, tokens and how many of them
+        # the text has matched so far.
+        self._watched: tuple[str, tuple[int, ...], int] | None = None
+        self._losing_reasons: dict[str, tuple[tuple[float, int, int], str]] = {}
         if verify_ms is not None:
             self.use_calibration(Calibration(
                 list(draft_ms if draft_ms is not None else [0.0] * len(verify_ms)),
@@ -149,7 +154,8 @@ class AdaptiveController(GammaPolicy):
         return self.evidence.costs is not None
 
     def calibration_need(self) -> int | None:
-        return None if self.calibrated else self.max_gamma
+        # The widest round: a copy's (COPY_MAX tokens and the last committed one).
+        return None if self.calibrated else max(self.max_gamma, COPY_MAX)
 
     @property
     def opening_plain(self) -> int:
@@ -181,24 +187,43 @@ class AdaptiveController(GammaPolicy):
             return np.full(np.shape(expected), c.horizon)
         return np.maximum(c.horizon, min(self.elapsed, c.horizon_cap) / expected)
 
+    def most(self, plan: RoundPlan) -> int:
+        """The most the round `plan` describes may draft: a copy its own tokens, up to
+        COPY_MAX; the model `max_gamma`."""
+        return min(len(plan.tokens), COPY_MAX) if plan.is_copy else self.max_gamma
+
     def predict(self, plan: RoundPlan, batch: Batch = ALONE) -> Prediction:
-        """The round `plan` describes, priced for every gamma 0..max_gamma at once, by the
+        """The round `plan` describes, priced for every gamma 0..`most(plan)` at once, by the
         estimate and hopefully; in a batch, as the whole step at its total width, so that the
-        speeds compared are the batch's (engine/control/costs.py)."""
+        speeds compared are the batch's (engine/control/costs.py). A copy's acceptance pools
+        every position its key has counted, whatever its length."""
         costs = self._costs()
-        a, expected, hopeful = self.estimator.expected(plan.acceptance_key, self.max_gamma,
-                                                       self._opening_cap(), self.constants.hope)
+        n = self.most(plan)
+        if plan.is_copy:
+            a, expected, hopeful = self.estimator.expected(
+                plan.acceptance_key, POSITIONS, self._opening_cap(), self.constants.hope)
+            a, expected, hopeful = a[:n], expected[:n + 1], hopeful[:n + 1]
+        else:
+            a, expected, hopeful = self.estimator.expected(
+                plan.acceptance_key, n, self._opening_cap(), self.constants.hope)
         if not batch.alone:
             return self._predict_in(batch, plan, a, expected, hopeful)
         if not plan.model_drafts:
-            ms = costs.round_ms(self.max_gamma, False)
+            ms = costs.round_ms(n, False)
             return Prediction(expected, ms, hopeful, ms, a)
-        # The model's decodes, and the share of its catch-up charged to this round: both
-        # predictions' costs in one step.
-        both = np.stack((expected, hopeful))
+        # The model's decodes, and the share of its catch-up charged to this round.
         catch_up = costs.catch_up_ms(max(plan.behind, 1))
-        ms, hopeful_ms = costs.round_ms(self.max_gamma, True, catch_up / self._rounds_ahead(both))
-        return Prediction(expected, ms, hopeful, hopeful_ms, a)
+        c = self.constants
+        span = min(self.elapsed, c.horizon_cap) if c.horizon_cap > 0 else 0.0
+        if not catch_up or span <= 0:
+            # The share is the same for every gamma: catch_up / horizon.
+            ms = costs.round_ms(n, True, catch_up / c.horizon)
+            return Prediction(expected, ms, hopeful, ms, a)
+        # catch_up / _rounds_ahead(E), written as a minimum (E >= 1, so span / E is finite).
+        per_token, most = catch_up / span, catch_up / c.horizon
+        return Prediction(expected, costs.round_ms(n, True, np.minimum(expected * per_token, most)),
+                          hopeful, costs.round_ms(n, True, np.minimum(hopeful * per_token, most)),
+                          a)
 
     def _predict_in(self, batch: Batch, plan: RoundPlan, a: np.ndarray, expected: np.ndarray,
                     hopeful: np.ndarray) -> Prediction:
@@ -208,7 +233,7 @@ class AdaptiveController(GammaPolicy):
         share = (costs.catch_up_ms(max(plan.behind, 1)) / self._rounds_ahead(both)
                  if plan.model_drafts else 0.0)
         ms, hopeful_ms = np.broadcast_to(
-            costs.step_ms(self.max_gamma, plan.model_drafts, batch, share), both.shape)
+            costs.step_ms(len(a), plan.model_drafts, batch, share), both.shape)
         return Prediction(expected, ms, hopeful, hopeful_ms, a, batch.others_commit)
 
     def _opening_cap(self) -> float:
@@ -218,7 +243,7 @@ class AdaptiveController(GammaPolicy):
 
     def acceptance(self, plan: RoundPlan) -> np.ndarray:
         """Estimated a_j per draft position for the round `plan` describes."""
-        return self.estimator.acceptance(plan.acceptance_key)[:self.max_gamma]
+        return self.estimator.acceptance(plan.acceptance_key)[:self.most(plan)]
 
     def predicted_tps(self, gamma: int, plan: RoundPlan, batch: Batch = ALONE) -> float:
         return float(self.predict(plan, batch).speeds[gamma])
@@ -267,7 +292,9 @@ class AdaptiveController(GammaPolicy):
     def could_pay(self, plan: RoundPlan, ms: np.ndarray) -> bool:
         """Whether some gamma pays by the carrying-on margin at the optimistic acceptance, at
         every position: when not, exploring can only lose."""
-        return _pays_at(self.optimistic_acceptance(plan), ms.tolist(), self.constants.margin)
+        costs = ms.tolist()
+        return _first_paying(self.optimistic_acceptance(plan), costs,
+                             self.constants.margin) < len(costs)
 
     def _margin(self, plan: RoundPlan) -> float:
         """The margin a gamma must pay by (`_pays`) to draft the round `plan` describes."""
@@ -279,27 +306,81 @@ class AdaptiveController(GammaPolicy):
         return self.constants.margin if carrying_on else self.constants.resume_margin
 
     def _loses(self, plan: RoundPlan) -> float | None:
-        """For a copy: the most acceptance its estimate can give any position, when at that
-        acceptance no gamma pays by the round's margin, and none pays by the carrying-on
-        margin at its optimistic first-token acceptance either; None otherwise (and for the
-        model, whose estimate plain rounds move). The round is then plain and explores
-        nothing, as the full prediction would say (`_choose` and `could_pay` ask whether some
-        gamma pays, and more acceptance only pays more), so the prediction is skipped. Both
-        acceptances change only when the key learns: kept until then, per key."""
+        """For a copy whose key has been seen in `lose_after` rounds or more: the most
+        acceptance its estimate can give any position, when at that acceptance no gamma up to
+        the copy's length pays by the round's margin, and none pays by the carrying-on margin
+        at its optimistic first-token acceptance either; for the model, `_model_loses`; None
+        otherwise. The round is then plain and explores nothing, as the full prediction would
+        say (`_choose` and `could_pay` ask whether some gamma pays, and more acceptance only
+        pays more), so the prediction is skipped. Thinner evidence never switches a copy off:
+        its rounds are predicted in full.
+
+        Both acceptances only fall until the key's next first-token hit (a miss lowers the
+        first position's rate and the posterior's bound, forgetting scales the counts alike):
+        kept per key until then, with the shortest gamma each pays at, which depends on the
+        verify curve's shape alone (`CostModel.shape`), not on the machine's pace."""
+        if plan.model_drafts:
+            return self._model_loses(plan)
         if not plan.is_copy:
             return None
         key = plan.acceptance_key
         counts = self.estimator.counts(key)
-        kept = self._ceilings.get(key)
-        if kept is None or kept[0] is not counts or kept[1] != counts.rounds:
-            kept = self._ceilings[key] = (counts, counts.rounds,
-                                          self.estimator.ceiling(key, self.max_gamma),
-                                          self.optimistic_acceptance(plan))
-        costs = self._costs().verify_costs(self.max_gamma + 1).tolist()
-        if (_pays_at(kept[2], costs, self._margin(plan))
-                or _pays_at(kept[3], costs, self.constants.margin)):
+        if counts.rounds < self.constants.lose_after:
             return None
-        return kept[2]
+        costs = self._costs()
+        n = self.most(plan)
+        kept = self._ceilings.get(key)
+        if kept is not None and (kept.counts is not counts or kept.hits != counts.first_hits):
+            # A first-token hit (or counts restored from disk) may raise the bounds.
+            kept = None
+        if (kept is not None and kept.rounds != counts.rounds
+                and not self._closes(kept, costs, plan, n)):
+            # Misses since may have lowered them enough to close.
+            kept = None
+        if kept is None:
+            kept = self._ceilings[key] = _Bounds(
+                counts, counts.first_hits, counts.rounds,
+                self.estimator.ceiling(key, POSITIONS), self.optimistic_acceptance(plan))
+        return kept.ceiling if self._closes(kept, costs, plan, n) else None
+
+    def _model_loses(self, plan: RoundPlan) -> float | None:
+        """For the model, alone: the most acceptance its estimate gives any position, when at
+        that acceptance no gamma pays by the round's margin even without its catch-up, and
+        exploring could not pay either (no budget, or no gamma pays at the optimistic
+        acceptance); None otherwise. Its estimate moves every few plain rounds (the target's
+        confidence), so this is asked afresh each round: a few Python floats where the full
+        prediction is a dozen array operations, and the same decision (the catch-up only
+        makes a round dearer)."""
+        costs = self._costs()
+        c = self.constants
+        n = self.max_gamma
+        a = self.estimator.expected(plan.acceptance_key, n, 1.0, c.hope)[0]
+        top = float(a.max())
+        verify = costs.verify_costs(n + 1).tolist()
+        step = costs.draft_token
+        rounds = [verify[0]] + [verify[g] + g * step for g in range(1, n + 1)]
+        if _first_paying(top, rounds, self._margin(plan)) <= n:
+            return None
+        ev = self.evidence
+        if ev.explored_ms < c.explore_share * ev.plain_ms and _first_paying(
+                self.optimistic_acceptance(plan), rounds, c.margin) <= n:
+            return None
+        return top
+
+    def _closes(self, kept: "_Bounds", costs: CostModel, plan: RoundPlan, n: int) -> bool:
+        """Whether at `kept`'s bounds no gamma up to `n` pays (`_loses`)."""
+        if kept.shape != costs.shape:
+            kept.first.clear()
+            kept.shape = costs.shape
+        margin = self._margin(plan)
+        widest = COPY_MAX + 1
+        for a, m in ((kept.ceiling, margin), (kept.optimistic, self.constants.margin)):
+            g = kept.first.get((a, m))
+            if g is None:
+                g = kept.first[(a, m)] = _first_paying(a, costs.verify_costs(widest).tolist(), m)
+            if g <= n:
+                return False
+        return True
 
     def _explores(self, plan: RoundPlan, g: int, ms: np.ndarray) -> bool:
         """Whether to spend an exploring round of `g` tokens on `plan` (the module docstring's
@@ -318,14 +399,14 @@ class AdaptiveController(GammaPolicy):
         c = self.constants
         if not plan.drafts:
             # Nothing to draft from: a plain round, priced without a prediction.
-            one = self._costs().verify_costs(self.max_gamma + 1)[0]
+            one = self._costs().verify_costs(1)[0]
             return Decision(0, plan, prediction=1e3 / one,
                             reason="plain: nothing to draft from this round",
                             confidence=self._unread + 1 >= c.confidence_every, batch=batch)
         if self.rounds >= max(c.opening_plain, len(c.opening)):
-            top = self._loses(plan)
+            top = self._loses(plan) if plan.is_copy or batch.alone else None
             if top is not None:
-                one = self._costs().verify_costs(self.max_gamma + 1)[0]
+                one = self._costs().verify_costs(1)[0]
                 return Decision(0, plan, prediction=1e3 / one,
                                 reason=self._losing_reason(plan, top),
                                 confidence=self._unread + 1 >= c.confidence_every, batch=batch)
@@ -338,7 +419,7 @@ class AdaptiveController(GammaPolicy):
             g = self._choose(plan, p)
             # A probe in a batch would be paid by every sequence in it: none there.
             if g == 0 and batch.alone and self.rounds >= len(c.opening):
-                probe = min(c.probe_gamma, self.max_gamma)
+                probe = min(c.probe_gamma, len(p.ms) - 1)
                 if self._explores(plan, probe, p.ms):
                     g, probing = probe, True
         # In a batch `speeds` are the batch's: the prediction is this sequence's own.
@@ -363,14 +444,20 @@ class AdaptiveController(GammaPolicy):
 
     def _losing_reason(self, plan: RoundPlan, top: float) -> str:
         """The line of a copy's round that `_loses`: kept per key until its evidence changes."""
+        if plan.model_drafts:
+            return (f"plain: the draft costs {self._costs().draft_relative():.2f} of a target "
+                    f"token; no gamma pays at up to {min(top, 1.0):.2f} accepted a token"
+                    f"{self._earlier(plan)}")
         key = plan.acceptance_key
-        stamp = (top, self.drafted_here.get(key, 0))
+        rounds = self.estimator.counts(key).rounds
+        stamp = (top, self.drafted_here.get(key, 0), rounds)
         kept = self._losing_reasons.get(key)
         if kept is None or kept[0] != stamp:
-            where = "past requests" if plan.source == HISTORY else "the context"
-            line = (f"plain: copying from {where} at {match_bucket(plan.match)}-token matches "
-                    f"cannot pay (at most {min(top, 1.0):.2f} accepted a token)"
-                    f"{self._earlier(plan)}")
+            # The rounds it rests on: earlier answers' and this one's, or this one's alone.
+            earlier = self._earlier(plan) or f" over {rounds} rounds"
+            line = (f"plain: copying from {_copy_words(plan)} at {match_bucket(plan.match)}-token "
+                    f"matches cannot pay (at most {min(top, 1.0):.2f} accepted a token)"
+                    f"{earlier}")
             kept = self._losing_reasons[key] = (stamp, line)
         return kept[1]
 
@@ -409,10 +496,13 @@ class AdaptiveController(GammaPolicy):
             return (f"explore: gamma {g} to measure {_SOURCE_WORDS.get(plan.source, '')} again "
                     f"(predicted {gain[g]:.2f}x){earlier}")
         if plan.is_copy:
-            what = ("copying from past requests" if plan.source == HISTORY
-                    else "copying from the context") + ", which costs no draft decode"
+            what = f"copying from {_copy_words(plan)}, which costs no draft decode"
             if g == 0:
-                return f"plain: best predicted {gain[best]:.2f}x at gamma {best}, {what}{earlier}"
+                seen = self.estimator.counts(plan.acceptance_key).rounds
+                thin = (f"; {seen} of the {c.lose_after} rounds seen that could switch it off"
+                        if seen < c.lose_after else "")
+                return (f"plain: best predicted {gain[best]:.2f}x at gamma {best}, {what}"
+                        f"{earlier}{thin}")
             return (f"gamma {g}: predicted {gain[g]:.2f}x (first-token acceptance {a0:.2f}, "
                     f"{what}){earlier}")
         cost = self._costs().draft_relative()
@@ -423,6 +513,7 @@ class AdaptiveController(GammaPolicy):
                 f"draft {cost:.2f} of a target token){earlier}")
 
     def finish(self) -> None:
+        self._stop_watching()
         self.evidence.answered()
 
     def report(self, decision: Decision) -> ControllerReport:
@@ -487,7 +578,7 @@ class AdaptiveController(GammaPolicy):
         self.elapsed += committed
         if plan.is_copy:
             self.copy_parts.add(plan.drafter)
-        plain_token = float(costs.verify_costs(self.max_gamma + 1)[0])
+        plain_token = float(costs.verify_costs(1)[0])
         ev.plain_ms += committed * plain_token
         if decision.probing:
             ev.explored_ms += max(r.draft_ms + r.verify_ms - committed * plain_token, 0.0)
@@ -507,8 +598,13 @@ class AdaptiveController(GammaPolicy):
                                               rounds=1 if r.drafted else self._unread + 1)
         if r.drafted == 0:
             self._unread = 0 if r.confidence else self._unread + 1
-        if r.drafted == 0 and plan.is_copy:
-            self.estimator.forget(key)
+        if r.drafted == 0 and r.token is not None and not r.forced:
+            self._watch(plan, r.token)
+        else:
+            self._stop_watching()
+            if r.drafted == 0 and plan.is_copy:
+                # Nothing tells how the copy would have fared: its evidence ages.
+                self.estimator.forget(key)
         if r.index > 0:
             # The first decode after a prefill is slow: not a cost any later round pays. In a
             # batch the round's verify is the step's, at the width the decision saw it.
@@ -517,16 +613,78 @@ class AdaptiveController(GammaPolicy):
                                r.verify_ms)
         self.speculating = (MODEL if plan.model_drafts else key) if r.gamma > 0 else None
 
+    def _watch(self, plan: RoundPlan, token: int) -> None:
+        """A plain round committed `token` after `plan`. A copy that was offered and not drafted
+        is watched: the plain rounds after it are judged as its drafted tokens would have been,
+        and when the text leaves the copy (or the copy ends) its key learns the round it would
+        have been. A one-hot draft token x is accepted with probability p(x), the chance a
+        plain round commits x, so a watched copy is evidence of the same law as a drafted one,
+        got for nothing; it reads committed tokens only (docs/EXACTNESS.md)."""
+        watched = self._watched
+        fresh = watched is None
+        if watched is None:
+            if not plan.is_copy or not plan.tokens:
+                return
+            watched = (plan.acceptance_key, plan.tokens[:self.most(plan)], 0)
+        key, tokens, matched = watched
+        self._watched = None
+        if token == tokens[matched]:
+            matched += 1
+            if matched < len(tokens):
+                self._watched = (key, tokens, matched)
+                return
+        self._learn(key, len(tokens), matched)
+        if matched < len(tokens) and not fresh:
+            # The round's own copy is judged by the same token, from its start.
+            self._watch(plan, token)
 
-def _pays_at(a: float, costs: list[float], margin: float) -> bool:
-    """Whether some gamma pays by `margin` (as `_pays` judges) with every position accepted at
-    `a`, on round costs `costs` of gamma 0..max (nine floats: plain Python)."""
+    def _stop_watching(self) -> None:
+        """The watched copy can no longer be followed (a round drafted or forced tokens, or the
+        answer ended): its key learns the tokens it matched so far, as a round that drafted
+        those alone."""
+        if self._watched is not None:
+            key, _, matched = self._watched
+            self._watched = None
+            if matched:
+                self._learn(key, matched, matched)
+
+    def _learn(self, key: str, drafted: int, accepted: int) -> None:
+        self.estimator.learn(key, drafted, accepted)
+        self.drafted_here[key] = self.drafted_here.get(key, 0) + 1
+
+
+def _copy_words(plan: RoundPlan) -> str:
+    """Where a copy comes from, as reason lines say it ("the prediction": a source by its name)."""
+    return {HISTORY: "past requests", CONTEXT: "the context"}.get(plan.source,
+                                                                  f"the {plan.source}")
+
+
+@dataclass
+class _Bounds:
+    """`_loses`' bounds of one copy key: the counts they were taken from, with their first hits
+    and rounds then; the most any position's estimate can be and the optimistic first-token
+    acceptance; and, for the verify curve's shape `shape`, the shortest gamma that pays at
+    each (acceptance, margin)."""
+    counts: Counts
+    hits: int
+    rounds: int
+    ceiling: float
+    optimistic: float
+    shape: int = -1
+    first: dict[tuple[float, float], int] = field(default_factory=dict)
+
+
+def _first_paying(a: float, costs: list[float], margin: float) -> int:
+    """The shortest gamma that pays by `margin` (as `_pays` judges) with every position accepted
+    at `a`, on round costs `costs` of gamma 0..max (plain Python floats); len(costs) when none
+    does. Costs scaled alike give the same answer."""
     one = costs[0]
     expected, chain = 1.0, 1.0
-    for cost in costs[1:]:
+    for g in range(1, len(costs)):
         chain *= a
         expected += chain
+        cost = costs[g]
         saved = expected * one - cost
         if saved > 0 and saved > margin * (cost - one):
-            return True
-    return False
+            return g
+    return len(costs)

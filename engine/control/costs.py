@@ -37,13 +37,14 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy.typing as npt
 
 from engine.clock import Clock, wall_ms
 from engine.control.batch import Batch
 from engine.errors import SettingsError
+from engine.generation_config import COPY_MAX
 from engine.session import Session
 from engine.widths import padded_width
 
@@ -141,6 +142,11 @@ def expected_tokens(acceptance: float, gamma: int) -> float:
     return float(sum(acceptance ** i for i in range(gamma + 1)))
 
 
+def _at(table: np.ndarray, w: int) -> float:
+    """`at_width` of one of the cost model's arrays."""
+    return at_width(cast(Sequence[float], table), w)
+
+
 class CostModel:
     """Round costs in ms from a calibration; `learn_*` move them towards measured rounds."""
 
@@ -150,35 +156,47 @@ class CostModel:
             raise SettingsError("calibration must give positive verify costs and a draft cost "
                                 "for each width")
         self.rate = rate
-        self.verify = [float(v) for v in c.verify_ms]
-        self.draft_batch = [float(d) for d in c.draft_ms]
+        # Arrays, so that a plain round's step (every cost alike) is one multiplication each.
+        self.verify = np.array(c.verify_ms, dtype=np.float64)
+        self.draft_batch = np.array(c.draft_ms, dtype=np.float64)
         # The pair pads batches to the cheaper widths of its calibration (engine/widths.py);
-        # costs are read at the width actually decoded.
-        self.pad_verify = list(self.verify)
-        self.pad_draft = list(self.draft_batch)
-        self.draft_token = self.draft_batch[0]
-        # verify_costs' answer, kept up to date as costs are learned (the controller prices
-        # every gamma of every round with it).
+        # costs are read at the width actually decoded, which is fixed by the calibration.
+        self.pad_verify = [float(v) for v in c.verify_ms]
+        self.pad_draft = [float(d) for d in c.draft_ms]
+        self._padded = [padded_width(self.pad_verify, w) for w in range(1, len(self.verify) + 1)]
+        self._padded_draft = [padded_width(self.pad_draft, w)
+                              for w in range(1, len(self.draft_batch) + 1)]
+        self.draft_token = float(self.draft_batch[0])
+        # verify_costs' answer for every width priced so far (at least the calibration's), kept
+        # up to date as costs are learned: the controller prices every gamma of every round
+        # from it, a copy at its own length (up to 64 tokens), so it is sliced, not rebuilt.
         self._verify_costs: np.ndarray | None = None
-        self._gammas = np.arange(64, dtype=np.float64)
+        # Bumped whenever the verify curve changes shape (a wide round's measurement): what
+        # only the curve's ratios decide may be kept until then.
+        self.shape = 0
+        self._gammas = np.arange(COPY_MAX + 1, dtype=np.float64)
 
     def verify_costs(self, n: int) -> np.ndarray:
-        """`verify_cost(w)` for w = 1..n, as an array (not to be written to)."""
+        """`verify_cost(w)` for w = 1..n, as an array (a view: not to be written to)."""
         cached = self._verify_costs
-        if cached is None or len(cached) != n:
-            cached = self._verify_costs = np.array([self.verify_cost(w) for w in range(1, n + 1)])
-        return cached
+        if cached is None or len(cached) < n:
+            widest = max(n, len(self._padded), len(cached) if cached is not None else 0)
+            cached = self._verify_costs = np.array([self.verify_cost(w)
+                                                    for w in range(1, widest + 1)])
+        return cached[:n]
 
     def verify_cost(self, width: int) -> float:
         """Expected cost of verifying a batch of `width` tokens, at the width it is decoded."""
-        return at_width(self.verify, padded_width(self.pad_verify, width))
+        padded = self._padded
+        return _at(self.verify, padded[width - 1] if 0 < width <= len(padded) else width)
 
     def catch_up_ms(self, lag: int) -> float:
         """The extra cost of a draft decode that first feeds `lag` - 1 committed tokens."""
         if lag <= 1:
             return 0.0
-        wide = at_width(self.draft_batch, padded_width(self.pad_draft, lag))
-        return max(wide - at_width(self.draft_batch, 1), 0.0)
+        padded = self._padded_draft
+        wide = _at(self.draft_batch, padded[lag - 1] if lag <= len(padded) else lag)
+        return max(wide - _at(self.draft_batch, 1), 0.0)
 
     def round_ms(self, max_gamma: int, model_drafts: bool,
                  catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
@@ -187,7 +205,14 @@ class CostModel:
         verify = self.verify_costs(max_gamma + 1)
         if not model_drafts:
             return verify
-        return round_cost(verify, self._gammas[:max_gamma + 1], self.draft_token, catch_up)
+        # round_cost's formula, in as few array operations as a round's pricing allows.
+        ms = verify + self._gammas[:max_gamma + 1] * self.draft_token
+        if np.ndim(catch_up) == 0:
+            ms[1:] += float(np.asarray(catch_up))
+            return ms
+        share = np.array(catch_up, dtype=np.float64)
+        share[..., 0] = 0.0
+        return ms + share
 
     def step_ms(self, max_gamma: int, model_drafts: bool, batch: Batch,
                 catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
@@ -212,7 +237,7 @@ class CostModel:
         if k == 0:
             return self.draft_token
         db = self.draft_batch
-        wider = max(at_width(db, k + 1) - at_width(db, k), 0.0)
+        wider = max(_at(db, k + 1) - _at(db, k), 0.0)
         return self.draft_token * wider / db[0] if db[0] > 0 else 0.0
 
     def draft_relative(self) -> float:
@@ -231,23 +256,26 @@ class CostModel:
         self.draft_token += self.rate * (per_token - self.draft_token)
 
     def learn_verify(self, width: int, measured: float) -> None:
-        while len(self.verify) < width:
-            self.verify.append(at_width(self.verify, len(self.verify) + 1))
+        self.verify = np.asarray(self.verify, dtype=np.float64)
+        if len(self.verify) < width:
+            self.verify = np.append(self.verify, [_at(self.verify, w) for w in
+                                                  range(len(self.verify) + 1, width + 1)])
         ratio = measured / self.verify[width - 1]
         if width == 1:
             # A plain round measures the machine's pace: load (another program, heat) slows
             # every decode alike, the draft's too, so all costs take the same step and their
             # ratios, which choose gamma, stay as calibrated.
             common = 1.0 + self.rate * (ratio - 1.0)
-            self.verify = [v * common for v in self.verify]
+            self.verify = self.verify * common
             self.draft_token *= common
-            self.draft_batch = [d * common for d in self.draft_batch]
+            self.draft_batch = self.draft_batch * common
             if self._verify_costs is not None:
                 self._verify_costs = self._verify_costs * common
             return
         self._verify_costs = None
+        self.shape += 1
         # A wide verify also learns the curve's shape: the width seen moves fully, the others
         # follow a fraction.
-        for i in range(len(self.verify)):
-            step = self.rate if i == width - 1 else self.rate / 4
-            self.verify[i] *= 1.0 + step * (ratio - 1.0)
+        steps = np.full(len(self.verify), self.rate / 4)
+        steps[width - 1] = self.rate
+        self.verify = self.verify * (1.0 + steps * (ratio - 1.0))

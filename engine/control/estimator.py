@@ -18,7 +18,10 @@ import numpy as np
 
 from engine.control.constants import ControllerConstants
 from engine.round_plan import MODEL
-from engine.generation_config import MAX_GAMMA
+from engine.generation_config import COPY_MAX, MAX_GAMMA
+
+# Positions counted per key: as far as the longest round drafts (a copy's, COPY_MAX).
+POSITIONS = max(COPY_MAX, MAX_GAMMA)
 
 # What `ceiling` adds for the rounding of forgetting: a key forgotten a million times moves its
 # hit rates by about 1e-10.
@@ -29,9 +32,9 @@ class Counts:
     """Decayed tries and hits per draft position, and the undecayed tally of rounds and of
     first-position hits."""
 
-    def __init__(self, max_gamma: int = MAX_GAMMA) -> None:
-        self.tries = np.zeros(max_gamma, dtype=np.float64)
-        self.hits = np.zeros(max_gamma, dtype=np.float64)
+    def __init__(self, positions: int = POSITIONS) -> None:
+        self.tries = np.zeros(positions, dtype=np.float64)
+        self.hits = np.zeros(positions, dtype=np.float64)
         self.rounds = 0
         self.first_hits = 0
         # Bumped by every change, so a prediction made from these counts can be kept until then.
@@ -71,11 +74,13 @@ class Counts:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Counts":
-        c = cls(len(d["tries"]))
-        c.tries = np.asarray(d["tries"], dtype=np.float64)
-        c.hits = np.asarray(d["hits"], dtype=np.float64)
-        if c.tries.shape != c.hits.shape or c.tries.ndim != 1:
+        c = cls(max(len(d["tries"]), POSITIONS))
+        tries = np.asarray(d["tries"], dtype=np.float64)
+        hits = np.asarray(d["hits"], dtype=np.float64)
+        if tries.shape != hits.shape or tries.ndim != 1:
             raise ValueError("counts of different shapes")
+        # Counts kept before copies drafted 64 tokens hold fewer positions: the rest are untried.
+        c.tries[:len(tries)], c.hits[:len(hits)] = tries, hits
         c.rounds, c.first_hits = int(d["rounds"]), int(d["first_hits"])
         return c
 

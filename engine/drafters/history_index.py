@@ -36,9 +36,11 @@ I32 = npt.NDArray[np.int32]
 
 SEP = -1
 # How many occurrences of the matched n-gram a lookup compares (the most recent ones), and how far
-# back it counts a match: enough to tell a repeated request from a shared phrase.
+# back it counts a match: enough to tell a repeated request from a shared phrase, and as far as
+# the longest copy (engine/generation_config.py's COPY_MAX), whose evidence is kept by match
+# length (engine/round_plan.py).
 CANDIDATES = 64
-MATCH_MAX = 32
+MATCH_MAX = 64
 # The shortest match worth drafting from.
 MATCH_MIN = 2
 _LOW_BITS = 28

@@ -2,9 +2,9 @@
 
 No model runs, so a proposal costs microseconds. The last n tokens of the context (prompt plus
 text so far) are searched for earlier in the context, longest n first; the tokens that followed
-the match are the draft: of the latest occurrence with `max_draft` tokens after it, else of the
-latest (the round's plan holds the copy, engine/round_plan.py, and a round takes as much of it
-as its gamma allows). Tokens carry no probabilities (q is None), so the target verifies them
+the match are the draft: of the latest occurrence with `max_draft` tokens after it (COPY_MAX, 64,
+by default), else of the latest (the round's plan holds the copy, engine/round_plan.py, and a
+round takes as much of it as its gamma allows: the adaptive controller prices it at its length). Tokens carry no probabilities (q is None), so the target verifies them
 with the one-hot rule, which keeps the output exact. A copy ends at an end-of-generation token
 (`is_eog`, when given): the chat template's turn ends are in the prompt, and nothing after one can
 be committed.
@@ -21,13 +21,14 @@ from engine.drafters.base import Drafter, Keep, Proposal, empty_proposal
 from engine.drafters.history_index import MATCH_MAX
 from engine.round_plan import CONTEXT, NO_PLAN, RoundPlan
 from engine.errors import SettingsError
+from engine.generation_config import COPY_MAX
 from engine.grammar.guide import Guide
 from engine.rng import Rng
 from engine.sampling import SamplingParams
 
 
 class PromptLookupDrafter(Drafter):
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_draft: int = 16,
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_draft: int = COPY_MAX,
                  is_eog: Callable[[int], bool] | None = None) -> None:
         if not (1 <= ngram_min <= ngram_max):
             raise SettingsError(f"lookup n-gram sizes must satisfy 1 <= min <= max, "

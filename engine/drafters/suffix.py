@@ -22,6 +22,7 @@ from engine.drafters.history_index import HistoryIndex
 from engine.round_plan import HISTORY, RoundPlan
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.errors import SettingsError
+from engine.generation_config import COPY_MAX
 from engine.grammar.guide import Guide
 from engine.rng import Rng
 from engine.sampling import SamplingParams
@@ -47,7 +48,7 @@ class SuffixDrafter(Drafter):
     uses_history = True
 
     def __init__(self, lookup: PromptLookupDrafter, history: HistoryIndex | None = None,
-                 is_eog: Callable[[int], bool] | None = None, max_draft: int = 16,
+                 is_eog: Callable[[int], bool] | None = None, max_draft: int = COPY_MAX,
                  min_share: float = MIN_SHARE, spec_factor: float = SPEC_FACTOR) -> None:
         if not (0.0 <= min_share < 1.0):
             raise SettingsError(f"suffix min share must be in [0, 1), got {min_share}")
