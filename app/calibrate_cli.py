@@ -21,6 +21,7 @@ from app.settings import (add_draft_stop_args, add_model_args, load_options, mod
                           pair_request)
 from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
 from engine.control.costs import Calibration
+from engine.drafters.base import PLAIN
 from loading.calibrations import CalibrationFile
 
 # The widest copy a round drafts (issue 62): the curve is measured to its verify, so the
@@ -101,11 +102,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     opened = open_pair(replace(request, remeasure=True))
     pair = opened.pair
     try:
-        # To the widest copy first: the ceiling below reads the same calibration (and measures
-        # wider only when its batches reach past it).
-        measure(pair, COPY_GAMMA)
+        # To the widest copy first (the drafter the ceiling reads: the default, else prompt
+        # lookup); the ceiling below reads the same calibration (and measures wider only when
+        # its batches reach past it).
+        drafter = pair.default_drafter if pair.default_drafter != PLAIN else "lookup"
+        pair.calibration(drafter, COPY_GAMMA)
         c = measure(pair, args.gamma, args.parallel)
-        drafter = pair.default_drafter if pair.default_drafter in pair.knowledge else "lookup"
         cal = pair.knowledge[drafter]
         draft_file = pair.draft_path
     finally:
