@@ -1,6 +1,7 @@
-"""`tandem calibrate`: load the pair, measure its decode costs on this machine (the calibration
-the adaptive controller starts from) and print them with the predicted ceiling of speculation per
-gamma, for the draft model and for prompt lookup; where the draft model cannot pay, say what
+"""`tandem calibrate`: load the pair, measure its decode costs on this machine anew, to the 64
+tokens a copy drafts (the calibration the adaptive controller starts from), keep them for every
+later process of this pair and settings (loading/calibrations.py) and say where, and print them
+with the predicted ceiling of speculation per gamma, for the draft model and for prompt lookup; where the draft model cannot pay, say what
 might (app/runtime/ceiling_advice.py, which the page shares). With `--parallel N` the verify curve
 is measured to the width N sequences reach, and a line per batch of 1..N says what gamma makes
 the batch fastest. The figures are the engine's
@@ -9,23 +10,30 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from app.runtime.ceiling_advice import MEASURED_AS_GIVEN, suggestions
 from app.runtime.defaults import DEFAULT_GAMMA, DEFAULT_POLICY, PARALLEL
 from app.runtime.open_pair import open_pair
 from app.runtime.tuned import PairingRule
+from app.runtime.defaults import COPY_MAX
 from app.settings import (add_draft_stop_args, add_model_args, load_options, model_configs,
                           pair_request)
 from bench.ceiling import TYPICAL_ACCEPTANCE, Ceiling, measure
+from engine.control.costs import Calibration
+from engine.drafters.base import PLAIN
+from loading.calibrations import CalibrationFile
 
 
-def _table(c: Ceiling, has_draft: bool) -> list[str]:
-    lines = ["verify cost per batch width (ms): "
-             + "  ".join(f"{w}: {v:.1f}" for w, v in enumerate(c.verify_ms, 1)),
+
+def _table(c: Ceiling, cal: Calibration, has_draft: bool) -> list[str]:
+    verify, _ = cal.points()
+    one = c.verify_ms[0]
+    lines = ["verify cost per batch width (ms, measured; the widths between are interpolated): "
+             + "  ".join(f"{w}: {v:.1f}" for w, v in verify.items()),
              "  relative to one token: "
-             + " ".join(f"{v / c.verify_ms[0]:.2f}" for v in c.verify_ms)]
+             + " ".join(f"{w}: {v / one:.2f}" for w, v in verify.items())]
     if has_draft:
         lines.append(f"draft: {c.draft_ms[0]:.1f} ms a token, {c.draft_relative:.2f} of a "
                      "target token")
@@ -75,26 +83,49 @@ def _sequences(text: str) -> int:
     return n
 
 
+def kept_line(kept: CalibrationFile | None) -> str:
+    """Where the calibration was kept, or why not."""
+    if kept is None or kept.kept is None:
+        return "the calibration was not kept: the store could not be written"
+    if kept.kept != str(kept.path):
+        return f"the calibration was not kept ({kept.kept}): run `tandem calibrate` again when " \
+               "the machine is idle"
+    return f"calibration kept in {kept.path}"
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     tcfg, dcfg = model_configs(args)
-    pair = open_pair(pair_request(args, tcfg, dcfg, load_options(args, ["hybrid"]),
-                                  PairingRule.ignored(MEASURED_AS_GIVEN))).pair
+    request = pair_request(args, tcfg, dcfg, load_options(args, ["hybrid"]),
+                           PairingRule.ignored(MEASURED_AS_GIVEN))
+    opened = open_pair(replace(request, remeasure=True))
+    pair = opened.pair
     try:
+        # To the widest copy first (the drafter the ceiling reads: the default, else prompt
+        # lookup); the ceiling below reads the same calibration (and measures wider only when
+        # its batches reach past it).
+        drafter = pair.default_drafter if pair.default_drafter != PLAIN else "lookup"
+        pair.calibration(drafter, COPY_MAX)
         c = measure(pair, args.gamma, args.parallel)
+        cal = pair.knowledge[drafter]
         draft_file = pair.draft_path
     finally:
         pair.close()
     has_draft = dcfg is not None
     tips = suggestions(c, has_draft)
+    kept = opened.calibrations
     if args.json:
+        verify, draft = cal.points()
         print(json.dumps({"target": tcfg.path, "draft": draft_file, "threads": tcfg.n_threads,
                           "ceiling": asdict(c), "model_pays": c.model_pays,
-                          "lookup_pays": c.lookup_pays, "suggestions": tips}, indent=2))
+                          "lookup_pays": c.lookup_pays, "suggestions": tips,
+                          "measured": {"verify": verify, "draft": draft}, "busy": cal.busy,
+                          "kept": str(kept.path) if kept and kept.kept == str(kept.path)
+                          else None}, indent=2))
         return 0
     print(f"target {Path(tcfg.path).name}" + (f", draft {Path(draft_file).name}" if draft_file
                                                else ", no draft model")
           + f", {tcfg.n_threads or 'all'} threads")
-    print("\n".join(_table(c, has_draft) + _batch_table(c, has_draft)))
+    print("\n".join(_table(c, cal, has_draft) + _batch_table(c, has_draft)))
     if has_draft:
         g = c.best(c.model_typical)
         verdict = ("pays" if c.model_pays else "cannot pay")
@@ -103,6 +134,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if tips:
         print("what might pay instead:")
         print("\n".join(f"  - {t}" for t in tips))
+    print(kept_line(kept))
     return 0
 
 

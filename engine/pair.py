@@ -36,6 +36,7 @@ from engine.grammar.llg import Grammar, compile_grammar
 from engine.grammar.spec import GrammarSpec
 from engine.knowledge import CALIBRATION_TEXT, Knowledge
 from engine.limits import check_prompt_fits
+from engine.machine_load import machine_load, no_load
 from engine.session import Session
 from engine.slots import Slots
 from engine.widths import padded_width
@@ -68,8 +69,10 @@ class Pair:
         self.chain_min = chain_min
         # Times calibration and generation (a virtual clock in tests, engine/clock.py).
         self.clock = clock
-        # Each drafter's calibration and evidence, handed to the policies it makes.
-        self.knowledge = Knowledge()
+        # Each drafter's calibration and evidence, handed to the policies it makes. Timings on
+        # the wall clock depend on what else the machine runs, so a calibration reads how busy
+        # it is (engine/machine_load.py); a virtual clock's do not.
+        self.knowledge = Knowledge(load=machine_load if clock is wall_ms else no_load)
         self._grammars: dict[GrammarSpec, Grammar] = {}
         # The API compiles a request's grammar before queueing it, while another generation
         # may be compiling its own: the kept grammars are changed under this lock.

@@ -15,6 +15,8 @@ import pytest
 os.environ["TANDEM_PAIRS"] = tempfile.mkdtemp(prefix="tandem-test-pairs-")
 # Nor may the evidence the controller kept on this machine (loading/evidence.py).
 os.environ["TANDEM_EVIDENCE"] = tempfile.mkdtemp(prefix="tandem-test-evidence-")
+# Nor the calibrations kept on this machine (loading/calibrations.py): each test measures its fakes.
+os.environ["TANDEM_CALIBRATIONS"] = tempfile.mkdtemp(prefix="tandem-test-calibrations-")
 # Nor may the user's history of past requests (loading/history.py), and the tests' own
 # generations must not land in it.
 os.environ["TANDEM_HISTORY"] = tempfile.mkdtemp(prefix="tandem-test-history-")

@@ -212,7 +212,7 @@ def test_a_step_that_fails_after_the_load_closes_the_models(files, monkeypatch):
 
 # Sources and imports -------------------------------------------------------------------------
 
-LOAD_STEPS = {"plan_load", "execute", "load_pair", "keep_evidence"}
+LOAD_STEPS = {"plan_load", "execute", "load_pair", "keep_evidence", "keep_calibrations"}
 OPENER = ROOT / "app" / "runtime" / "open_pair.py"
 
 
@@ -239,7 +239,8 @@ def test_no_app_module_but_the_one_plans_executes_or_keeps_evidence():
     assert {p: s for p, s in found.items() if s} == {}
     # The scan sees the steps where they are, and where a module would import them anew.
     assert load_steps(OPENER.read_text(encoding="utf-8")) == {"plan_load", "execute",
-                                                               "keep_evidence"}
+                                                               "keep_evidence",
+                                                               "keep_calibrations"}
     assert load_steps("from loading.load import load_pair\nfrom loading import plan") == {
         "load_pair", "loading.plan"}
 

@@ -12,7 +12,7 @@ and the test says so.
 
 Stores: an assembled model file (models/embedded.py), a derived draft (loading/derived/files.py),
 a pairing record (models/tuned.py), the history (loading/history.py), the controller's evidence
-(loading/evidence.py). Each has five kills in the default run (every step; no byte, some, all)
+(loading/evidence.py), the calibrations (loading/calibrations.py). Each has five kills in the default run (every step; no byte, some, all)
 and 50 at seeded random steps and bytes behind `long` (scripts/test --all). A negative control
 writes in place without models/atomic.py: the same kill at a byte must find a torn file.
 """
@@ -34,6 +34,8 @@ import pytest
 
 from loading.derived.files import derive, derived_path, file_sha256
 from engine.control.evidence import Evidence
+from engine.control.costs import Calibration
+from loading.calibrations import CalibrationFile
 from loading.evidence import EvidenceFile
 from loading.history import HistoryStore
 from models import atomic, embedded, tuned
@@ -246,6 +248,27 @@ def _evidence_read(path: Any) -> int:
     return versions.pop()
 
 
+# The calibrations (loading/calibrations.py) ---------------------------------------------------
+
+def _calibrations_setup(tmp: Path) -> Any:
+    return tmp / "pair.calibrations.json"
+
+
+def _calibrations_write(path: Any, i: int) -> None:
+    CalibrationFile(path, EVIDENCE_ID).keep("draft", "d.gguf", Calibration.from_points(
+        {w: float(i + w) for w in range(1, 400)}, {1: float(i)}))
+
+
+def _calibrations_read(path: Any) -> int:
+    found = CalibrationFile(path, EVIDENCE_ID).restore("draft", "d.gguf", 1)
+    if found is None:
+        return 0
+    versions = {round(v - w) for w, v in enumerate(found.verify_ms, 1)} | {round(found.draft_ms[0])}
+    if len(versions) != 1:
+        raise Torn(f"calibrations mix versions {sorted(versions)}")
+    return versions.pop()
+
+
 # The negative control: the model file written in place ------------------------------------
 
 def _in_place_write(ctx: Any, i: int) -> None:
@@ -267,6 +290,8 @@ STORES = [
     Store("pairing record", _record_setup, _record_write, _record_read, _record_target),
     Store("history", _history_setup, _history_write, _history_read, _history_target),
     Store("evidence", _evidence_setup, _evidence_write, _evidence_read, _evidence_target),
+    Store("calibrations", _calibrations_setup, _calibrations_write, _calibrations_read,
+          _evidence_target),
 ]
 IN_PLACE = Store("model file written in place", _model_setup, _in_place_write, _model_read,
                  _model_target, ordered=False)

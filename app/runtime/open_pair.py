@@ -2,12 +2,13 @@
 that `tandem generate`, `serve`, `ui` (the pair holder), `bench`, `exactness`, `calibrate`,
 `tune` and the page's ceiling share:
 
-    pairing record -> plan -> print the plan -> execute -> evidence -> history
+    pairing record -> plan -> print the plan -> execute -> evidence, calibrations -> history
 
 The request is a plain value (files, load options, how the pairing record is treated, the
 drafters' lookup and stop settings, the history size, where the lines go); the CLI modules
 build it from their options, the page from its fields. A command that measures drafters itself
-does not use the record (nor the evidence kept beside it) and says so with the plan.
+does not use the record (nor the evidence kept beside it) and says so with the plan; every
+command starts from the calibrations kept for its files and settings (loading/calibrations.py).
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 
 from app.runtime.defaults import DEFAULT_CHAIN_MIN, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL
 from app.runtime.tuned import (COMMAND, PAGE, PairingRule, PairingUse, for_command, for_load,
-                               lookup)
+                               key_for, lookup)
 from engine.backend import ModelConfig
 from engine.pair import Pair
+from loading.calibrations import CalibrationFile, keep_calibrations
 from loading.evidence import keep_evidence
 from loading.history import HistoryStore
 from loading.load import Announce, Loader, Progress, execute
@@ -34,7 +36,9 @@ STDERR, STDOUT, QUIET = "stderr", "stdout", ""
 class PairRequest:
     """What to open: the target and the draft (None: no draft model), what the load checks
     and derives, how the pairing record is treated, the pair's prompt-lookup and draft-stop
-    settings, the history's size (None: no history), and where the load's lines go."""
+    settings, the history's size (None: no history), where the load's lines go, and whether
+    the drafters are measured anew rather than started from their kept calibrations (they are
+    kept either way)."""
     target: ModelConfig
     draft: ModelConfig | None
     options: LoadOptions = LoadOptions()
@@ -44,17 +48,20 @@ class PairRequest:
     chain_min: float = DEFAULT_CHAIN_MIN
     history_tokens: int | None = None
     say: str = STDERR
+    remeasure: bool = False
 
 
 @dataclass
 class OpenedPair:
     """A loaded pair with what its command needs beside it: the plan it was loaded by (where
     the layers went, the headers read), the pairing record found and whether it applied, and
-    the history store for the target's vocabulary (None when off)."""
+    the history store for the target's vocabulary (None when off), and the file the drafters'
+    calibrations are kept in."""
     pair: Pair
     plan: LoadPlan
     pairing: PairingUse
     history: HistoryStore | None = None
+    calibrations: CalibrationFile | None = None
 
 
 def plan_lines(plan: LoadPlan) -> list[str]:
@@ -98,8 +105,8 @@ def open_pair(request: PairRequest, loader: Loader | None = None,
     """Run the load sequence for `request`: find (or ignore) the pairing record and apply it
     by the request's rule, plan the load (files, compatibility, memory, derivations), print the
     record's lines and the plan, let `announce` hear (and check) the plan before anything
-    loads, execute it, let the drafters start from the evidence kept for the files, and open
-    the history store. `loader` stands in for llama.cpp's, `progress` hears each model before
+    loads, execute it, let the drafters start from the evidence and the calibrations kept for
+    the files, and open the history store. `loader` stands in for llama.cpp's, `progress` hears each model before
     it loads. A step that fails after the models are up closes them before raising."""
     use, draft, options = _pairing(request)
     _say(request.say, use.messages)
@@ -112,9 +119,14 @@ def open_pair(request: PairRequest, loader: Loader | None = None,
     try:
         if use.key is not None:
             keep_evidence(pair, use.key)
+        # The files are loaded, so they are there to be keyed even where no record was looked up.
+        d = plan.draft
+        key = use.key or key_for(plan.target.path, d.path if d else None, plan.target.lora,
+                                 d.lora if d else ())
+        calibrations = keep_calibrations(pair, key, plan, reuse=not request.remeasure)
         history = (HistoryStore.for_model(plan.target_info, request.history_tokens)
                    if request.history_tokens is not None else None)
     except BaseException:
         pair.close()
         raise
-    return OpenedPair(pair, plan, use, history)
+    return OpenedPair(pair, plan, use, history, calibrations)

@@ -1,6 +1,7 @@
 """What a speculative round costs: a pair's measured decode times (`calibrate`, a few real
-decodes at load, rolled back) and the cost model the adaptive controller prices rounds with,
-refined from every round's measured times.
+decodes at some widths, rolled back, interpolated between them: a `Calibration`, kept across
+processes by loading/calibrations.py) and the cost model the adaptive controller prices rounds
+with, refined from every round's measured times.
 
 A round drafting g tokens costs
   C(g) = verify(g + 1) + [g > 0 and the draft model drafts] * (g * draft_token + catch_up(lag))
@@ -37,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import dataclass
-from typing import Sequence, cast
+from typing import Mapping, Sequence, cast
 
 import numpy.typing as npt
 
@@ -45,39 +46,126 @@ from engine.clock import Clock, wall_ms
 from engine.control.batch import Batch
 from engine.errors import SettingsError
 from engine.generation_config import COPY_MAX
+from engine.machine_load import Load, no_load
 from engine.session import Session
 from engine.widths import padded_width
 
 
+# The widths a calibration times the target at, up to the widest it is asked for (which it always
+# times): every width to 9, where the CPU's batch kernels make neighbours differ most
+# (engine/widths.py), then sparser as the curve straightens, to the 64 tokens a copy drafts (and
+# its verify of 65). Between them a cost is interpolated (`dense`): measured on this Zen 3 the
+# curve runs 9.32, 10.4, 9.05, 13.3, 15.6, 21.8, 27.8 target tokens at 9, 12, 16, 24, 32, 48, 64
+# (issue 62), each step nearly straight.
+VERIFY_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 48, 64)
+# The draft model decodes its drafts a token at a time (at most the adaptive maximum, 8, a
+# round, with one row per slot drafting at that depth) and catches up on what it has not seen
+# in one batch: every width to 9, and 12 and 16 for the catch-up after a long copy. Past 16 its
+# costs go on at the 12-to-16 pace (a prefill's); it is never timed at 64.
+DRAFT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16)
+# A calibration is not the machine's when other programs took more than this share of its CPUs
+# while it ran, or when its sweeps' median width took this much longer than its best.
+BUSY_SHARE = 0.25
+BUSY_SPREAD = 0.25
+
+
+def sparse_widths(widths: Sequence[int], widest: int) -> list[int]:
+    """The widths of `widths` below `widest`, then `widest`.
+
+    >>> sparse_widths(VERIFY_WIDTHS, 20), sparse_widths(DRAFT_WIDTHS, 3)
+    ([1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 20], [1, 2, 3])
+    """
+    return [w for w in widths if w < widest] + [widest]
+
+
+def dense(points: Mapping[int, float], n: int) -> list[float]:
+    """Costs at widths 1..n from the costs measured at `points` (width: ms, width 1 among
+    them): piecewise linear between measured widths, and past the widest at the pace of its last
+    two (never falling).
+
+    >>> dense({1: 1.0, 2: 2.0, 4: 3.0}, 6)
+    [1.0, 2.0, 2.5, 3.0, 3.5, 4.0]
+    """
+    widths = sorted(points)
+    if not widths or widths[0] != 1:
+        raise SettingsError("a calibration needs the cost of a decode of one token")
+    costs = [float(points[w]) for w in widths]
+    inside = [float(c) for c in np.interp(range(1, min(n, widths[-1]) + 1), widths, costs)]
+    if n <= widths[-1]:
+        return inside
+    pace = (max(costs[-1] - costs[-2], 0.0) / (widths[-1] - widths[-2])
+            if len(widths) > 1 else costs[-1])
+    return inside + [costs[-1] + pace * (w - widths[-1]) for w in range(widths[-1] + 1, n + 1)]
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """A drafter's measured decode costs: a value, made once by `calibrate` and never changed.
-    What controllers learn from it is the drafter's evidence (engine/control/evidence.py), which
-    the pair keeps beside it (engine/knowledge.py)."""
-    # Index w-1 holds the cost in ms of one decode of w tokens (kept as tuples, whatever
-    # sequence is given).
+    """A drafter's measured decode costs: a value, made once by `calibrate` (or restored from
+    where it was kept, loading/calibrations.py) and never changed. What controllers learn from
+    it is the drafter's evidence (engine/control/evidence.py), which the pair keeps beside it
+    (engine/knowledge.py)."""
+    # Index w-1 holds the cost in ms of one decode of w tokens, at every width to the widest
+    # measured (kept as tuples, whatever sequence is given): measured at `verify_widths` and
+    # `draft_widths`, interpolated between them (`from_points`); the draft's table is as long
+    # as the target's. Empty widths: every width was measured.
     draft_ms: Sequence[float]
     verify_ms: Sequence[float]
     # The name of the drafter's part whose decodes `draft_ms` times (`Drafter.model_name`), for
     # reports only: which part drafts a round is the round's plan (`RoundPlan.source`), never
     # matched by name.
     model_name: str | None = None
+    verify_widths: Sequence[int] = ()
+    draft_widths: Sequence[int] = ()
+    # Why these figures are not the machine's pace (other programs shared the CPUs while they
+    # were taken), in words; empty when nothing was seen. Such a calibration serves the process
+    # that took it and is not kept for the next (loading/calibrations.py).
+    busy: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "draft_ms", tuple(float(d) for d in self.draft_ms))
         object.__setattr__(self, "verify_ms", tuple(float(v) for v in self.verify_ms))
+        for name in ("verify_widths", "draft_widths"):
+            object.__setattr__(self, name, tuple(int(w) for w in getattr(self, name)))
+
+    @classmethod
+    def from_points(cls, verify: Mapping[int, float], draft: Mapping[int, float] | None,
+                    model_name: str | None = None, busy: str = "") -> "Calibration":
+        """The calibration of the costs measured at some widths (width: ms): the target's to its
+        widest, the draft's (None: no draft model) read at as many."""
+        n = max(verify)
+        verify_ms = dense(verify, n)
+        draft_ms = dense(draft, n) if draft else [0.0] * n
+        return cls(draft_ms=draft_ms, verify_ms=verify_ms, model_name=model_name,
+                   verify_widths=sorted(verify), draft_widths=sorted(draft or ()), busy=busy)
+
+    def points(self) -> tuple[dict[int, float], dict[int, float]]:
+        """The measured costs, target's and draft's (width: ms; the draft's empty without a
+        draft model)."""
+        vw = self.verify_widths or range(1, len(self.verify_ms) + 1)
+        dw = self.draft_widths or (range(1, len(self.draft_ms) + 1) if any(self.draft_ms)
+                                   else ())
+        return ({w: self.verify_ms[w - 1] for w in vw}, {w: self.draft_ms[w - 1] for w in dw})
 
     def as_kwargs(self) -> dict:
         return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,
                 "model_name": self.model_name}
 
 
-def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps: int,
-                  all_rows: bool, clock: Clock) -> list[float]:
+@dataclass(frozen=True)
+class Sweeps:
+    """Best-of-sweeps decode times at some widths, and how far the sweeps disagreed: the median
+    over widths of each width's median sweep over its best."""
+    best: dict[int, float]
+    spread: float
+
+
+def _timed_widths(session: Session, widths: Sequence[int], context: Sequence[int], reps: int,
+                  all_rows: bool, clock: Clock) -> Sweeps:
     base = session.n_past
     tokens = [int(t) for t in context]
     if not tokens:
         raise SettingsError("calibration needs a non-empty context")
+    max_width = max(widths)
     try:
         if base == 0:
             session.extend(tokens)
@@ -86,32 +174,59 @@ def _timed_widths(session: Session, max_width: int, context: Sequence[int], reps
         # The first decode after load pays one-off allocations: keep it out of the numbers.
         session.extend(filler[:1])
         session.rollback(start)
-        best = [float("inf")] * max_width
+        times: dict[int, list[float]] = {w: [] for w in widths}
         # Sweeps over every width, the best of `reps` sweeps: a spell of load from another
         # program then slows one sweep's widths alike instead of one width's every try.
         for _ in range(reps):
-            for w in range(1, max_width + 1):
+            for w in widths:
                 t0 = clock()
                 session.extend(filler[:w], rows=range(w) if all_rows else None)
-                best[w - 1] = min(best[w - 1], clock() - t0)
+                times[w].append(clock() - t0)
                 session.rollback(start)
-        return best
+        best = {w: min(t) for w, t in times.items()}
+        spread = float(np.median([np.median(t) / best[w] - 1.0 if best[w] > 0 else 0.0
+                                  for w, t in times.items()]))
+        return Sweeps(best, spread)
     finally:
         session.rollback(base)
 
 
+def busy_line(others: float | None, spread: float) -> str:
+    """Why a calibration is not the machine's pace, in words ("" when it is).
+
+    >>> busy_line(0.4, 0.05)
+    'the machine was busy while calibrating: other programs used 40% of its CPUs'
+    >>> busy_line(None, 0.1)
+    ''
+    """
+    said = []
+    if others is not None and others > BUSY_SHARE:
+        said.append(f"other programs used {others:.0%} of its CPUs")
+    if spread > BUSY_SPREAD:
+        said.append(f"its timings of one width differed by {spread:.0%}")
+    return "the machine was busy while calibrating: " + ", ".join(said) if said else ""
+
+
 def calibrate(target: Session, draft: Session | None, max_gamma: int, context: Sequence[int],
               reps: int = 4, model_name: str | None = None,
-              clock: Clock = wall_ms) -> Calibration:
-    """Time target decodes of 1..max_gamma+1 tokens (all rows, as verification needs) and draft
-    decodes of as many; every cache is left holding exactly what it held before."""
+              clock: Clock = wall_ms, load: Load = no_load) -> Calibration:
+    """Time target decodes (all rows, as verification needs) at the widths of VERIFY_WIDTHS up
+    to max_gamma + 1 and draft decodes at those of DRAFT_WIDTHS, and say whether the machine was
+    busy meanwhile (`load`, engine/machine_load.py, and the sweeps' spread); every cache is left
+    holding exactly what it held before."""
     width = max_gamma + 1
-    verify_ms = _timed_widths(target, width, context, reps, all_rows=True, clock=clock)
-    draft_ms = (_timed_widths(draft, width, context, reps, all_rows=False, clock=clock)
-                if draft is not None
-                else [0.0] * width)
-    return Calibration(draft_ms=draft_ms, verify_ms=verify_ms,
-                       model_name=model_name if draft is not None else None)
+    span = load()
+    verify = _timed_widths(target, sparse_widths(VERIFY_WIDTHS, width), context, reps,
+                           all_rows=True, clock=clock)
+    spread = verify.spread
+    drafted: dict[int, float] | None = None
+    if draft is not None:
+        d = _timed_widths(draft, sparse_widths(DRAFT_WIDTHS, min(width, DRAFT_WIDTHS[-1])),
+                          context, reps, all_rows=False, clock=clock)
+        drafted, spread = d.best, max(spread, d.spread)
+    return Calibration.from_points(verify.best, drafted,
+                                   model_name=model_name if draft is not None else None,
+                                   busy=busy_line(span(), spread))
 
 
 def at_width(table: Sequence[float], w: int) -> float:
