@@ -371,7 +371,9 @@ def table(rows: Sequence[Row]) -> list[str]:
            "|---|---:|---|---:|---:|---:|---:|---:|"]
     for x in rows:
         if not x.answered:
-            out.append(f"| {x.config} | refused {x.refused} | {x.error} | - | - | - | - | - |")
+            # The refusal's first clause (a server may list what it takes after it).
+            out.append(f"| {x.config} | refused {x.refused} | {x.error.split('; ')[0][:100]} "
+                       "| - | - | - | - | - |")
             continue
         out.append(f"| {x.config} | {x.answered} | {fmt(x.tps_median, '.1f')} "
                    f"({fmt(x.tps_min, '.1f')}-{fmt(x.tps_max, '.1f')}) | "
@@ -408,6 +410,19 @@ def cpu_line() -> str:
             f"{info.get('model', '?')}), {os.cpu_count()} cores, flags {' '.join(simd)}")
 
 
+def prompt_token_note(outcomes: Sequence[Outcome]) -> str:
+    """Whether both servers saw the same prompt: its token count through each chat template."""
+    seen: dict[str, dict[str, set[int]]] = {}
+    for o in outcomes:
+        if not o.refused:
+            seen.setdefault(o.prompt, {}).setdefault(BY_NAME[o.config].server, set()).add(
+                o.prompt_tokens)
+    differ = [f"{p} ({', '.join(f'{k} {sorted(v)}' for k, v in by.items())})"
+              for p, by in seen.items() if len(set().union(*by.values())) > 1]
+    return ("The prompts' token counts differ: " + "; ".join(differ) + "." if differ
+            else "Both servers counted the same prompt tokens on every prompt.")
+
+
 def report(outcomes: Sequence[Outcome], configs: Sequence[Config], head: dict) -> str:
     tandem_default = sorted({f"{o.extra.get('drafter')}/{o.extra.get('policy')}"
                              for o in outcomes if o.config == "tandem default" and not o.refused})
@@ -427,7 +442,8 @@ def report(outcomes: Sequence[Outcome], configs: Sequence[Config], head: dict) -
              "prefill to the last committed token). Acceptance: accepted over drafted tokens, "
              "all answers. A llama-server is started per request (ngram-mod's pool holds only "
              "that request); `tandem serve --parallel 1 --no-history` keeps its evidence across "
-             f"requests. Tandem's default ran as {', '.join(tandem_default) or '-'}."]
+             f"requests. Tandem's default ran as {', '.join(tandem_default) or '-'}. "
+             + prompt_token_note(outcomes)]
     return "\n".join(lines) + "\n"
 
 

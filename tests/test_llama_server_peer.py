@@ -149,7 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.kind == peer.LLAMA:
             return self._send(200, LLAMA_BODY)
         if "prediction" in body:
-            return self._send(400, {"error": {"message": "unsupported field 'prediction'"}})
+            return self._send(400, {"error": {"message": "unsupported field 'prediction'; this "
+                                                         "server takes messages, model"}})
         plain = body.get("speculative", {}).get("drafter") == "plain"
         self._send(200, tandem_body(10.0 if plain else 15.0))
 
@@ -190,7 +191,7 @@ def test_run_against_fake_servers_records_the_refused_configuration(fakes):
         (c.name, p, r) for p, r, c in plan]
     refused = [o for o in outs if o.refused]
     assert {o.config for o in refused} == {"tandem prediction"} and len(refused) == 4
-    assert refused[0].error == "unsupported field 'prediction'"
+    assert refused[0].error == "unsupported field 'prediction'; this server takes messages, model"
     # A llama-server per request; one tandem serve for the Tandem requests that come together;
     # never two up at once.
     up = 0
@@ -251,3 +252,13 @@ def test_argv_of_both_servers():
     assert ["--parallel", "1"] == t[t.index("--parallel"):][:2]
     with pytest.raises(SystemExit):
         peer.parse_args(["--llama-server", "x", "--configs", "llama-server turbo"])
+
+
+def test_prompt_token_counts_compared_across_servers():
+    a = peer.Outcome("llama-server plain", "p1", 0, prompt_tokens=120)
+    b = peer.Outcome("tandem plain", "p1", 0, prompt_tokens=120)
+    c = peer.Outcome("tandem lookup", "p2", 0, prompt_tokens=90)
+    d = peer.Outcome("llama-server plain", "p2", 0, prompt_tokens=91)
+    assert peer.prompt_token_note([a, b]).startswith("Both servers counted the same")
+    note = peer.prompt_token_note([a, b, c, d])
+    assert "p2 (tandem [90], llama-server [91])" in note and "p1" not in note
