@@ -101,7 +101,8 @@ PLAIN = {LLAMA: "llama-server plain", TANDEM: "tandem plain"}
 
 @dataclass(frozen=True)
 class Outcome:
-    """One request's figures, or its refusal (status other than 200, `error` its message)."""
+    """One request's figures, or its refusal (status other than 200, `error` its message; 0:
+    no answer came)."""
     config: str
     prompt: str
     repeat: int
@@ -192,9 +193,13 @@ def request_body(prompt: SuitePrompt, config: Config, max_tokens: int) -> dict:
 
 def ask(url: str, prompt: SuitePrompt, config: Config, max_tokens: int, repeat: int,
         timeout: float = 900) -> Outcome:
-    """One non-streamed chat request, its answer parsed by its server's parser."""
-    r = httpx.post(f"{url}/v1/chat/completions", json=request_body(prompt, config, max_tokens),
-                   timeout=timeout)
+    """One non-streamed chat request, its answer parsed by its server's parser; a server that
+    gives no answer (it died, or the connection broke) is recorded with status 0."""
+    try:
+        r = httpx.post(f"{url}/v1/chat/completions",
+                       json=request_body(prompt, config, max_tokens), timeout=timeout)
+    except httpx.HTTPError as e:
+        return Outcome(config.name, prompt.id, repeat, status=0, error=f"no answer: {e}")
     if r.status_code != 200:
         return refusal(r.status_code, r.text, config.name, prompt.id, repeat)
     return PARSERS[config.server](r.json(), config.name, prompt.id, repeat)

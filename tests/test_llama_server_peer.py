@@ -262,3 +262,9 @@ def test_prompt_token_counts_compared_across_servers():
     assert peer.prompt_token_note([a, b]).startswith("Both servers counted the same")
     note = peer.prompt_token_note([a, b, c, d])
     assert "p2 (tandem [90], llama-server [91])" in note and "p1" not in note
+
+
+def test_a_server_that_gives_no_answer_is_recorded_not_fatal():
+    o = peer.ask(f"http://127.0.0.1:{free_port()}", peer.WARMUP, peer.BY_NAME["tandem plain"], 8, 0,
+                 timeout=10)
+    assert o.refused and o.status == 0 and o.error.startswith("no answer")
