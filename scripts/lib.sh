@@ -176,6 +176,34 @@ ensure_rpc_server() {
   rm -f "$dir"/llama_cpp_python-*.tar.gz  # the wheel and rpc-server are all that is kept
 }
 
+# llama.cpp's own llama-server (the peer of bench/llama_server_peer.py), built once from the
+# llama.cpp vendored in the same sdist as the wheel, with the same CMake flags, static, and cached
+# under $TANDEM_HOME keyed by version and flags. Prints the binary's path on stdout. Only
+# scripts/benchmarks calls it: scripts/test and scripts/run never need it. The build takes about
+# 12 minutes on 2 cores (CMAKE_BUILD_PARALLEL_LEVEL sets the jobs; every core by default).
+ensure_llama_server() {
+  local cmake_args dir src
+  cmake_args="$(llama_cmake_args)"
+  dir="$TANDEM_HOME/llama-server/llama-cpp-$(printf '%s %s' "$LLAMA_CPP_VERSION" "$cmake_args" | sha256sum | cut -c1-16)"
+  if [ ! -x "$dir/llama-server" ]; then
+    log "building llama-server $LLAMA_CPP_VERSION (about 12 minutes on 2 cores) with: $cmake_args"
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp/src"
+    local py="$PY"; [ -x "$py" ] || py="$(command -v python3)"
+    "$py" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$dir.tmp" >&2
+    src="$(ls "$dir.tmp"/llama_cpp_python-*.tar.gz | head -1)"
+    tar -xzf "$src" -C "$dir.tmp/src" --strip-components=3 --wildcards '*/vendor/llama.cpp/*'
+    # shellcheck disable=SC2086  # the flags are words
+    cmake -S "$dir.tmp/src" -B "$dir.tmp/build" $cmake_args -DLLAMA_CURL=OFF \
+      -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release >&2
+    cmake --build "$dir.tmp/build" --target llama-server -j "${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" >&2
+    mkdir -p "$dir.tmp/out"
+    cp "$dir.tmp/build/bin/llama-server" "$dir.tmp/out/"
+    echo "$cmake_args" > "$dir.tmp/out/cmake-args"
+    rm -rf "$dir"; mv "$dir.tmp/out" "$dir"; rm -rf "$dir.tmp"
+  fi
+  echo "$dir/llama-server"
+}
+
 ensure_project() {
   local stamp="$VENV/.tandem-deps" want
   want="$(sha256sum "$TANDEM_ROOT/pyproject.toml" | cut -c1-16)"
