@@ -8,6 +8,15 @@ target: each sequence's last token, forced tokens and draft; the draft model: on
 depth for every sequence that drafts), then every waiting sequence takes its rows and runs on.
 The target's parts wait out the steps in which a draft's are parked, so the sequences' verifies
 fall into one call whatever their gammas (a step then costs one model's call, not both).
+
+A sampled draft's length follows its own draws (its stops read them), and with the target's
+parts waiting on the drafts, that length would decide which step the sequence's verify lands in,
+who shares it and how wide it is; llama.cpp's rows move with a batch's width (docs/EXACTNESS.md).
+So a round whose draft samples promises its draft's decodes before it draws (`draft_parts`): a
+draft that stops sooner decodes a throwaway token at its sequence's next position in each step
+it still owes (the same rows, so every draft call keeps its shape; the cache drops it after the
+step), and its verify parks in the step a full draft's would have. Every step's parts and widths
+are then fixed before the round's draws.
 Sequences join and leave between steps (continuous batching), as llama-server's slots do.
 After a step the sequences it served run on one at a time, in the order they parked (their
 Python shares one interpreter lock anyway), so what they do between steps happens in the same
@@ -66,9 +75,16 @@ _PLAIN = Share(rows=1, tokens=1.0)
 
 
 class _Mine(threading.local):
-    """Each thread's ticket of the last step that served it (None: none yet)."""
+    """Each thread's ticket of the last step that served it (None: none yet), and the draft
+    decodes its round promised (`BatchStep.draft_parts`): how many are still owed, and where
+    its sequence of the drafting model ends."""
 
     last: _Parked | None = None
+    owed = 0
+    drafting: Backend | None = None
+    seq = 0
+    end = 0
+    token = 0
 
 
 class BatchStep:
@@ -101,6 +117,7 @@ class BatchStep:
             self._running += 1
             self.sequences += 1
             self._mine.last = None
+            self._mine.owed = 0
         try:
             yield
         finally:
@@ -116,8 +133,40 @@ class BatchStep:
         if parked:
             self._run(parked)
 
+    def draft_parts(self, n: int) -> None:
+        """The calling sequence's round drafts through `n` decodes of its drafting model,
+        whatever it draws: the draft's first call is the model's, and the first call on another
+        model (the verify) parks only after `n` of them, idling through the ones the draft
+        stopped before."""
+        self._mine.owed = n
+        self._mine.drafting = None
+
     def decode(self, backend: Backend, part: Part) -> F32:
         """`part`'s rows, decoded in the next step with every other sequence's parts."""
+        mine = self._mine
+        if mine.owed > 0:
+            if mine.drafting is None or mine.drafting is backend:
+                mine.drafting, mine.seq = backend, part.seq
+                mine.end, mine.token = part.pos + len(part.tokens), int(part.tokens[-1])
+                mine.owed -= 1
+            else:
+                self._idle()
+        return self._step(backend, part)
+
+    def _idle(self) -> None:
+        """The draft decodes the calling sequence still owes: each a throwaway token at its
+        sequence's next position, with one row, as a draft of one more token, dropped again."""
+        mine = self._mine
+        backend, owed = mine.drafting, mine.owed
+        mine.owed = 0
+        assert backend is not None
+        for _ in range(owed):
+            if mine.end >= backend.n_ctx:
+                return
+            self._step(backend, Part(mine.seq, [mine.token], mine.end, [0]))
+            self.truncate(backend, mine.end, mine.seq)
+
+    def _step(self, backend: Backend, part: Part) -> F32:
         mine = _Parked(backend, part)
         with self._cond:
             self._parked.append(mine)
@@ -192,6 +241,10 @@ class BatchStep:
         return among(others + [_PLAIN] * max(missing, 0))
 
     def truncate(self, backend: Backend, n: int, seq: int) -> None:
+        mine = self._mine
+        if mine.owed and mine.drafting is backend and mine.seq == seq:
+            # A padded catch-up drops its padding: the sequence ends where it was cut.
+            mine.end = min(mine.end, n)
         with self.models:
             backend.truncate(n, seq)
 

@@ -156,6 +156,10 @@ def run_round(r: Rounds, context: Sequence[int], room: int, index: int) -> Round
     gamma = min(decision.gamma, room) if plan.drafts else 0
     # The one predicate for a sampled draft: it fixes the verify width before drafting.
     sampled = gamma > 0 and plan.samples
+    if sampled and plan.model_drafts and r.mates is not None:
+        # Its catch-up and a decode after each drawn token but the last: gamma steps of the
+        # batch, however soon the draws stop it (engine/batch_step.py).
+        r.mates.draft_parts(gamma)
     t0 = r.clock()
     proposal = draft(r, plan, gamma)
     drafted = [int(t) for t in proposal.tokens]

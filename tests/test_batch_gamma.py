@@ -39,6 +39,9 @@ class Crowd:
     def report(self, share: Share) -> None:
         self.reported.append(share)
 
+    def draft_parts(self, n: int) -> None:
+        pass
+
 
 class BatchShy(GammaPolicy):
     """Drafts 4 alone and 1 in a batch, keeping the batches it was given."""

@@ -50,10 +50,10 @@ def drafter_on(kind: str, draft) -> Drafter:
 
 
 def answer(target, draft, prompt, kind: str, policy: GammaPolicy, rng: Rng,
-           clock: VirtualClock) -> tuple[int, ...]:
+           clock: VirtualClock, mates: BatchStep | None = None) -> tuple[int, ...]:
     config = GenerationConfig(params=PARAMS, gamma=2, max_tokens=N)
     events = generate(Session(target), drafter_on(kind, draft), prompt, config, policy,
-                      rng=rng, clock=clock.now)
+                      rng=rng, clock=clock.now, mates=mates)
     return next(ev for ev in events if isinstance(ev, DoneEvent)).tokens
 
 
@@ -77,8 +77,10 @@ def in_batch(kind: str, policy: str, rngs: tuple[Rng, Rng]) -> tuple:
         try:
             with step.sequence():
                 joined.wait()
+                # The step as the rounds' mates: a sampled draft that stops early idles
+                # through the draft decodes it promised.
                 out[k] = answer(SeqBackend(target, k + 1, step), SeqBackend(draft, k + 1, step),
-                                PROMPTS[k], kind, POLICIES[policy](), rngs[k], clock)
+                                PROMPTS[k], kind, POLICIES[policy](), rngs[k], clock, step)
         except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
             errors.append(exc)
 

@@ -90,8 +90,12 @@ def among(others: Sequence[Share]) -> Batch:
 class Mates(Protocol):
     """The other sequences of a generation's steps, as its rounds see them: `batch` is what they
     put into the next step (`ALONE` when none runs beside it), and `report` tells them what this
-    sequence's last round put in (engine/batch_step.py keeps both)."""
+    sequence's last round put in (engine/batch_step.py keeps both); `draft_parts` promises, before
+    a sampled draft draws, how many decodes of its model the round's draft takes, so where its
+    verify lands in the steps does not follow the draws."""
 
     def batch(self) -> Batch: ...
 
     def report(self, share: Share) -> None: ...
+
+    def draft_parts(self, n: int) -> None: ...

@@ -23,6 +23,7 @@ from engine.attention import flash_attn_on
 from engine.backend import F32, ModelConfig, Part, TokenTable
 from engine.errors import DecodeError, ModelFileError, SettingsError
 from engine.isolated import IsolatedBackend
+from engine.llama.compute_thread import COMPUTE
 from engine.llama.resources import Adapter, Batch, Context, Model, Owned
 from engine.llama.quiet import quiet_llama
 from engine.llama import devices
@@ -54,12 +55,13 @@ class LlamaBackend:
         # What this backend owns, freed in reverse order by `close` (or by a failed __init__).
         self._owned = ExitStack()
         with self._owned:
-            self._model = self._owned.enter_context(Model(path, n_gpu_layers=gpu_layers))
-            context = self._owned.enter_context(Context(self._model, config.n_ctx,
-                                                        config.n_batch, threads,
-                                                        flash_attn=flash,
-                                                        kv_type=config.kv_type,
-                                                        n_seq=config.n_seq))
+            # Loading computes too (llama.cpp repacks weights for this CPU under OpenMP): on
+            # the compute thread, as every decode (compute_thread.py).
+            self._model = self._owned.enter_context(
+                COMPUTE.run(lambda: Model(path, n_gpu_layers=gpu_layers)))
+            context = self._owned.enter_context(COMPUTE.run(lambda: Context(
+                self._model, config.n_ctx, config.n_batch, threads, flash_attn=flash,
+                kv_type=config.kv_type, n_seq=config.n_seq)))
             self.n_vocab: int = self._model.n_vocab
             # llama.cpp pads a small context up (16 became 256); the context asked for is the
             # limit the user set, so it is the one the engine keeps to.
@@ -207,7 +209,8 @@ class LlamaBackend:
                 b.seq_id[j][0] = seqs[start + j]
                 b.logits[j] = start + j in want
             b.n_tokens = n
-            rc = llama_cpp.llama_decode(self._ctx, b)
+            # On the process's one compute thread: one OpenMP team (compute_thread.py).
+            rc = COMPUTE.run(llama_cpp.llama_decode, self._ctx, b)
             if rc != 0:
                 # The chunks before this one stay cached; the sessions truncate them away.
                 raise DecodeError(f"llama.cpp could not decode {n} tokens at position "
