@@ -79,8 +79,10 @@ def test_the_first_round_copies_the_prediction_from_its_start():
     d = PredictionDrafter(lookup(), [40, 41, 42], PROMPT)
     plan = d.plan(PROMPT, GREEDY)
     assert plan.source == PREDICTION and plan.tokens == (40, 41, 42)
-    # The whole lead agrees: a long match.
-    assert plan.match == len(PROMPT)
+    # The prompt's end agrees by construction: it counts for the n-gram alone, and the match
+    # grows as the answer follows the prediction.
+    assert plan.match == 3
+    assert d.plan([*PROMPT, 40, 41], GREEDY).match == 5
 
 
 def test_where_the_prediction_has_no_match_the_wrapped_drafter_plans():

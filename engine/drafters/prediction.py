@@ -75,8 +75,9 @@ class PredictionDrafter(Drafter):
 
     def match(self, context: Sequence[int]) -> tuple[int, int]:
         """(start, match): where in the indexed text (lead and prediction) the copy starts,
-        and how many tokens of the context's end agree before it (up to MATCH_MAX); match 0
-        when the prediction has no occurrence of the context's last n tokens."""
+        and how many tokens of the context's end agree before it (up to MATCH_MAX, the lead
+        counted for the n-gram only); match 0 when the prediction has no occurrence of the
+        context's last n tokens."""
         n = self.ngram
         if len(context) < n:
             return 0, 0
@@ -90,10 +91,15 @@ class PredictionDrafter(Drafter):
         near = hits[max(lo, mid - NEAREST // 2):mid + NEAREST // 2]
         best_start, best_match, best_gap = 0, 0, 0
         text = self._text
+        # The lead agrees with the prompt's end by construction: it counts for the n-gram only,
+        # so that a match's length says how far the answer has followed the prediction (the
+        # controller keeps its evidence per length: a first round that misses, an answer that
+        # opens with a code fence, is not evidence against long copies).
+        floor = len(self._lead) - n
         for hit in near:
             start = hit + n
             m, i, j = n, hit - 1, len(context) - n - 1
-            while m < MATCH_MAX and i >= 0 and text[i] == context[j]:
+            while m < MATCH_MAX and i >= floor and text[i] == context[j]:
                 m, i, j = m + 1, i - 1, j - 1
             gap = abs(start - here)
             if m > best_match or (m == best_match and gap < best_gap):
