@@ -113,7 +113,10 @@ def _report(args: argparse.Namespace, spec: RunSpec, use: PairingUse, out: Outco
           f"total {s.total_time_ms:.0f} ms{forced}"
           + (f", acceptance {s.acceptance_rate:.2f}, {s.tokens_per_target_call:.2f} tokens/target call"
              f", {s.drafter}/{spec.policy} mean gamma {sum(s.gammas) / max(len(s.gammas), 1):.1f}"
-             f" ({s.gammas.count(0)} plain rounds); {s.reason}"
+             f" ({s.gammas.count(0)} plain rounds)"
+             + (f", prediction tokens {s.accepted_prediction_tokens} accepted, "
+                f"{s.rejected_prediction_tokens} rejected" if spec.prediction else "")
+             + f"; {s.reason}"
              if s.mode == "speculative" else ""), file=sys.stderr)
     if out.logprobs is not None:
         # On stderr with the statistics: stdout stays the answer (a schema's JSON parses).

@@ -13,7 +13,7 @@ from app.runtime.defaults import (MAX_PARALLEL, CTX, DEFAULT_CHAIN_MIN, DEFAULT_
                                   LOAD, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL, PLAIN, POLICIES)
 from app.runtime.ranges import BY_NAME, parse_text
 from app.runtime.request import Offer, RunSpec, resolve
-from app.runtime.structured import file_spec
+from app.runtime.structured import file_spec, read_file
 from app.runtime.open_pair import PairRequest
 from app.runtime.tuned import PairingRule, PairingUse, chose_speculation
 from engine.rpc import parse_endpoints
@@ -131,6 +131,11 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--early-exit-layers", type=int, default=None,
                    help="target layers in the early-exit draft (default: three quarters)")
     add_history_args(g)
+    row = BY_NAME["prediction"]
+    g.add_argument(row.cli_option, metavar="FILE", default=None,
+                   help="the answer you expect, drafted from first where the answer follows it "
+                   "(a file you ask to have edited; OpenAI's predicted output); plain decoding "
+                   "has nothing to draft with it")
 
 
 def add_history_args(g) -> None:
@@ -202,6 +207,8 @@ def request_settings(args: argparse.Namespace) -> dict:
     given["stop"] = getattr(args, "stop", None) or None
     given["history"] = False if getattr(args, "no_history", False) else None
     given["top_logprobs"] = getattr(args, "top_logprobs", None)
+    path = getattr(args, "prediction", None)
+    given["prediction"] = None if path is None else read_file(path, BY_NAME["prediction"].cli_option)
     return given
 
 

@@ -11,6 +11,7 @@ from engine.answer import Answer
 from engine.clock import Clock, wall_ms
 from engine.drafters.base import PLAIN, Drafter
 from engine.drafters.history_index import HistoryIndex
+from engine.drafters.prediction import with_prediction
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent
 from engine.generation_config import GenerationConfig
@@ -43,7 +44,8 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
              rule: VerifyRule = verify,
              widths: Callable[[int], int] | None = None, rng: Rng | None = None,
              clock: Clock = wall_ms, history: HistoryIndex | None = None,
-             mates: Mates | None = None) -> Iterator[Event]:
+             mates: Mates | None = None,
+             prediction: Sequence[int] = ()) -> Iterator[Event]:
     """Yield TokenEvents as tokens are committed, a RoundEvent per target call, then DoneEvent.
 
     `rule` is the verification rule; only the exactness report's negative control swaps it.
@@ -54,12 +56,17 @@ def generate(target: Session, drafter: Drafter | None, prompt: Sequence[int],
     uses one drafts from it as it stands now, and the prompt with its answer is added to it when
     the generation ends, whatever drafted (plain decoding included). `mates`: the sequences it
     is decoded in one batch with (engine/batch_step.py), told what each round puts into its
-    step; the policy prices its rounds beside theirs where `batch_priced` allows."""
+    step; the policy prices its rounds beside theirs where `batch_priced` allows.
+    `prediction`: the answer's expected tokens (a client's predicted output), which a speculating
+    generation drafts from before its drafter (engine/drafters/prediction.py); plain decoding
+    has nothing to draft with it and decodes as without one."""
     if not prompt:
         raise SettingsError("the prompt is empty")
     if history is not None and drafter is not None and drafter.uses_history:
         drafter = drafter.with_history(history)
     plain = drafter is None or config.gamma == 0
+    if drafter is not None and not plain:
+        drafter = with_prediction(drafter, prediction, prompt)
     guide = (None if config.grammar is None
              else Guide(config.grammar.start(), target.backend.is_eog))
     rounds = Rounds(target, NoDrafter() if drafter is None or plain else drafter,

@@ -150,6 +150,13 @@ class Pair:
         check_prompt_fits(len(tokens), self.n_ctx)
         return tokens
 
+    def prediction_tokens(self, text: str) -> list[int]:
+        """A predicted answer's tokens (a client's predicted output): the text as the target
+        would write it, special tokens read as text, none added."""
+        if not text:
+            return []
+        return self.target.backend.tokenize(text, add_special=False, parse_special=False)
+
     def compile_grammar(self, spec: GrammarSpec) -> Grammar:
         """`spec` compiled for the target's vocabulary (GrammarError with the constraint
         engine's message when it is refused); the last few are kept, as agents resend theirs."""
@@ -187,18 +194,22 @@ class Pair:
 
     def generate(self, prompt: Prompt, config: GenerationConfig, drafter: str | None = None,
                  raw: bool = False, policy: GammaPolicy | None = None,
-                 history: HistoryIndex | None = None) -> Iterator[Event]:
+                 history: HistoryIndex | None = None,
+                 prediction: Sequence[int] = ()) -> Iterator[Event]:
         """Stream events of one generation. `drafter` None is the pair's default drafter.
         Without a policy, speculation uses the adaptive controller with max gamma `config.gamma`.
         Speculation pads verify and catch-up batches to the cheaper widths the drafter's
         calibration measured (engine/widths.py), whatever the policy. `history`: past prompts
-        and answers to draft from (hybrid and suffix) and to add this one to when it ends."""
+        and answers to draft from (hybrid and suffix) and to add this one to when it ends.
+        `prediction`: the answer's expected tokens (`prediction_tokens`), drafted from first by
+        any speculating drafter (engine/drafters/prediction.py)."""
         yield from self.generate_tokens(self.prompt_tokens(prompt, raw), config, drafter,
-                                        policy, history)
+                                        policy, history, prediction)
 
     def generate_tokens(self, tokens: Sequence[int], config: GenerationConfig,
                         drafter: str | None = None, policy: GammaPolicy | None = None,
-                        history: HistoryIndex | None = None) -> Iterator[Event]:
+                        history: HistoryIndex | None = None,
+                        prediction: Sequence[int] = ()) -> Iterator[Event]:
         """`generate` for a prompt already tokenized and checked by `prompt_tokens`, so a
         front end that needs the tokens first (to refuse a long prompt before queueing it)
         tokenizes it once. With slots, the generation runs on a free one, in a batch with the
@@ -206,15 +217,16 @@ class Pair:
         drafter = self.default_drafter if drafter is None else drafter
         if self.slots is None:
             return self._generate(self.target, self.registry, tokens, config, drafter, policy,
-                                  history)
+                                  history, prediction=prediction)
         step = self.slots.step
         return self.slots.stream(tokens, lambda slot: self._generate(
-            slot.target, slot.registry, tokens, config, drafter, policy, history, step))
+            slot.target, slot.registry, tokens, config, drafter, policy, history, step,
+            prediction))
 
     def _generate(self, target: Session, registry: DrafterRegistry, tokens: Sequence[int],
                   config: GenerationConfig, drafter: str, policy: GammaPolicy | None,
-                  history: HistoryIndex | None,
-                  mates: Mates | None = None) -> Generator[Event, None, None]:
+                  history: HistoryIndex | None, mates: Mates | None = None,
+                  prediction: Sequence[int] = ()) -> Generator[Event, None, None]:
         """One generation on `target` with `registry`'s drafter `drafter` (the pair's own, or a
         slot's, decoded in one batch with `mates`); calibration decodes on the pair's own
         sequence, alone."""
@@ -229,7 +241,8 @@ class Pair:
             if registry is not self.registry:
                 chosen.pad_catch_up(self._catch_up_widths(drafter, config.gamma))
         yield from generate(target, chosen, tokens, config, policy, widths=widths,
-                            clock=self.clock, history=history, mates=mates)
+                            clock=self.clock, history=history, mates=mates,
+                            prediction=prediction)
 
     def _drafter_in(self, registry: DrafterRegistry, name: str) -> Drafter | None:
         """Drafter `name` of `registry`; a slot has only the built-in drafters."""

@@ -20,7 +20,9 @@ from typing import Sequence
 MODEL = "model"
 CONTEXT = "context"
 HISTORY = "history"
-COPY_SOURCES = (CONTEXT, HISTORY)
+# A copy from the answer the client predicted (engine/drafters/prediction.py).
+PREDICTION = "prediction"
+COPY_SOURCES = (CONTEXT, HISTORY, PREDICTION)
 # The plan of a round with nothing to draft (plain decoding, a copy without a match).
 NOTHING = ""
 
@@ -46,7 +48,7 @@ def match_bucket(length: int) -> str:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    # MODEL, CONTEXT, HISTORY, or NOTHING.
+    # MODEL, CONTEXT, HISTORY, PREDICTION, or NOTHING.
     source: str = NOTHING
     # The drafter part that would draft, by name, for reports ("draft-model", "prompt-lookup").
     drafter: str = ""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from engine.round_plan import PREDICTION
+
 
 @dataclass
 class RoundStats:
@@ -94,6 +96,11 @@ class GenerationStats:
     # lookup, the history of past requests...).
     drafted_by: dict[str, int] = field(default_factory=dict)
     accepted_by: dict[str, int] = field(default_factory=dict)
+    # Tokens drafted from the generation's prediction (engine/drafters/prediction.py) that the
+    # target accepted, and those it rejected (OpenAI's accepted_prediction_tokens and
+    # rejected_prediction_tokens).
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     # Output-token index at which each accepted draft token landed (acceptance along the text).
@@ -145,6 +152,9 @@ class GenerationStats:
         if r.drafted:
             self.drafted_by[r.source] = self.drafted_by.get(r.source, 0) + r.drafted
             self.accepted_by[r.source] = self.accepted_by.get(r.source, 0) + r.accepted
+            if r.source == PREDICTION:
+                self.accepted_prediction_tokens += r.accepted
+                self.rejected_prediction_tokens += r.drafted - r.accepted
         if r.drafted and r.accepted < r.drafted:
             self.rejected_rounds += 1
         while len(self.drafted_at) < drafted_positions:

@@ -30,6 +30,16 @@ class ByteFake(FakeBackend):
         return b"" if token == EOG else bytes([token])
 
 
+class AsciiFake(ByteFake):
+    """Byte tokens whose rows allow printable ASCII only, so an answer's text tokenizes back to
+    its tokens (a prediction made of an answer's text is the answer's tokens)."""
+
+    def _row(self, context: Sequence[int]):
+        row = super()._row(context).copy()
+        row[:32] = row[127:EOG] = -30.0
+        return row
+
+
 class ChatByteFake(FakeBackend):
     def __init__(self, seed: int = 0, noise: float = 0.0, n_ctx: int = 2048) -> None:
         super().__init__(n_vocab=EOG + 1 + len(TAGS), seed=seed, noise=noise, n_ctx=n_ctx, eog=EOG)

@@ -15,6 +15,7 @@ from app.ui.state import StopFlags
 from engine.pair import Pair
 from loading.chats import ChatStore
 from bench.fakes.backend import FakeBackend
+from tests.byte_fake import AsciiFake
 
 # drafter, policy, gamma, temperature, top-k, top-p, min-p, seed, max tokens
 GREEDY = ["draft", "fixed", 2, 0.0, 0, 1.0, 0.0, -1, 8]
@@ -152,3 +153,21 @@ def test_respond_still_answers_without_a_system_prompt():
     *_, (history, _, panel, stats, box, meter) = respond(
         holder, StopFlags(), "s", "hi", [], controls.spec(holder.offer(), *GREEDY))
     assert stats["output_tokens"] == 8 and box == "" and "context:" in meter
+
+
+def test_the_predicted_output_box_drafts_and_its_tokens_show_as_drafted(tmp_path):
+    """The settings' "predicted output" reaches the next answer: its tokens are drafted from it
+    (the statistics count them), shown in the drafted colour, and the answer is unchanged."""
+    pair = Pair(AsciiFake(seed=1), AsciiFake(seed=1, noise=0.5))
+    t = ChatTab(PairHolder(pair), StopFlags(), ChatStore(tmp_path / "chats"))
+    ask = values([], max_tokens=30)
+    history, tokens, _, stats, *_ = last(t.run(REQUEST, "rewrite this",
+                                               Values.of((ask[0], "lookup", *ask[2:]))))
+    answer = history[-1]["content"]
+    assert stats["accepted_prediction_tokens"] == 0
+    again = Values.of((ask[0], "lookup", *ask[2:], answer))
+    history, tokens, _, stats, *_ = last(t.run(REQUEST, "rewrite this", again))
+    assert history[-1]["content"] == answer
+    # Gamma 2: two predicted tokens and the bonus each round.
+    assert stats["accepted_prediction_tokens"] >= 18 and stats["rejected_prediction_tokens"] == 0
+    assert tokens.count('class="tok-draft"') >= stats["accepted_prediction_tokens"]

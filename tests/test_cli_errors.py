@@ -67,3 +67,16 @@ def test_bad_settings(tmp_path, flag, value, word):
     proc = tandem("generate", "--prompt", "hi", "--target", str(tmp_path / "x.gguf"), "--draft", "none",
                   flag, value)
     assert_clean_error(proc, word)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: d / "gone.py", ("--prediction: file not found", "gone.py")),
+    (lambda d: d, ("--prediction:", "is a folder")),
+    (lambda d: (d / "latin1.py").write_bytes(b"caf\xe9\n") and d / "latin1.py",
+     ("--prediction:", "is not UTF-8 text")),
+])
+def test_a_prediction_file_that_cannot_be_read(tmp_path, make, words):
+    """--prediction FILE is read before any model loads: one line naming the option."""
+    proc = tandem("generate", "--prompt", "hi", "--target", str(tmp_path / "never.gguf"),
+                  "--draft", "none", "--prediction", str(make(tmp_path)))
+    assert_clean_error(proc, *words)

@@ -14,20 +14,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.acceptance import Verdict, speculative_verify
+from engine.acceptance import Verdict, speculative_verify, verify
 from engine.control.controller import AdaptiveController
 from engine.dist import Dist
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.early_exit import early_exit_drafter
 from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.prediction import PredictionDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
-from engine.events import DoneEvent
+from engine.events import DoneEvent, RoundEvent
 from engine.generator import generate
 from engine.generation_config import GenerationConfig
 from engine.control.policy import FixedGamma, GammaPolicy, HeuristicGamma, NeverDraft
 from engine import transform as engine_transform
 from engine.rng import Rng
+from engine.round_plan import PREDICTION
 from engine.sampling import SamplingParams
 from engine.transform import distribution, probabilities
 from engine.session import Session
@@ -105,8 +107,9 @@ class CountingController(AdaptiveController):
         return keep
 
 
-def law_of(sampling: str, build_drafter, build_policy) -> tuple[dict, dict, int]:
-    """(speculative law, target law, leaves that drafted) of the first N tokens."""
+def law_of(sampling: str, build_drafter, build_policy, **given) -> tuple[dict, dict, int]:
+    """(speculative law, target law, leaves that drafted) of the first N tokens; `given`: more
+    of `generate`'s arguments (a prediction, a verification rule)."""
     params, grid = SAMPLINGS[sampling]
     drafted_leaves = [0]
 
@@ -117,7 +120,7 @@ def law_of(sampling: str, build_drafter, build_policy) -> tuple[dict, dict, int]
         policy = build_policy(drafter)
         config = GenerationConfig(params=params, gamma=2, max_tokens=N)
         done = [ev for ev in generate(target, drafter, PROMPT, config, policy, rng=rng,
-                                      clock=clock.now) if isinstance(ev, DoneEvent)][0]
+                                      clock=clock.now, **given) if isinstance(ev, DoneEvent)][0]
         drafted_leaves[0] += done.stats.drafted_tokens > 0
         return done.tokens
 
@@ -352,3 +355,105 @@ def test_a_64_token_copy_emits_the_targets_law_exactly():
 def test_a_rule_wrong_only_deep_in_a_64_token_copy_is_caught():
     spec, want, longest = long_copy_law(_deep_trusting_verify)
     assert longest == 64 and total_variation(spec, want) > 1e-3
+
+
+# --- predicted outputs: a copy of the answer the client expects -----------------------------
+
+# The target's greedy path after PROMPT is 4 6 2 3 3 5. A right prediction, one wrong at two
+# positions, and one that is wrong at its first token and then holds the path: after the target
+# departs from it (4 for its 5), the text's last token occurs in it again and copying resumes
+# (a 1-gram match, so that the rejoin fits in three tokens).
+PREDICTIONS = {
+    "right": ((4, 6, 2, 3, 3, 5), 3),
+    "wrong at some positions": ((4, 1, 2, 3, 0, 5), 3),
+    "diverges and rejoins": ((5, 4, 6, 2, 3), 1),
+}
+PREDICTING = ("lookup", "hybrid", "draft-model")
+
+
+def predicting(kind: str, case: str):
+    """A drafter of `kind` with the case's prediction in front of it, as a generation makes it
+    (engine/drafters/prediction.py), at the case's n-gram."""
+    prediction, ngram = PREDICTIONS[case]
+    return lambda c, g: PredictionDrafter(make_drafter(kind, c, g), prediction, PROMPT,
+                                          ngram=ngram)
+
+
+def prediction_rounds(sampling: str, build_drafter, build_policy, rule=verify) -> dict:
+    """How often the enumerated runs drafted from the prediction, had a predicted token
+    rejected, and drafted from it again after a rejection."""
+    params, grid = SAMPLINGS[sampling]
+    seen = {"drafted": 0, "rejected": 0, "resumed": 0}
+
+    def run(rng):
+        clock = VirtualClock()
+        target = Session(TableFake(seed=1, eog=EOG, grid=grid, clock=clock, cost=VERIFY))
+        drafter = build_drafter(clock, grid)
+        config = GenerationConfig(params=params, gamma=2, max_tokens=N)
+        rejected = False
+        for ev in generate(target, drafter, PROMPT, config, build_policy(drafter), rng=rng,
+                           rule=rule, clock=clock.now):
+            if isinstance(ev, RoundEvent) and ev.round.source == PREDICTION:
+                seen["drafted"] += 1
+                seen["resumed"] += rejected
+                rejected = rejected or ev.round.accepted < ev.round.drafted
+                seen["rejected"] += ev.round.accepted < ev.round.drafted
+        return ev.tokens
+
+    exact_law(run)
+    return seen
+
+
+@pytest.mark.parametrize("sampling", ["T=1", "T=0.7 top-p 0.9", "top-k 3 with ties"])
+@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
+@pytest.mark.parametrize("drafter", PREDICTING)
+@pytest.mark.parametrize("case", sorted(PREDICTIONS))
+def test_a_prediction_emits_the_targets_law_exactly(case, drafter, policy, sampling):
+    """Drafting from a prediction, right, wrong at some positions, or departing and rejoining,
+    in front of each kind of drafter: the target's law, to 1e-9."""
+    spec, want, drafted = law_of(sampling, predicting(drafter, case),
+                                 lambda d: make_policy(policy, d))
+    assert drafted > 0
+    assert total_variation(spec, want) < 1e-9
+
+
+@pytest.mark.parametrize("case", sorted(PREDICTIONS))
+def test_each_prediction_case_drafts_as_it_says(case):
+    """The cases are what they are named: the prediction is drafted in each; the wrong ones
+    have predicted tokens rejected; the rejoining one drafts from it again after a rejection."""
+    seen = prediction_rounds("T=1", predicting("hybrid", case), lambda d: FixedGamma(2))
+    assert seen["drafted"] > 0
+    if case != "right":
+        assert seen["rejected"] > 0
+    if case == "diverges and rejoins":
+        assert seen["resumed"] > 0
+
+
+def test_a_prediction_given_to_the_generation_is_exact():
+    """The prediction as `generate` takes it (the default n-gram), at greedy and sampled."""
+    prediction = PREDICTIONS["wrong at some positions"][0]
+    for sampling in ("T=1", "T=0.7 top-p 0.9"):
+        spec, want, drafted = law_of(sampling, lambda c, g: make_drafter("lookup", c, g),
+                                     lambda d: FixedGamma(2), prediction=prediction)
+        assert drafted > 0 and total_variation(spec, want) < 1e-9
+
+
+def trusting_verify(p, q, draft, rng, greedy):
+    """The negative control: a rejected copied token's correction drawn from p itself, so the
+    rejected token may come back (the one-hot rule draws from p without it)."""
+    if greedy or q is not None:
+        return verify(p, q, draft, rng, greedy)
+    for i in range(len(draft)):
+        x = int(draft[i])
+        if not rng.coin(p[i].prob(x)):
+            return Verdict(i, rng.draw(p[i]), "correction")
+    return Verdict(len(draft), rng.draw(p[len(draft)]), "bonus")
+
+
+@pytest.mark.parametrize("case", sorted(PREDICTIONS))
+def test_a_prediction_verified_wrongly_is_caught(case):
+    """Each prediction case with the trusting rule: the enumeration sees the bias (at T = 1,
+    where the wrong positions are tokens the target may take, so each case's law differs)."""
+    spec, want, drafted = law_of("T=1", predicting("lookup", case), lambda d: FixedGamma(2),
+                                 rule=trusting_verify)
+    assert drafted > 0 and total_variation(spec, want) > 1e-3

@@ -4,6 +4,8 @@ values, the API's request body) make the same RunSpec, or the same one-line erro
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 from typing import Sequence
 
 import gradio as gr
@@ -53,7 +55,10 @@ SETTINGS = {
     "max_tokens": integers(-2, 5000),
     "stop": st.lists(st.text("ab\n", max_size=3), max_size=2),
     "history": st.booleans(),
+    "prediction": st.text("ab\n é", max_size=6),
 }
+# The CLI reads a prediction from a file, the page from its box, the API from OpenAI's object.
+PREDICTION_DIR = Path(tempfile.mkdtemp(prefix="tandem-agree-"))
 CHOSEN = st.fixed_dictionaries({}, optional=SETTINGS)
 
 
@@ -68,6 +73,10 @@ def through_cli(chosen: dict, extra: Sequence[str] = ()) -> RunSpec | str:
             argv += [f"--stop={s}" for s in value]
         elif name == "history":
             argv += [] if value else ["--no-history"]
+        elif name == "prediction":
+            path = PREDICTION_DIR / f"{abs(hash(value))}.txt"
+            path.write_text(value, encoding="utf-8", newline="")
+            argv.append(f"--prediction={path}")
         else:
             argv.append(f"{BY_NAME[name].cli_option}={text(value)}")
     args = build_parser().parse_args(argv)
@@ -83,6 +92,8 @@ def through_api(chosen: dict) -> RunSpec | str:
     body: dict = {"prompt": "x"}
     speculative = {k: v for k, v in chosen.items() if k in ("drafter", "policy", "gamma", "history")}
     body.update({k: v for k, v in chosen.items() if k not in speculative})
+    if "prediction" in chosen:
+        body["prediction"] = {"type": "content", "content": chosen["prediction"]}
     if speculative:
         body["speculative"] = speculative
     try:
@@ -99,7 +110,8 @@ def through_page(chosen: dict, **output: str) -> RunSpec | str:
         values["gamma"] = DEFAULT_GAMMA.get(values["policy"], DEFAULT_GAMMA[DEFAULT_POLICY])
     try:
         return controls.spec(OFFER, **values, history=chosen.get("history", True),
-                             prompt="x", raw=True, **output)
+                             prompt="x", raw=True, prediction=chosen.get("prediction", ""),
+                             **output)
     except SettingsError as exc:
         return str(exc)
 
@@ -219,3 +231,30 @@ def test_a_schema_read_without_the_common_form_would_be_seen(tmp_path, monkeypat
     assert through_page({}, output=SCHEMA, schema=text) == cli
     monkeypatch.setattr(structured, "schema_spec", lambda t: GrammarSpec("json_schema", t))
     assert through_page({}, output=SCHEMA, schema=text) != cli
+
+
+@pytest.mark.parametrize("content", ["def f():\n    return 1\n",
+                                     [{"type": "text", "text": "def f():\n"},
+                                      {"type": "text", "text": "    return 1\n"}]])
+def test_a_prediction_is_the_same_from_a_file_the_box_and_a_body(tmp_path, content):
+    """--prediction FILE, the page's "predicted output" box and a body's prediction (a string or
+    text parts) make one spec holding the same text."""
+    text = "def f():\n    return 1\n"
+    path = tmp_path / "f.py"
+    path.write_text(text, encoding="utf-8")
+    cli = through_cli({}, ["--prediction", str(path)])
+    assert isinstance(cli, RunSpec) and cli.prediction == text
+    assert through_page({"prediction": text}) == cli
+    body = {"prompt": "x", "prediction": {"type": "content", "content": content}}
+    assert parse_completion(body, OFFER).spec == cli
+
+
+def test_a_prediction_read_otherwise_would_be_seen(tmp_path, monkeypatch):
+    """The negative control: a command line that dropped the file's last newline differs."""
+    from app import settings as cli_settings
+    path = tmp_path / "f.py"
+    path.write_text("x = 1\n", encoding="utf-8")
+    cli = through_cli({}, ["--prediction", str(path)])
+    assert cli == through_page({"prediction": "x = 1\n"})
+    monkeypatch.setattr(cli_settings, "read_file", lambda p, o: Path(p).read_text().rstrip())
+    assert through_cli({}, ["--prediction", str(path)]) != through_page({"prediction": "x = 1\n"})

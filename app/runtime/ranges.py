@@ -21,6 +21,10 @@ from engine.generation_config import MAX_GAMMA
 from engine.logprobs import MAX_TOP
 
 NUMBER, INTEGER, CHOICE, FLAG, TEXTS = "number", "integer", "choice", "flag", "texts"
+# A predicted answer: a text (the CLI's file, the page's box), or OpenAI's predicted output,
+# {"type": "content", "content": a text or a list of text parts} (the API's body).
+PREDICTED = "predicted"
+PREDICTION_FORM = '{"type": "content", "content": a string or a list of text parts}'
 
 # Seed -1: a random seed, drawn for each generation (SamplingParams' None).
 RANDOM_SEED = -1
@@ -85,6 +89,8 @@ class Setting:
             return value
         if self.kind == TEXTS:
             return self._texts(value)
+        if self.kind == PREDICTED:
+            return self._predicted(value)
         return self._number(value, high)
 
     def _number(self, value: Any, high: float | None) -> int | float:
@@ -107,6 +113,34 @@ class Setting:
         if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) and s for s in items):
             raise self.error("a non-empty string or a list of them", value)
         return tuple(items)
+
+
+    def _predicted(self, value: Any) -> str:
+        name = self.name
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, dict):
+            raise SpecError(name, f"{name} must be {PREDICTION_FORM}, got {_short(value)}")
+        if value.get("type") != "content":
+            raise SpecError(name, f"{name}.type must be 'content', got {_short(value.get('type'))}")
+        extra = sorted(set(value) - {"type", "content"})
+        if extra:
+            raise SpecError(name, f"{name} takes type and content only, got {extra[0]!r:.40}")
+        content = value.get("content")
+        if isinstance(content, str):
+            return content
+        if not isinstance(content, list) or not content or not all(
+                isinstance(p, dict) and p.get("type") == "text" and set(p) == {"type", "text"}
+                and isinstance(p["text"], str) for p in content):
+            raise SpecError(name, f"{name}.content must be a string or a list of text parts "
+                            f'({{"type": "text", "text": ...}}), got {_short(content)}')
+        return "".join(p["text"] for p in content)
+
+
+def _short(value: Any) -> str:
+    """A value as `show` writes it, cut to a line's length (a prediction may be a whole file)."""
+    text = show(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def show(value: Any) -> str:
@@ -135,6 +169,8 @@ SETTINGS: tuple[Setting, ...] = (
             "alternatives; absent is none", low=0, high=MAX_TOP, cli="--logprobs"),
     Setting("history", FLAG, HISTORY, "draft from and add to the history of past requests",
             api="speculative.history", cli="--no-history"),
+    Setting("prediction", PREDICTED, "", "the answer expected (a file to be edited), drafted "
+            "from first; empty is none"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 # The settings a pairing record chooses (app/runtime/tuned.py): any of them given keeps the

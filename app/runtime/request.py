@@ -62,6 +62,10 @@ class RunSpec:
     # Makes each generation's rule that ends the answer early (GenerationConfig.until: a
     # repeated tool call); None: none.
     until: Callable[[], Callable[[str], bool]] | None = field(default=None, compare=False)
+    # The answer expected (OpenAI's predicted output: a file to be edited), drafted from first
+    # by a speculating drafter (engine/drafters/prediction.py); plain decoding has nothing to
+    # draft and decodes as without it. Empty: none.
+    prediction: str = ""
 
     @property
     def seed(self) -> int:
@@ -110,7 +114,7 @@ def resolve(given: Mapping[str, Any], offer: Offer, prompt: Prompt = "",
     return RunSpec(drafter=drafter, policy=policy, gamma=gamma, sampling=sampling,
                    max_tokens=v["max_tokens"], stop=v["stop"], history=v["history"],
                    prompt=prompt, raw=raw, grammar=grammar, logprobs=v["top_logprobs"],
-                   tools=tools)
+                   tools=tools, prediction=v["prediction"])
 
 
 def _speculation(given: Mapping[str, Any], v: Mapping[str, Any],

@@ -14,7 +14,8 @@ from typing import Any
 
 from app.runtime.overflow import POLICIES as OVERFLOW_POLICIES
 from app.runtime.defaults import DEFAULT_MAX_TOKENS
-from app.runtime.ranges import BY_NAME, CHOICE, FLAG, INTEGER, SETTINGS, TEXTS, Setting
+from app.runtime.ranges import (BY_NAME, CHOICE, FLAG, INTEGER, PREDICTED, SETTINGS, TEXTS,
+                                Setting)
 from app.runtime.tool_calls import MODES, NAME_PATTERN
 from app.serve.responses_request import PASSED as RESPONSES_PASSED
 from engine.control.registry import POLICIES
@@ -51,6 +52,18 @@ GENERATION_ERRORS = {
     "503": _error("the pair is still loading, or the queue is full (Retry-After says when to retry)"),
 }
 
+# OpenAI's predicted output (a bare string is read as its content too).
+TEXT_PART = {"type": "object", "required": ["type", "text"], "additionalProperties": False,
+             "properties": {"type": {"type": "string", "enum": ["text"]},
+                            "text": {"type": "string"}}}
+PREDICTION = {"oneOf": [
+    {"type": "object", "required": ["type", "content"], "additionalProperties": False,
+     "properties": {"type": {"type": "string", "enum": ["content"]},
+                    "content": {"oneOf": [{"type": "string"},
+                                          {"type": "array", "minItems": 1, "items": TEXT_PART}]}}},
+    {"type": "string"}]}
+
+
 def _schema(setting: Setting) -> dict:
     """A request setting's schema, from its row in the one table (app/runtime/ranges.py)."""
     schema: dict[str, Any] = {"nullable": True, "description": setting.meaning}
@@ -65,6 +78,8 @@ def _schema(setting: Setting) -> dict:
     elif setting.kind == TEXTS:
         schema["oneOf"] = [{"type": "string", "minLength": 1},
                            {"type": "array", "items": {"type": "string", "minLength": 1}}]
+    elif setting.kind == PREDICTED:
+        schema.update(PREDICTION)
     else:
         schema["type"] = "integer" if setting.kind == INTEGER else "number"
         if setting.low is not None:

@@ -6,7 +6,8 @@ Every field is used or refused: a field outside the lists below, or a value out 
 is a 400 that names it (`param`), never silently dropped, since a client that sends
 `presence_penalty` must learn that it had no effect. JSON null counts as absent, as the
 OpenAI clients send it for unset options. `response_format` and the tool fields are read by
-formats.py; log probabilities are the `top_logprobs` row (chat: `logprobs: true` with
+formats.py; `prediction` (OpenAI's predicted output) is the table's own row; log probabilities
+are the `top_logprobs` row (chat: `logprobs: true` with
 `top_logprobs` alternatives, 0 when not given; completions: `logprobs: N`).
 """
 from __future__ import annotations
@@ -66,6 +67,9 @@ class GenerationRequest:
     # What to do when a chat outgrows the context (app/runtime/overflow.py); the default
     # refuses with a 413, as llama-server does.
     overflow: str = OVERFLOW_API
+    # The prediction's tokens, counted once when the pair is known and its fit checked
+    # (app/serve/routes.py); None: not counted yet.
+    prediction: tuple[int, ...] | None = None
 
 
 def parse_json(body: bytes) -> dict:

@@ -189,7 +189,17 @@ def usage(stats: GenerationStats) -> dict:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.output_tokens,
             "total_tokens": stats.prompt_tokens + stats.output_tokens,
             # OpenAI's name for the prompt tokens the KV cache already held.
-            "prompt_tokens_details": {"cached_tokens": stats.prompt_cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": stats.prompt_cached_tokens},
+            "completion_tokens_details": prediction_usage(stats)}
+
+
+def prediction_usage(stats: GenerationStats) -> dict:
+    """OpenAI's completion_tokens_details: the prediction's tokens the target accepted, and
+    those drafted from it that it rejected (0 and 0 without a prediction, and with plain
+    decoding, which drafts nothing)."""
+    return {"reasoning_tokens": 0, "audio_tokens": 0,
+            "accepted_prediction_tokens": stats.accepted_prediction_tokens,
+            "rejected_prediction_tokens": stats.rejected_prediction_tokens}
 
 
 def speculative(stats: GenerationStats, request: GenerationRequest) -> dict:

@@ -81,7 +81,10 @@ class ResponsesFormatter:
                             # earlier turns, when it still held them).
                             "input_tokens_details": {"cached_tokens": stats.prompt_cached_tokens},
                             "output_tokens": stats.output_tokens,
-                            "output_tokens_details": {"reasoning_tokens": 0},
+                            "output_tokens_details": {
+                                "reasoning_tokens": 0,
+                                "accepted_prediction_tokens": stats.accepted_prediction_tokens,
+                                "rejected_prediction_tokens": stats.rejected_prediction_tokens},
                             "total_tokens": stats.prompt_tokens + stats.output_tokens}
             out["speculative"] = speculative(stats, self.request)
         return out

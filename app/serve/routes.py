@@ -23,7 +23,8 @@ from app.serve.errors import (BadRequestError, InternalError, NotFoundError, Too
                               UnavailableError, UnsupportedMediaError, as_api_error)
 from app.runtime.request import Offer
 from app.runtime.overflow import STOP, fit, reserve
-from app.runtime.run import prompt_tokens
+from app.runtime.ranges import SpecError
+from app.runtime.run import prediction_tokens, prompt_tokens
 from app.runtime.tool_calls import Tools, prompt_with_tools, template_syntax
 from app.runtime.tool_syntax import Syntax, as_read
 from app.runtime.tool_grammar import control_tokens, tool_grammar
@@ -140,6 +141,15 @@ def fitted_tokens(pair: Pair, req: GenerationRequest) -> tuple[list[int], int]:
         raise TooLargeError(str(exc), param="messages" if req.kind == "chat" else "prompt") from None
 
 
+def fitted_prediction(pair: Pair, req: GenerationRequest, n_prompt: int) -> GenerationRequest:
+    """The request with its prediction's tokens, counted once; 400 naming `prediction` when the
+    context cannot hold them after the prompt's `n_prompt`."""
+    try:
+        return replace(req, prediction=tuple(prediction_tokens(pair, req.spec, n_prompt)))
+    except SpecError as exc:
+        raise BadRequestError(str(exc), param="prediction") from None
+
+
 def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
     """The request made ready for this pair: the tools rendered for the target's chat template
     (natively, or the Hermes fallback) with the grammar of its call syntax, and any grammar
@@ -223,6 +233,7 @@ class Routes:
         # Compiling a grammar reads the vocabulary once per model (about a second for Qwen's).
         req = await to_thread.run_sync(prepared, pair, req)
         tokens, dropped = await to_thread.run_sync(fitted_tokens, pair, req)
+        req = await to_thread.run_sync(fitted_prediction, pair, req, len(tokens))
         # Said only to a request that chose a policy: how many messages it left out.
         context = {} if req.overflow == STOP else {DROPPED_HEADER: str(dropped)}
         try:

@@ -75,7 +75,7 @@ class Job:
     def _start(self) -> Generator[Event, None, None]:
         # Started with the slot held: the adaptive policy calibrates under the pair's lock.
         return generate(self.pair, self.request.spec, self.tokens,
-                        self.history.index if self.history else None)
+                        self.history.index if self.history else None, self.request.prediction)
 
     def close(self) -> None:
         if self.ticket is not None:

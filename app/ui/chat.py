@@ -169,9 +169,9 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
 
 
 def _settings(drafters: list[str], default_drafter: str) -> tuple[list, gr.Checkbox, gr.Button, list,
-                                                                  gr.Dropdown]:
+                                                                  gr.Dropdown, gr.Textbox]:
     """The settings accordion: the shared controls, the history's switch and its clear button,
-    structured output and the overflow policy."""
+    structured output, the overflow policy and the predicted output."""
     with gr.Accordion("settings", open=False, elem_id="chat-settings"):
         widgets = controls.build(drafters, default_drafter, "chat")
         with gr.Row():
@@ -184,7 +184,8 @@ def _settings(drafters: list[str], default_drafter: str) -> tuple[list, gr.Check
                                value=OVERFLOW, label="when the chat outgrows the context",
                                elem_id="chat-overflow")
         output = controls.build_output("chat")
-    return widgets, remember, forget, output, overflow
+        prediction = controls.build_prediction("chat")
+    return widgets, remember, forget, output, overflow, prediction
 
 
 @dataclass
@@ -198,19 +199,24 @@ class Values:
     chat_id: str
     system: str
     overflow: str
+    # The predicted output box (empty: none).
+    prediction: str = ""
 
     @classmethod
     def of(cls, values: tuple) -> "Values":
         n = len(controls.WIDGETS)
         history, *rest = values
-        settings, (remember, output, schema, chat_id, system, overflow) = rest[:n], rest[n:]
+        settings, (remember, output, schema, chat_id, system, overflow, *prediction) = (
+            rest[:n], rest[n:])
         return cls(list(history or []), list(settings), bool(remember), output, schema,
-                   chat_id or "", system or "", overflow or OVERFLOW)
+                   chat_id or "", system or "", overflow or OVERFLOW,
+                   (prediction or [""])[0] or "")
 
     def spec(self, holder: PairHolder) -> RunSpec:
         try:
             return controls.spec(holder.offer(), *self.settings, self.remember,
-                                 output=self.output, schema=self.schema)
+                                 output=self.output, schema=self.schema,
+                                 prediction=self.prediction)
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
 
@@ -250,7 +256,7 @@ class ChatTab:
                                                  elem_id="chat-send")
                 self.stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
                 (self.widgets, self.remember, self.forget, self.output,
-                 self.overflow) = _settings(drafters, default_drafter)
+                 self.overflow, self.prediction) = _settings(drafters, default_drafter)
             with gr.Column(scale=2):
                 self.panel = gr.HTML(metrics.live_panel(None), elem_id="chat-metrics")
                 self.tokens = gr.HTML(metrics.token_view([]), elem_id="chat-tokens")
@@ -260,7 +266,7 @@ class ChatTab:
     @property
     def inputs(self) -> list:
         return [self.chatbot, *self.widgets, self.remember, *self.output, self.state,
-                self.system, self.overflow]
+                self.system, self.overflow, self.prediction]
 
     @property
     def outputs(self) -> list:
@@ -306,11 +312,12 @@ class ChatTab:
              policy: str, gamma: float, temperature: float, top_k: float, top_p: float,
              min_p: float, seed: float | None, max_tokens: float, remember: bool = HISTORY,
              output: str | None = None, schema: str | None = None, chat_id: str | None = None,
-             system: str | None = None, overflow: str | None = None) -> Iterator[tuple]:
+             system: str | None = None, overflow: str | None = None,
+             prediction: str | None = None) -> Iterator[tuple]:
         """The page's (and the /chat API's) send; the settings by name, as the API lists them."""
         yield from self.run(request, message, Values.of((
             history, drafter, policy, gamma, temperature, top_k, top_p, min_p, seed, max_tokens,
-            remember, output or OFF, schema or "", chat_id, system, overflow)))
+            remember, output or OFF, schema or "", chat_id, system, overflow, prediction)))
 
     def retry(self, request: gr.Request, *values: Any) -> Iterator[tuple]:
         """The last answer again: the chat up to the last question, which is sent again (the

@@ -107,10 +107,20 @@ def summary_html(runs: Runs, greedy: bool) -> str:
     return (f'<div class="tandem-compare-summary"><div style="font-size:1.3em;font-weight:600">'
             f'speedup {tps_up.show("{:.2f}")}× tokens/s · {e2e_up.show("{:.2f}")}× end-to-end</div>'
             f'<div style="font-size:.8em;opacity:.75">median (min–max) over {n} repeat(s); '
-            f'draft acceptance {acc}%</div>'
+            f'draft acceptance {acc}%{_prediction_note(runs)}</div>'
             f'<table style="margin-top:6px;border-collapse:collapse"><tr><th {cell}></th>'
             f'<th {cell}>plain</th><th {cell}>speculative</th></tr>{body}</table>'
             f'<div style="margin-top:6px">{html.escape(note)}</div></div>')
+
+
+def _prediction_note(runs: Runs) -> str:
+    """The prediction's share of the speculative runs, when they drafted from one."""
+    last = runs.speculative[-1].stats
+    seen = last.accepted_prediction_tokens + last.rejected_prediction_tokens
+    if not seen:
+        return ""
+    return (f"; predicted output: {last.accepted_prediction_tokens} tokens accepted, "
+            f"{last.rejected_prediction_tokens} rejected")
 
 
 def payload(runs: Runs, greedy: bool) -> dict[str, Any]:
@@ -199,6 +209,7 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
     with gr.Accordion("settings", open=False, elem_id="compare-settings"):
         widgets = controls.build(drafters, default_drafter, "compare", compare=True)
         output = controls.build_output("compare")
+        prediction = controls.build_prediction("compare")
     summary = gr.HTML(summary_html(Runs(), True), elem_id="compare-summary")
     with gr.Row():
         left = gr.HTML(_column("plain decoding (target alone)", [], None, False), elem_id="compare-plain")
@@ -208,16 +219,16 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
 
     def on_run(prompt_text: str, n: float, drafter: str, policy: str, gamma: float, temperature: float,
                top_k: float, top_p: float, min_p: float, seed: float | None, max_tokens: float,
-               output_choice: str, schema: str, request: gr.Request):
+               output_choice: str, schema: str, predicted: str, request: gr.Request):
         try:
             spec = controls.spec(holder.offer(), drafter, policy, gamma, temperature, top_k,
                                  top_p, min_p, seed, max_tokens, output=output_choice,
-                                 schema=schema)
+                                 schema=schema, prediction=predicted)
         except TandemError as exc:
             raise gr.Error(str(exc)) from None
         yield from compare(holder, flags, request.session_hash or "", prompt_text, spec, int(n))
 
-    run.click(on_run, [prompt, repeats, *widgets, *output], [left, right, summary, results], api_name="compare",
+    run.click(on_run, [prompt, repeats, *widgets, *output, prediction], [left, right, summary, results], api_name="compare",
               concurrency_limit=None, show_progress="hidden")
     def on_stop(request: gr.Request) -> None:
         flags.stop(request.session_hash or "")

@@ -27,11 +27,13 @@ def spec(offer: Offer, drafter: str | None, policy: str | None, gamma: float | N
          temperature: float | None, top_k: float | None, top_p: float | None,
          min_p: float | None, seed: float | str | None, max_tokens: float | None,
          history: bool = HISTORY, prompt: Prompt = "", raw: bool = False,
-         output: str | None = OFF, schema: str | None = "") -> RunSpec:
+         output: str | None = OFF, schema: str | None = "",
+         prediction: str | None = "") -> RunSpec:
     """The page's RunSpec. The policy and gamma controls steer a speculative drafter only: with
     drafter plain the page gives neither. An empty seed box is -1, a random seed. `output` and
     `schema`: the structured-output choice and the schema box (app/runtime/structured.py),
-    checked first, as the command line reads its schema file before its other settings."""
+    checked first, as the command line reads its schema file before its other settings.
+    `prediction`: the "predicted output" box (empty: none)."""
     grammar = output_spec(output, schema)
     given = dict(zip(WIDGETS, (drafter, policy, gamma, temperature, top_k, top_p, min_p, seed,
                                max_tokens)))
@@ -39,7 +41,8 @@ def spec(offer: Offer, drafter: str | None, policy: str | None, gamma: float | N
         given["policy"] = given["gamma"] = None
     if isinstance(seed, str) and not seed.strip():
         given["seed"] = RANDOM_SEED
-    return resolve({**given, "history": history}, offer, prompt, raw, grammar=grammar)
+    return resolve({**given, "history": history, "prediction": prediction or None}, offer, prompt,
+                   raw, grammar=grammar)
 
 
 def build(drafters: list[str], default_drafter: str, prefix: str, compare: bool = False) -> list[gr.components.Component]:
@@ -103,6 +106,17 @@ def build_output(prefix: str) -> list[gr.components.Component]:
                  choice == OFF else gr.update(), [schema, output], output, queue=False,
                  api_visibility="private")
     return [output, schema]
+
+
+def build_prediction(prefix: str) -> gr.Textbox:
+    """The "predicted output" box (`spec`'s `prediction`): the answer expected, a file pasted to
+    be edited, which a speculating drafter copies from first wherever the answer follows it;
+    kept for the requests after, until cleared."""
+    return gr.Textbox(value="", label="predicted output", lines=3, max_lines=12,
+                      elem_id=f"{prefix}-prediction",
+                      placeholder="the answer you expect, e.g. the file you ask to have edited",
+                      info="drafted from first wherever the answer follows it; verified like "
+                           "any draft, so the answer is the model's own")
 
 
 def _default(name: str):
