@@ -48,7 +48,8 @@ from engine.control.costs import Calibration, CostModel, calibrate
 from engine.control.estimator import POSITIONS, AcceptanceEstimator, Counts
 from engine.control.evidence import Evidence
 from engine.control.policy import Decision, GammaPolicy
-from engine.round_plan import CONTEXT, HISTORY, MODEL, NO_PLAN, RoundPlan, match_bucket
+from engine.round_plan import (CONTEXT, HISTORY, MODEL, NO_PLAN, PREDICTION, RoundPlan,
+                               match_bucket)
 from engine.errors import SettingsError
 from engine.generation_config import COPY_MAX, MAX_GAMMA
 from engine.stats import ControllerReport, RoundStats
@@ -56,7 +57,8 @@ from engine.stats import ControllerReport, RoundStats
 __all__ = ["AdaptiveController", "Calibration", "Prediction", "calibrate"]
 
 # How a reason line names each source's evidence.
-_SOURCE_WORDS = {MODEL: "the draft model", CONTEXT: "lookup", HISTORY: "the history"}
+_SOURCE_WORDS = {MODEL: "the draft model", CONTEXT: "lookup", HISTORY: "the history",
+                 PREDICTION: "the prediction"}
 
 
 @dataclass(frozen=True)
