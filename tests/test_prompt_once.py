@@ -83,7 +83,10 @@ def test_the_page_tokenizes_and_checks_once(counted, monkeypatch):
 def test_tandem_generate_tokenizes_and_checks_once(counted, monkeypatch, capsys):
     pair, target, fits = counted
     monkeypatch.setattr(cli, "model_configs", lambda args, chosen=None: (ModelConfig("t.gguf"), None))
-    monkeypatch.setattr(open_pair, "plan_load", lambda *args: SimpleNamespace(offload=None))
+    monkeypatch.setattr(open_pair, "plan_load", lambda *args: SimpleNamespace(offload=None, draft=None, target=SimpleNamespace(path="t.gguf", lora=())))
+    # The load is faked whole: no files to key, no calibrations to keep.
+    monkeypatch.setattr(open_pair, "key_for", lambda *args: None)
+    monkeypatch.setattr(open_pair, "keep_calibrations", lambda *args, **kwargs: None)
     monkeypatch.setattr(open_pair, "execute", lambda *args, **kwargs: pair)
     assert cli.main(["generate", "--prompt", MARK, "--raw", "--drafter", "lookup", "--no-history",
                      "--max-tokens", "4", "--json"]) == 0

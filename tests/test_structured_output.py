@@ -54,7 +54,10 @@ def tandem(monkeypatch, capsys, tmp_path):
         return loaded[-1]
 
     monkeypatch.setattr(cli, "model_configs", lambda args, chosen=None: (ModelConfig("t.gguf"), None))
-    monkeypatch.setattr(open_pair, "plan_load", lambda *args: SimpleNamespace(offload=None, draft=None))
+    monkeypatch.setattr(open_pair, "plan_load", lambda *args: SimpleNamespace(offload=None, draft=None, target=SimpleNamespace(path="t.gguf", lora=())))
+    # The load is faked whole: no files to key, no calibrations to keep.
+    monkeypatch.setattr(open_pair, "key_for", lambda *args: None)
+    monkeypatch.setattr(open_pair, "keep_calibrations", lambda *args, **kwargs: None)
     monkeypatch.setattr(open_pair, "execute", load)
 
     def run(*argv: str) -> tuple[int, str, str, bool]:

@@ -190,6 +190,7 @@ class TraceFake:
     def __init__(self, rec: dict, ids: dict[int, int], clock: VirtualClock,
                  cost: Callable[[int], float], draft: bool = False, n_ctx: int = 4096) -> None:
         self.rec, self.ids, self.clock, self.cost, self.draft = rec, ids, clock, cost, draft
+        self.name = "trace-draft" if draft else "trace-target"
         self.n_vocab = len(ids) + 1
         self.eog = len(ids)
         self.n_ctx = n_ctx
