@@ -22,12 +22,22 @@ from app.runtime.holder import PairHolder
 from app.runtime.request import RunSpec
 from app.runtime.run import generate
 from app.ui.state import StopFlags
+from bench.benchmark.suite import FILE_EDITS, load_suite
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.stats import GenerationStats
 
 MAX_REPEATS = 10
 MIN_REFRESH_S = 0.25
+# The prompt the tab opens with: fresh code, where a draft must guess.
+FRESH_PROMPT = "Write a Python function that checks whether a string is a palindrome."
+
+
+def example_prompts() -> list[str]:
+    """The tab's examples: fresh code, and a whole-file edit (the first of the file-edit suite),
+    where the answer copies most of the prompt and copies of up to 64 tokens can pay even on a
+    CPU."""
+    return [FRESH_PROMPT, load_suite(FILE_EDITS).prompts[0].prompt]
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -200,7 +210,7 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
 def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_drafter: str) -> dict[str, Any]:
     with gr.Row():
         prompt = gr.Textbox(label="prompt", lines=3, scale=5, elem_id="compare-prompt",
-                            value="Write a Python function that checks whether a string is a palindrome.")
+                            value=FRESH_PROMPT)
         with gr.Column(scale=1):
             repeats = gr.Slider(1, MAX_REPEATS, value=1, step=1, label="repeats",
                                 info="runs of each; median and spread")
@@ -210,6 +220,8 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
         widgets = controls.build(drafters, default_drafter, "compare", compare=True)
         output = controls.build_output("compare")
         prediction = controls.build_prediction("compare")
+    gr.Examples([[p] for p in example_prompts()], [prompt], label="examples: fresh code, a whole-file edit",
+                elem_id="compare-examples")
     summary = gr.HTML(summary_html(Runs(), True), elem_id="compare-summary")
     with gr.Row():
         left = gr.HTML(_column("plain decoding (target alone)", [], None, False), elem_id="compare-plain")

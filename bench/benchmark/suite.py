@@ -13,6 +13,8 @@ from engine.errors import GrammarError, SettingsError
 from engine.grammar.spec import GrammarSpec
 
 DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "assets" / "prompts" / "suite-v1.jsonl"
+# Whole-file edits: the workload copies pay on (the side-by-side tab offers the first as an example).
+FILE_EDITS = DEFAULT_SUITE.with_name("file-edits-v1.jsonl")
 
 
 @dataclass(frozen=True)
