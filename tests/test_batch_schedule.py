@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tests.fakes.threads import run_each
 from bench.fakes.table import TableFake
 from engine.backend import Part
 from engine.batch_step import BatchStep
@@ -55,10 +56,9 @@ def verify_widths(path: int) -> tuple[list[int], tuple, int]:
     step = BatchStep(verifier=target)
     out: list = [None, None]
     drafted: list[int] = []
-    errors: list[BaseException] = []
     joined = threading.Barrier(2)
 
-    def run(k: int) -> None:
+    def run(k: int, errors: list[BaseException]) -> None:
         try:
             with step.sequence():
                 joined.wait()
@@ -77,13 +77,7 @@ def verify_widths(path: int) -> tuple[list[int], tuple, int]:
         except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_each(run, 2)
     widths = [sum(n for _, n in b) for b in target.batches if any(s == 1 for s, _ in b)]
     return widths, tuple(out), drafted[0]
 

@@ -16,6 +16,7 @@ from typing import Callable
 
 import pytest
 
+from tests.fakes.threads import run_each
 from bench.fakes.table import TableFake, VirtualClock
 from engine.batch_step import BatchStep
 from engine.control.policy import FixedGamma, GammaPolicy, HeuristicGamma
@@ -69,11 +70,10 @@ def in_batch(kind: str, policy: str, rngs: tuple[Rng, Rng]) -> tuple:
     target, draft = fakes(clock)
     step = BatchStep()
     out: list = [None, None]
-    errors: list[BaseException] = []
     # Both join before either decodes, so they share the batch from the prompt on.
     joined = threading.Barrier(2)
 
-    def run(k: int) -> None:
+    def run(k: int, errors: list[BaseException]) -> None:
         try:
             with step.sequence():
                 joined.wait()
@@ -84,13 +84,7 @@ def in_batch(kind: str, policy: str, rngs: tuple[Rng, Rng]) -> tuple:
         except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_each(run, 2)
     assert any(len(b) == 2 for b in target.batches), "the sequences never shared a call"
     return tuple(out)
 
