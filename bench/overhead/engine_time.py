@@ -13,11 +13,12 @@ import numpy as np
 from bench.fakes.instant import CopyRefusingBackend, InstantBackend
 from bench.overhead.banks import QWEN_VOCAB, llm_like_bank, pairs_text
 from bench.overhead.history import HistoryTiming, time_history, zipf_history
+from engine.control.costs import Calibration
 from engine.drafters.base import PLAIN, plain_alias
 from engine.drafters.history_index import HistoryIndex
 from engine.drafters.suffix import SUFFIX
 from engine.events import DoneEvent, RoundEvent
-from engine.generation_config import GenerationConfig
+from engine.generation_config import COPY_MAX, GenerationConfig
 from engine.grammar.guide import CompiledGrammar
 from engine.pair import Pair
 from engine.sampling import SamplingParams
@@ -58,6 +59,12 @@ PATHS = (("plain", PLAIN, 0, "fixed"), ("draft model, γ 4", "draft", 4, "fixed"
 HISTORY_PATHS = {p[0] for p in PATHS if HISTORY_LABEL in p[0]}
 # Paths over the backends whose text never repeats.
 FRESH_PATHS = {p[0] for p in PATHS if FRESH_LABEL in p[0]}
+# The default's costs where nothing drafts: a compute-bound CPU's curve (a verify of w tokens
+# costs w of one, a draft token 0.3 of one), on which no draft and no copy short of certain pays,
+# so its rounds stay plain whatever the instant backends' timings (noise) would have made of a
+# calibration: what is timed is the bookkeeping of rounds that stay plain.
+COMPUTE_BOUND = Calibration(draft_ms=[0.3 * w for w in range(1, COPY_MAX + 2)],
+                            verify_ms=[float(w) for w in range(1, COPY_MAX + 2)])
 # Paths over the backends whose copies lose.
 COPY_PATHS = {p[0] for p in PATHS if COPY_LABEL in p[0]}
 
@@ -116,6 +123,8 @@ def run_overhead(n_vocab: int = QWEN_VOCAB, max_tokens: int = 256, repeats: int 
     fresh_target = InstantBackend(bank, "fresh-target", shift=0)
     fresh_draft = InstantBackend(bank, "fresh-draft", shift=n_vocab // 2)
     fresh_pair = Pair(fresh_target, fresh_draft) if FRESH_PATHS & {p[0] for p in chosen} else None
+    if fresh_pair is not None:
+        fresh_pair.knowledge["hybrid"] = COMPUTE_BOUND
     # Text of sixteen letters whose copies lose, and a draft that never agrees with it.
     copy_pair, copy_models = None, None
     if COPY_PATHS & {p[0] for p in chosen}:
