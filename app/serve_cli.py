@@ -14,7 +14,7 @@ from app.runtime.open_pair import open_pair
 from app.serve.access import (HOSTS_ENV, HOSTS_OPTION, KEY_ENV, KEY_FILE_OPTION, KEY_OPTION,
                               ORIGINS_ENV, ORIGINS_OPTION, Access, display_url, parse_hosts,
                               parse_origins)
-from app.runtime.defaults import PARALLEL
+from app.runtime.defaults import PARALLEL, REASONING_FORMAT, REASONING_FORMATS
 from app.runtime.queue import GenerationQueue
 from app.settings import (add_draft_stop_args, add_history_args, add_model_args,
                           history_tokens, load_options, model_configs, pair_request, pairing_rule)
@@ -41,6 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         pairing=opened.pairing)
     holder.offload = opened.plan.offload
     holder.history = opened.history
+    holder.reasoning_format = args.reasoning_format
     return serve(holder, access)
 
 
@@ -101,6 +102,12 @@ def add_api_args(p: argparse.ArgumentParser, default_queue: int | None = DEFAULT
     g.add_argument("--max-queue", type=int, default=default_queue,
                    help=f"requests that may wait while --parallel generate; more get 503 "
                    f"(default {default_queue})")
+    g.add_argument("--reasoning-format", choices=REASONING_FORMATS, default=REASONING_FORMAT,
+                   help="a reasoning model's thinking (<think>...</think>, where its chat "
+                   "template thinks): deepseek returns it apart from the answer (the API's "
+                   "reasoning_content and reasoning items, the page's folded thoughts); none "
+                   f"leaves it in the answer's text (default {REASONING_FORMAT}; a chat request's "
+                   "reasoning_format overrides it)")
 
 
 def api_key(args: argparse.Namespace) -> str | None:

@@ -34,6 +34,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     holder = PairHolder(queue=GenerationQueue(checked_max_queue(args.max_queue)),
                         history_tokens=None if args.no_history else args.history_tokens,
                         announce=print_plan)
+    holder.reasoning_format = args.reasoning_format
     options = load_options(args, early_exit=args.early_exit,
                            early_exit_layers=args.early_exit_layers)
     holder.prepare_async(lambda: model_configs(args), options)

@@ -45,6 +45,10 @@ def scripted(prompt: str) -> str:
 
 
 class AgentFake(ChatByteFake):
+    def script(self, prompt: str) -> str:
+        """The answer after `prompt`, from the assistant's turn marker on."""
+        return scripted(prompt)
+
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int]) -> np.ndarray:
         out = super().decode(tokens, pos, rows)
         for i, r in enumerate(rows):
@@ -59,7 +63,7 @@ class AgentFake(ChatByteFake):
         if at < 0:
             return boost
         prompt = text[:at].decode("utf-8", "replace")
-        script = self.tokenize(scripted(prompt) if at >= 0 else "") + [EOG]
+        script = self.tokenize(self.script(prompt) if at >= 0 else "") + [EOG]
         answer = context[len(self.tokenize(text[:at + len(ASSISTANT)].decode("utf-8",
                                                                          "replace"))):]
         if answer == script[:len(answer)]:

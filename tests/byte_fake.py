@@ -41,25 +41,32 @@ class AsciiFake(ByteFake):
 
 
 class ChatByteFake(FakeBackend):
+    # The tags the vocabulary has as control tokens, after the end (a subclass may add more).
+    TAGS: tuple[str, ...] = TAGS
+
     def __init__(self, seed: int = 0, noise: float = 0.0, n_ctx: int = 2048) -> None:
-        super().__init__(n_vocab=EOG + 1 + len(TAGS), seed=seed, noise=noise, n_ctx=n_ctx, eog=EOG)
+        super().__init__(n_vocab=EOG + 1 + len(self.TAGS), seed=seed, noise=noise, n_ctx=n_ctx,
+                         eog=EOG)
         self.name = f"bytes-{seed}-{noise}"
+        self._tag = _TAG if self.TAGS == TAGS else re.compile(
+            "(" + "|".join(re.escape(t) for t in self.TAGS) + ")")
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         out: list[int] = []
-        for part in _TAG.split(text) if parse_special else [text]:
-            if parse_special and part in TAGS:
-                out.append(EOG + 1 + TAGS.index(part))
+        for part in self._tag.split(text) if parse_special else [text]:
+            if parse_special and part in self.TAGS:
+                out.append(EOG + 1 + self.TAGS.index(part))
             else:
                 out.extend(part.encode("utf-8"))
         return out
 
     def token_bytes(self, token: int) -> bytes:
         # As llama.cpp writes user-defined tags (<tool_call>) as text, and the end as nothing.
-        return bytes([token]) if token < EOG else b"" if token == EOG else TAGS[token - EOG - 1].encode()
+        return (bytes([token]) if token < EOG else b"" if token == EOG
+                else self.TAGS[token - EOG - 1].encode())
 
     def token_table(self) -> TokenTable:
-        pieces = (*(bytes([t]) for t in range(EOG)), b"<eog>", *(t.encode() for t in TAGS))
+        pieces = (*(bytes([t]) for t in range(EOG)), b"<eog>", *(t.encode() for t in self.TAGS))
         return TokenTable(tuple(pieces), frozenset(range(EOG, self.n_vocab)), EOG)
 
     def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:

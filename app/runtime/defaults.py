@@ -17,7 +17,8 @@ from models.offload import AUTO
 __all__ = ["COPY_MAX", "CTX", "DEFAULT_CHAIN_MIN", "DEFAULT_DRAFTER", "DEFAULT_GAMMA", "DEFAULT_MAX_TOKENS",
            "DEFAULT_POLICY", "DRAFTERS", "FLASH_ATTN", "FLASH_ATTN_CHOICES", "GPU_LAYERS", "KV_TYPE",
            "KV_TYPES", "HISTORY", "HISTORY_TOKENS", "LOAD", "LOOKUP_NGRAM", "NEEDS_DRAFT_MODEL",
-           "MAX_PARALLEL", "OVERFLOW", "OVERFLOW_API", "PARALLEL", "PLAIN", "POLICIES", "SAMPLING", "SPECULATION_OPTIONS",
+           "MAX_PARALLEL", "OVERFLOW", "OVERFLOW_API", "PARALLEL", "PLAIN", "POLICIES",
+           "REASONING_FORMAT", "REASONING_FORMATS", "REASONING_NONE", "SAMPLING", "SPECULATION_OPTIONS",
            "SYSTEM_PRESETS", "plain_alias"]
 
 # PLAIN ("plain") is the one word users see for no speculation: the drafter of plain decoding,
@@ -53,6 +54,14 @@ HISTORY_TOKENS = 2_000_000
 # unless a request asks for a policy (`context_overflow`).
 OVERFLOW = DROP_OLDEST
 OVERFLOW_API = STOP
+
+# A reasoning model's thinking (app/runtime/reasoning.py), in llama-server's words
+# (--reasoning-format): "deepseek" returns it apart from the answer (the API's
+# `reasoning_content` and reasoning items, the page's folded thoughts) where the chat template
+# thinks; "none" leaves the tags in the answer's text.
+REASONING_DEEPSEEK, REASONING_NONE = "deepseek", "none"
+REASONING_FORMATS = (REASONING_DEEPSEEK, REASONING_NONE)
+REASONING_FORMAT = REASONING_DEEPSEEK
 
 # The page's system prompt presets, by the name the menu shows; a chat keeps its own prompt.
 SYSTEM_PRESETS = {

@@ -17,7 +17,7 @@ from typing import Callable
 
 from app.runtime.open_pair import QUIET, PairRequest, open_pair
 from app.runtime.tuned import PAGE, PairingRule, PairingUse
-from app.runtime.defaults import HISTORY_TOKENS
+from app.runtime.defaults import HISTORY_TOKENS, REASONING_FORMAT
 from app.runtime.queue import GenerationQueue
 from app.runtime.request import Offer
 from engine.backend import ModelConfig
@@ -80,6 +80,9 @@ class PairHolder:
         # made at each load; `history_tokens` None turns it off (--no-history).
         self.history_tokens = history_tokens
         self.history: HistoryStore | None = None
+        # How a reasoning model's thinking is returned (--reasoning-format,
+        # app/runtime/reasoning.py) where a request does not say.
+        self.reasoning_format = REASONING_FORMAT
         self._pair = pair
         # None: llama.cpp's (loading/load.py); tests pass fakes.
         self._loader = loader

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.runtime.overflow import POLICIES as OVERFLOW_POLICIES
-from app.runtime.defaults import DEFAULT_MAX_TOKENS
+from app.runtime.defaults import DEFAULT_MAX_TOKENS, REASONING_FORMATS
 from app.runtime.ranges import (BY_NAME, CHOICE, FLAG, INTEGER, PREDICTED, SETTINGS, TEXTS,
                                 Setting)
 from app.runtime.tool_calls import MODES, NAME_PATTERN
@@ -166,6 +166,10 @@ CHAT_ONLY: dict[str, Any] = {
                          "description": "when the messages outgrow the context: stop (default, "
                          "a 413), drop-oldest or truncate-middle (turns left out, the system "
                          "prompt kept; the X-Tandem-Dropped-Messages header counts them)"},
+    "reasoning_format": {"type": "string", "nullable": True, "enum": [*REASONING_FORMATS, None],
+                         "description": "a reasoning model's thinking: deepseek returns it as "
+                         "reasoning_content, none leaves it in content (default: the server's "
+                         "--reasoning-format)"},
 }
 # On completions too: the prompt describes the tools, the template's syntax holds the answer.
 TOOLS_FIELDS: dict[str, Any] = {
@@ -187,6 +191,8 @@ MESSAGE = {
         "tool_calls": {"type": "array", "minItems": 1, "items": CALL,
                        "description": "an assistant's calls (content may then be null)"},
         "tool_call_id": {"type": "string", "description": "on tool messages: the call answered"},
+        "reasoning_content": {"type": "string", "description": "on assistant messages: the "
+                              "thinking this API returned with the answer"},
         "content": {"nullable": True, "oneOf": [
             {"type": "string"},
             {"type": "array", "items": {

@@ -19,12 +19,14 @@ from typing import Any
 from app.runtime.defaults import OVERFLOW_API
 from app.runtime.overflow import POLICIES as OVERFLOW_POLICIES
 from app.runtime.ranges import BY_NAME, SETTINGS, SpecError
+from app.runtime.reasoning import Thinking, checked_format
 from app.runtime.request import Offer, RunSpec, resolve
 from app.runtime.tool_calls import Tools
 from app.runtime.tool_syntax import Syntax
 from app.serve import formats
 from app.serve.errors import BadRequestError
 from app.serve.fields import boolean, integer, refuse_unknown
+from engine.errors import SettingsError
 
 SPECULATIVE = "speculative"
 # The request settings (app/runtime/ranges.py) by the field a body gives them in: top-level, or
@@ -38,10 +40,14 @@ COMMON_FIELDS = ("model", *(f for f in SETTING_FIELDS if "." not in f and f != T
                  "response_format", "logprobs")
 TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 OVERFLOW_FIELD = "context_overflow"
-CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, *TOOL_FIELDS, OVERFLOW_FIELD)
+# How a reasoning model's thinking is returned (app/runtime/reasoning.py), as llama-server's
+# request field; absent: the server's --reasoning-format.
+REASONING_FIELD = "reasoning_format"
+CHAT_FIELDS = ("messages", *COMMON_FIELDS, TOP_LOGPROBS, *TOOL_FIELDS, OVERFLOW_FIELD,
+               REASONING_FIELD)
 # Tools on completions: the prompt describes them, the template's syntax holds the answer.
 COMPLETION_FIELDS = ("prompt", *COMMON_FIELDS, *TOOL_FIELDS)
-MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
 ROLES = ("system", "user", "assistant", "tool")
 CALL_FIELDS = ("id", "type", "function")
 # The deepest nesting a body may have: a request is four levels deep (body, messages, a message,
@@ -70,6 +76,11 @@ class GenerationRequest:
     # The prediction's tokens, counted once when the pair is known and its fit checked
     # (app/serve/routes.py); None: not counted yet.
     prediction: tuple[int, ...] | None = None
+    # The reasoning format the request asks for; None: the server's.
+    reasoning_format: str | None = None
+    # How the target's template thinks, set when the pair is known (app/serve/routes.py
+    # `prepared`); None: the answer is not split (no thinking, or reasoning format none).
+    thinking: Thinking | None = None
 
 
 def parse_json(body: bytes) -> dict:
@@ -107,7 +118,17 @@ def json_depth(value: Any) -> int:
 def parse_chat(body: dict, offer: Offer) -> GenerationRequest:
     refuse_unknown(body, CHAT_FIELDS)
     request = _request("chat", body, _messages(body.get("messages")), offer)
-    return replace(request, overflow=_overflow(body.get(OVERFLOW_FIELD)))
+    return replace(request, overflow=_overflow(body.get(OVERFLOW_FIELD)),
+                   reasoning_format=_reasoning_format(body.get(REASONING_FIELD)))
+
+
+def _reasoning_format(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return checked_format(value, REASONING_FIELD)
+    except SettingsError as exc:
+        raise BadRequestError(str(exc), param=REASONING_FIELD) from None
 
 
 def _overflow(value: Any) -> str:
@@ -216,6 +237,7 @@ def _message(message: dict, role: str, where: str) -> dict:
         out["content"] = None if content is None else _content(content, f"{where}.content")
     else:
         out["content"] = _content(message.get("content"), f"{where}.content")
+    _reasoning(message, role, where, out)
     name = message.get("name")
     if name is not None:
         if not isinstance(name, str):
@@ -231,6 +253,18 @@ def _message(message: dict, role: str, where: str) -> dict:
         raise BadRequestError(f"{where}.tool_call_id is only allowed on tool messages",
                               param=f"{where}.tool_call_id")
     return out
+
+
+def _reasoning(message: dict, role: str, where: str, out: dict) -> None:
+    """An assistant turn's thinking, as this API returns it, handed to the template as its
+    `reasoning_content` (Qwen3's renders it in the turns after the last question)."""
+    value = message.get("reasoning_content")
+    if value is None:
+        return
+    if role != "assistant" or not isinstance(value, str):
+        raise BadRequestError(f"{where}.reasoning_content must be a string, on an assistant "
+                              "message", param=f"{where}.reasoning_content")
+    out["reasoning_content"] = value
 
 
 def _calls(value: Any, where: str) -> list[dict]:

@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Callable, Sequence
 
+from app.runtime.reasoning import Reasoning, ThoughtReader, split
 from app.runtime.tool_reading import Call, CallReader, Content, Piece, read_answer
 from app.serve.parsing import GenerationRequest
 from engine.logprobs import TokenLogprob
@@ -28,6 +29,17 @@ OBJECTS = {"chat": ("chat.completion", "chat.completion.chunk"),
 ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
 # The lowest log probability written: JSON has no -Infinity (OpenAI writes -9999.0 too).
 FLOOR_LOGPROB = -9999.0
+
+
+def answer_reader(request: GenerationRequest) -> CallReader | ThoughtReader | None:
+    """The reader of a streamed answer: its thinking apart, where the model thinks, and its
+    tool calls, where it is read for them (arguments stream as drawn when every tool is held to
+    its schema, `strict`); None when the text goes out as it is."""
+    tools, syntax = request.tools, request.syntax
+    calls = None
+    if tools is not None and tools.offered and syntax is not None:
+        calls = CallReader(syntax, tools, all(f.strict for f in tools.functions))
+    return ThoughtReader(request.thinking, calls) if request.thinking is not None else calls
 
 
 def model_id(file_name: str) -> str:
@@ -54,20 +66,16 @@ class Formatter:
         """Whether the answer is read for tool calls (tools offered, not tool_choice none)."""
         return self.request.tools is not None and self.request.tools.offered
 
-    def reader(self) -> CallReader | None:
-        """The reader of a streamed answer's tool calls; None when it is not read for them.
-        Arguments stream as drawn when every tool is held to its schema (`strict`)."""
-        tools, syntax = self.request.tools, self.request.syntax
-        if not self.reads_calls or tools is None or syntax is None:
-            return None
-        return CallReader(syntax, tools, all(f.strict for f in tools.functions))
+    def reader(self) -> CallReader | ThoughtReader | None:
+        return answer_reader(self.request)
 
     def _head(self, chunk: bool) -> dict:
         return {"id": self.id, "object": OBJECTS[self.kind][int(chunk)], "created": self.created,
                 "model": self.model}
 
     def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False,
-                logprobs: Sequence[TokenLogprob] = (), calls: Sequence[dict] = ()) -> dict:
+                logprobs: Sequence[TokenLogprob] = (), calls: Sequence[dict] = (),
+                reasoning: str | None = None) -> dict:
         lp = self.logprobs(logprobs, text or "")
         if self.kind == "completion":
             # Tool calls on completions: beside the text, in the chat's shape (an extension).
@@ -77,16 +85,23 @@ class Formatter:
             delta: dict = {"role": "assistant"} if first else {}
             if text is not None:
                 delta["content"] = text
+            if reasoning is not None:
+                delta["reasoning_content"] = reasoning
             if calls:
                 delta["tool_calls"] = list(calls)
             return {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
         message: dict = {"role": "assistant", "content": text}
+        if reasoning is not None:
+            # llama-server's field (--reasoning-format deepseek), which DeepSeek's API sends too.
+            message["reasoning_content"] = reasoning
         if calls:
             message["tool_calls"] = list(calls)
         return {"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}
 
     def response(self, text: str, stats: GenerationStats,
-                 logprobs: Sequence[TokenLogprob] = ()) -> dict:
+                 logprobs: Sequence[TokenLogprob] = (), thought: int = 0) -> dict:
+        """The whole answer; `thought`: how many of its tokens are its thinking."""
+        reasoning, text = split(text, self.request.thinking)
         content: str | None = text
         calls: list[dict] = []
         if self.reads_calls and self.request.tools and self.request.syntax:
@@ -95,8 +110,8 @@ class Formatter:
             self.calls_sent = len(calls)
         return {**self._head(False),
                 "choices": [self._choice(content, self.finish_reason(stats), chunk=False,
-                                         logprobs=logprobs, calls=calls)],
-                "usage": usage(stats), "speculative": speculative(stats, self.request)}
+                                         logprobs=logprobs, calls=calls, reasoning=reasoning)],
+                "usage": usage(stats, thought), "speculative": speculative(stats, self.request)}
 
     def opening(self) -> str:
         """A chat stream opens with the assistant's role, as OpenAI's does (completions: no
@@ -109,12 +124,16 @@ class Formatter:
         return sse({**self._head(True), "choices": [self._choice(text, None, True,
                                                                  logprobs=logprobs)]})
 
-    def piece(self, piece: Piece, logprobs: Sequence[TokenLogprob] = ()) -> str:
-        """A piece of the answer as read for tool calls: text as a content delta; a call as
+    def piece(self, piece: Piece | Reasoning, logprobs: Sequence[TokenLogprob] = ()) -> str:
+        """A piece of the answer as read for tool calls: text as a content delta, thinking as a
+        `reasoning_content` delta (llama-server's); a call as
         OpenAI streams one: its index, id, type and name (arguments ""), then its arguments
         as they come."""
         if isinstance(piece, Content):
             return self.delta(piece.text, logprobs)
+        if isinstance(piece, Reasoning):
+            return sse({**self._head(True), "choices": [self._choice(
+                None, None, True, logprobs=logprobs, reasoning=piece.text)]})
         if isinstance(piece, Call):
             self.calls_sent += 1
             delta = {"index": piece.index, "id": piece.id, "type": "function",
@@ -161,7 +180,8 @@ class Formatter:
         """An error after the stream began: its body as an event, then [DONE]."""
         return sse(body) + DONE
 
-    def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = ()) -> str:
+    def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = (),
+                thought: int = 0) -> str:
         """The finish reason (with the log probabilities no earlier chunk carried), then the
         statistics chunk (no choices, like OpenAI's usage chunk), then the [DONE] line."""
         finish = {**self._head(True), "choices": [self._choice(
@@ -169,7 +189,7 @@ class Formatter:
             logprobs=logprobs if self.request.spec.logprobs is not None else ())]}
         final: dict = {**self._head(True), "choices": []}
         if self.request.include_usage:
-            final["usage"] = usage(stats)
+            final["usage"] = usage(stats, thought)
         final["speculative"] = speculative(stats, self.request)
         return sse(finish) + sse(final) + DONE
 
@@ -185,19 +205,20 @@ def finish_reason(stats: GenerationStats) -> str:
     return FINISH_REASONS.get(stats.finish_reason, stats.finish_reason or "stop")
 
 
-def usage(stats: GenerationStats) -> dict:
+def usage(stats: GenerationStats, thought: int = 0) -> dict:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.output_tokens,
             "total_tokens": stats.prompt_tokens + stats.output_tokens,
             # OpenAI's name for the prompt tokens the KV cache already held.
             "prompt_tokens_details": {"cached_tokens": stats.prompt_cached_tokens},
-            "completion_tokens_details": prediction_usage(stats)}
+            "completion_tokens_details": prediction_usage(stats, thought)}
 
 
-def prediction_usage(stats: GenerationStats) -> dict:
-    """OpenAI's completion_tokens_details: the prediction's tokens the target accepted, and
-    those drafted from it that it rejected (0 and 0 without a prediction, and with plain
-    decoding, which drafts nothing)."""
-    return {"reasoning_tokens": 0, "audio_tokens": 0,
+def prediction_usage(stats: GenerationStats, thought: int = 0) -> dict:
+    """OpenAI's completion_tokens_details: the answer's tokens of thinking (`thought`,
+    app/runtime/reasoning.py), the prediction's tokens the target accepted, and those drafted
+    from it that it rejected (0 and 0 without a prediction, and with plain decoding, which
+    drafts nothing)."""
+    return {"reasoning_tokens": thought, "audio_tokens": 0,
             "accepted_prediction_tokens": stats.accepted_prediction_tokens,
             "rejected_prediction_tokens": stats.rejected_prediction_tokens}
 

@@ -1,7 +1,9 @@
 """The engine's results as OpenAI Responses API objects (/v1/responses): a whole `response`
-(its `output` items: a `message` with `output_text`, and one `function_call` per tool call),
-and the stream's typed events (`response.created`, `response.output_item.added`,
-`response.output_text.delta`, `response.function_call_arguments.delta`, ...,
+(its `output` items: a `reasoning` item with its `reasoning_text` where the model thought
+(app/runtime/reasoning.py), a `message` with `output_text`, and one `function_call` per tool
+call), and the stream's typed events (`response.created`, `response.output_item.added`,
+`response.reasoning_text.delta`, `response.output_text.delta`,
+`response.function_call_arguments.delta`, ...,
 `response.completed`), each `event: TYPE` with its JSON and a `sequence_number`.
 
 Tool calls are read as for chat (app/runtime/tool_reading.py); the statistics are the chat
@@ -15,9 +17,10 @@ import time
 import uuid
 from typing import Sequence
 
+from app.runtime.reasoning import Reasoning, ThoughtReader, split
 from app.runtime.tool_reading import Arguments, Call, CallReader, Content, Piece, read_answer
 from app.serve.parsing import GenerationRequest
-from app.serve.responses import finish_reason, speculative
+from app.serve.responses import answer_reader, finish_reason, speculative
 from app.serve.responses_kept import KeptResponses
 from engine.logprobs import TokenLogprob
 from engine.stats import GenerationStats
@@ -51,13 +54,10 @@ class ResponsesFormatter:
     def reads_calls(self) -> bool:
         return self.request.tools is not None and self.request.tools.offered
 
-    def reader(self) -> CallReader | None:
-        tools, syntax = self.request.tools, self.request.syntax
-        if not self.reads_calls or tools is None or syntax is None:
-            return None
-        return CallReader(syntax, tools, all(f.strict for f in tools.functions))
+    def reader(self) -> CallReader | ThoughtReader | None:
+        return answer_reader(self.request)
 
-    def _response(self, status: str, stats: GenerationStats | None) -> dict:
+    def _response(self, status: str, stats: GenerationStats | None, thought: int = 0) -> dict:
         spec = self.request.spec
         tools = self.body.get("tools") or []
         out = {"id": self.id, "object": "response", "created_at": self.created,
@@ -82,7 +82,7 @@ class ResponsesFormatter:
                             "input_tokens_details": {"cached_tokens": stats.prompt_cached_tokens},
                             "output_tokens": stats.output_tokens,
                             "output_tokens_details": {
-                                "reasoning_tokens": 0,
+                                "reasoning_tokens": thought,
                                 "accepted_prediction_tokens": stats.accepted_prediction_tokens,
                                 "rejected_prediction_tokens": stats.rejected_prediction_tokens},
                             "total_tokens": stats.prompt_tokens + stats.output_tokens}
@@ -90,16 +90,19 @@ class ResponsesFormatter:
         return out
 
     def response(self, text: str, stats: GenerationStats,
-                 logprobs: Sequence[TokenLogprob] = ()) -> dict:
+                 logprobs: Sequence[TokenLogprob] = (), thought: int = 0) -> dict:
+        reasoning, text = split(text, self.request.thinking)
         content: str | None = text
         calls = []
         if self.reads_calls and self.request.tools and self.request.syntax:
             content, calls = read_answer(text, self.request.syntax, self.request.tools)
+        if reasoning is not None:
+            self.items.append(self._reasoning(reasoning, "completed"))
         if content:
             self.items.append(self._message(content, "completed"))
         for call in calls:
             self.items.append(self._call(call.id, call.name, call.arguments, "completed"))
-        return self._kept(self._response("completed", stats))
+        return self._kept(self._response("completed", stats, thought))
 
     def _kept(self, response: dict) -> dict:
         if self.kept is not None:
@@ -110,6 +113,13 @@ class ResponsesFormatter:
     def _message(text: str, status: str) -> dict:
         return {"type": "message", "id": _id("msg_"), "status": status, "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+    @staticmethod
+    def _reasoning(text: str, status: str) -> dict:
+        """The thinking as OpenAI's reasoning item: its text as `reasoning_text` content (no
+        summary is made)."""
+        return {"type": "reasoning", "id": _id("rs_"), "status": status, "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}]}
 
     @staticmethod
     def _call(call_id: str, name: str, arguments: str, status: str) -> dict:
@@ -125,7 +135,14 @@ class ResponsesFormatter:
         return (self._event("response.created", response=head)
                 + self._event("response.in_progress", response=head))
 
-    def piece(self, piece: Piece, logprobs: Sequence[TokenLogprob] = ()) -> str:
+    def piece(self, piece: Piece | Reasoning, logprobs: Sequence[TokenLogprob] = ()) -> str:
+        if isinstance(piece, Reasoning):
+            out = "" if self.open and self.open["type"] == "reasoning" else self._start(
+                self._reasoning("", "in_progress"))
+            self.open["content"][0]["text"] += piece.text  # type: ignore[index]
+            return out + self._event("response.reasoning_text.delta", item_id=self.open["id"],
+                                     output_index=len(self.items), content_index=0,
+                                     delta=piece.text)
         if isinstance(piece, Content):
             out = "" if self.open and self.open["type"] == "message" else self._start(
                 self._message("", "in_progress"))
@@ -147,10 +164,10 @@ class ResponsesFormatter:
         self.open = item
         out += self._event("response.output_item.added", output_index=len(self.items),
                            item=item)
-        if item["type"] == "message":
+        if item["type"] in ("message", "reasoning"):
             out += self._event("response.content_part.added", item_id=item["id"],
                                output_index=len(self.items), content_index=0,
-                               part={"type": "output_text", "text": "", "annotations": []})
+                               part=dict(item["content"][0]))
         return out
 
     def _finish_item(self) -> str:
@@ -160,9 +177,11 @@ class ResponsesFormatter:
         item["status"] = "completed"
         at = len(self.items)
         self.items.append(item)
-        if item["type"] == "message":
+        if item["type"] in ("message", "reasoning"):
             part = item["content"][0]
-            out = (self._event("response.output_text.done", item_id=item["id"], output_index=at,
+            done = ("response.output_text.done" if item["type"] == "message"
+                    else "response.reasoning_text.done")
+            out = (self._event(done, item_id=item["id"], output_index=at,
                                content_index=0, text=part["text"])
                    + self._event("response.content_part.done", item_id=item["id"],
                                  output_index=at, content_index=0, part=part))
@@ -171,9 +190,10 @@ class ResponsesFormatter:
                               output_index=at, arguments=item["arguments"])
         return out + self._event("response.output_item.done", output_index=at, item=item)
 
-    def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = ()) -> str:
+    def closing(self, stats: GenerationStats, logprobs: Sequence[TokenLogprob] = (),
+                thought: int = 0) -> str:
         out = self._finish_item()
-        final = self._kept(self._response("completed", stats))
+        final = self._kept(self._response("completed", stats, thought))
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
         return out + self._event(kind, response=final)
 

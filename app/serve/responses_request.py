@@ -32,7 +32,9 @@ ROLES = {"user": "user", "system": "system", "developer": "system", "assistant":
 PART_TYPES = ("input_text", "output_text", "text")
 ITEM_FIELDS = {"message": ("type", "role", "content", "id", "status"),
                "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
-               "function_call_output": ("type", "call_id", "output", "id", "status")}
+               "function_call_output": ("type", "call_id", "output", "id", "status"),
+               # A reasoning model's thinking, as this API returns it (app/runtime/reasoning.py).
+               "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status")}
 FORMAT_FIELDS = ("type", "name", "schema", "strict", "description")
 
 
@@ -94,7 +96,10 @@ def _messages(instructions: Any, items: list, earlier: int) -> list[dict]:
 
 
 def _add_item(out: list[dict], kind: str, item: dict, where: str) -> list[dict]:
-    """The chat messages with one more input item."""
+    """The chat messages with one more input item; an earlier turn's thinking is left out, as
+    the templates of the models that think leave it out."""
+    if kind == "reasoning":
+        return out
     if kind == "message":
         role = ROLES.get(item.get("role"))  # type: ignore[arg-type]
         if role is None:

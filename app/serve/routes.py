@@ -21,7 +21,8 @@ from starlette.requests import ClientDisconnect
 
 from app.serve.errors import (BadRequestError, InternalError, NotFoundError, TooLargeError,
                               UnavailableError, UnsupportedMediaError, as_api_error)
-from app.runtime.request import Offer
+from app.runtime.reasoning import after_thinking, content_only, thinking_for, thought_tokens
+from app.runtime.request import Offer, RunSpec
 from app.runtime.overflow import STOP, fit, reserve
 from app.runtime.ranges import SpecError
 from app.runtime.run import prediction_tokens, prompt_tokens
@@ -172,6 +173,7 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
         spec = replace(spec, grammar=grammar or spec.grammar,
                        until=ends_calls(syntax, req.tools) if offered else None)
         req = replace(req, syntax=syntax)
+    spec, req = _thought(pair.target.backend, spec, req)
     if spec.grammar is not None:
         try:
             pair.compile_grammar(spec.grammar)
@@ -180,6 +182,18 @@ def prepared(pair: Pair, req: GenerationRequest) -> GenerationRequest:
                 raise _refused_tool(pair, req) or _refusal(exc, "tools") from None
             raise _refusal(exc, "response_format") from None
     return replace(req, spec=spec)
+
+
+def _thought(backend: Backend, spec: RunSpec,
+             req: GenerationRequest) -> tuple[RunSpec, GenerationRequest]:
+    """A chat with a model that thinks (app/runtime/reasoning.py): its answer is split, and
+    its grammar and its calls' end are read after the thinking."""
+    thinking = thinking_for(backend, req.reasoning_format) if req.kind == "chat" else None
+    if thinking is None:
+        return spec, req
+    spec = replace(spec, grammar=after_thinking(spec.grammar, thinking, backend),
+                   until=content_only(spec.until, thinking) if spec.until else None)
+    return spec, replace(req, thinking=thinking)
 
 
 def _completion_syntax(backend: Backend, tools: Tools) -> Syntax:
@@ -229,6 +243,7 @@ class Routes:
         body = await read_body(request)
         pair = self.loaded_pair()
         req = parse(body, self.holder.offer())
+        req = replace(req, reasoning_format=req.reasoning_format or self.holder.reasoning_format)
         served = served_model(pair)
         # Compiling a grammar reads the vocabulary once per model (about a second for Qwen's).
         req = await to_thread.run_sync(prepared, pair, req)
@@ -254,7 +269,9 @@ class Routes:
         if done is None:
             # The client is gone; nobody reads this answer.
             return Response(status_code=499)
-        return JSONResponse(fmt.response(done.text, done.stats, logprobs), headers=context)
+        thought = thought_tokens(req.thinking, done.text, done.tokens, pair.target.backend.token_bytes)
+        return JSONResponse(fmt.response(done.text, done.stats, logprobs, thought),
+                            headers=context)
 
     async def health(self, request: Request) -> Response:
         # Open without a key (access.py OPEN_PATHS).

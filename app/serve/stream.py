@@ -23,6 +23,7 @@ from app.runtime.queue import GenerationQueue
 from app.runtime.run import generate
 from app.serve.responses import Formatter
 from app.serve.responses_objects import ResponsesFormatter
+from app.runtime.reasoning import thought_tokens
 from app.runtime.tool_reading import Content
 from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.logprobs import TokenLogprob
@@ -130,7 +131,9 @@ async def stream_events(job: Job, fmt: Formatter | ResponsesFormatter) -> AsyncI
                     for piece in reader.finish() if reader else ():
                         yield fmt.piece(piece, pending)
                         pending = []
-                    yield fmt.closing(event.stats, pending)
+                    yield fmt.closing(event.stats, pending, thought_tokens(
+                        job.request.thinking, event.text, event.tokens,
+                        job.pair.target.backend.token_bytes))
     except Exception as exc:  # noqa: BLE001 - the status line is sent; tell the client in-band
         error = as_api_error(exc)
         if error.status >= 500:

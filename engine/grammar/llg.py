@@ -63,6 +63,25 @@ def tokenizer_for(backend: Backend) -> llguidance.LLTokenizer:
 
 
 def _grammar_text(spec: GrammarSpec) -> str:
+    """The grammar in a form llguidance reads: Lark text, or its JSON of named grammars (what
+    its schema and regex converters write); with a lead, the lead's Lark first, then the
+    grammar itself under the name the lead gives it, `answer`."""
+    text = _body_text(spec)
+    if not spec.lead:
+        return text
+    if text.lstrip().startswith("{"):
+        grammars = json.loads(text)["grammars"]
+        if len(grammars) != 1:
+            raise GrammarError(f"the {spec.kind} grammar cannot follow a lead: it holds "
+                               f"{len(grammars)} grammars")
+        body = dict(grammars[0])
+    else:
+        body = {"lark_grammar": text}
+    return json.dumps({"grammars": [{"name": "lead", "lark_grammar": spec.lead},
+                                    {**body, "name": "answer"}]})
+
+
+def _body_text(spec: GrammarSpec) -> str:
     if spec.kind == JSON_SCHEMA:
         return llguidance.LLMatcher.grammar_from_json_schema(json.loads(spec.source),
                                                               defaults=_JSON_OPTIONS)

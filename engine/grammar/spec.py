@@ -18,6 +18,10 @@ class GrammarSpec:
     kind: str
     # The schema as JSON text, or the grammar's text; empty for JSON_OBJECT.
     source: str = ""
+    # Lark rules (llguidance's dialect) of what the answer writes before the part this grammar
+    # holds, which they name `@answer` (a reasoning model's thinking: app/runtime/reasoning.py);
+    # empty: the grammar holds the answer from its first token.
+    lead: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
