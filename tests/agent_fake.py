@@ -66,7 +66,7 @@ class AgentFake(ChatByteFake):
         script = self.tokenize(self.script(prompt) if at >= 0 else "") + [EOG]
         answer = context[len(self.tokenize(text[:at + len(ASSISTANT)].decode("utf-8",
                                                                          "replace"))):]
-        if answer == script[:len(answer)]:
+        if len(answer) < len(script) and answer == script[:len(answer)]:
             boost[script[len(answer)]] = MARGIN
         else:  # off the script: end, else close what is open
             boost[EOG] = MARGIN

@@ -260,3 +260,57 @@ def test_the_embedded_qwen_coder_template_does_not_think(embedded_backends):
     """The embedded pair's own chat template, as llama.cpp's backend renders it."""
     for backend in embedded_backends:
         assert template_thinking(backend) is None
+
+
+# --- the page's chat ----------------------------------------------------------------------------
+
+def page_answer(fake, message: str = "Hi", **kw) -> list[list[dict]]:
+    """Every history the chat shows while it answers `message` (tests/test_app_units.py's way)."""
+    from app.runtime.request import Offer
+    from app.runtime.structured import SCHEMA as SCHEMA_CHOICE
+    from app.ui import controls
+    from app.ui.chat import respond
+    from app.ui.state import StopFlags
+
+    values = dict(drafter="draft", policy="fixed", gamma=4, temperature=0.0, top_k=0, top_p=1.0,
+                  min_p=0.0, seed=-1, max_tokens=300)
+    schema = kw.pop("schema", None)
+    values.update(kw)
+    spec = controls.spec(Offer(("plain", "draft"), "draft"), **values,
+                         output=SCHEMA_CHOICE if schema else None,
+                         schema=json.dumps(schema) if schema else None)
+    holder = PairHolder(thinking_pair(fake))
+    # Copied: the chat yields the one history it updates.
+    return [list(frame[0]) for frame in respond(holder, StopFlags(), "s", message, [], spec)]
+
+
+@pytest.mark.parametrize("fake", [ThinkingFake, OpenedThinkingFake])
+def test_the_chat_shows_the_thought_folded_with_its_token_count(fake, monkeypatch):
+    from app.ui import chat
+    from app.ui.chat import to_messages
+
+    monkeypatch.setattr(chat, "MIN_REFRESH_S", 0.0)  # a frame every round
+    frames = page_answer(fake)
+    *_, (user, thought, answer) = frames
+    assert user["content"] == "Hi" and answer == {"role": "assistant", "content": SENTENCE}
+    n = THOUGHT_TOKENS - (2 if fake.opened else 0)
+    assert thought["content"] == THOUGHT
+    assert thought["metadata"] == {"title": f"thought · {n} tokens", "status": "done"}
+    # While it thinks the thought is open, pending, and the answer not yet there.
+    thinking = [f for f in frames if f[-1].get("metadata", {}).get("status") == "pending"]
+    assert thinking and all(len(f) == 2 and f[-1]["metadata"]["title"].startswith("thinking")
+                            for f in thinking)
+    # The conversation the model reads next (and the chat keeps) has the answer alone.
+    assert to_messages(frames[-1]) == [{"role": "user", "content": "Hi"},
+                                       {"role": "assistant", "content": SENTENCE}]
+
+
+def test_the_chats_schema_holds_the_answer_after_the_thought():
+    *_, (_, thought, answer) = page_answer(ThinkingFake, "Where?", schema=CITY)
+    assert thought["content"] == THOUGHT
+    jsonschema_rs.validate(CITY, json.loads(answer["content"]))
+
+
+def test_the_chat_of_a_model_that_does_not_think_is_unchanged():
+    *_, (user, answer) = page_answer(ChatByteFake, max_tokens=8)
+    assert set(answer) == {"role", "content"} and answer["content"]

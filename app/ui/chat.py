@@ -19,7 +19,8 @@ from typing import Any, Iterator
 import gradio as gr
 
 from app.runtime.tuned import chosen_acceptance, stale_line
-from app.ui import chat_sidebar, controls, metrics
+from app.runtime.reasoning import after_thinking, thinking_for
+from app.ui import chat_sidebar, controls, metrics, thoughts
 from app.runtime.defaults import HISTORY, OVERFLOW, SYSTEM_PRESETS
 from app.runtime.holder import READY, PairHolder
 from app.runtime.overflow import LABELS as OVERFLOW_LABELS
@@ -54,7 +55,8 @@ def plain_text(content: Any) -> str:
 
 def to_messages(history: list[dict]) -> list[dict]:
     return [{"role": m["role"], "content": plain_text(m.get("content"))}
-            for m in history if m.get("role") in ("user", "assistant", "system")]
+            for m in history if m.get("role") in ("user", "assistant", "system")
+            and not thoughts.is_thought(m)]
 
 
 def stats_payload(stats: GenerationStats, text: str) -> dict:
@@ -99,9 +101,12 @@ def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
 
 
 def _start(holder: PairHolder, message: str, history: list[dict], spec: RunSpec,
-           past: History | None, system: str, overflow: str) -> tuple[Iterator, Fitted]:
-    """The generation's events and the messages it reads, fitted to the context."""
+           past: History | None, system: str,
+           overflow: str) -> tuple[Iterator, Fitted, thoughts.Shown]:
+    """The generation's events, the messages it reads, fitted to the context, and how its
+    answer shows."""
     try:
+        spec, shown = _thinking(holder, spec)
         if spec.grammar is not None:
             # Refused (with llguidance's message) before the message leaves the box.
             holder.pair.compile_grammar(spec.grammar)
@@ -113,17 +118,27 @@ def _start(holder: PairHolder, message: str, history: list[dict], spec: RunSpec,
                        chosen_acceptance(holder.pairing, spec.drafter))
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
-    return events, fitted
+    return events, fitted, shown
+
+
+def _thinking(holder: PairHolder, spec: RunSpec) -> tuple[RunSpec, thoughts.Shown]:
+    """For a model that thinks (app/runtime/reasoning.py): its grammar after the thinking, and
+    its thought shown folded (app/ui/thoughts.py)."""
+    backend = holder.pair.target.backend
+    thinking = thinking_for(backend, holder.reasoning_format)
+    return (replace(spec, grammar=after_thinking(spec.grammar, thinking, backend)),
+            thoughts.Shown(thinking, backend.token_bytes))
 
 
 def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
             spec: RunSpec, past: History | None, system: str, overflow: str) -> Iterator[Frame]:
-    events, fitted = _start(holder, message, history, spec, past, system, overflow)
+    events, fitted, shown = _start(holder, message, history, spec, past, system, overflow)
     n_ctx, note = holder.pair.n_ctx, fitted.note(overflow)
 
     def meter(out: int) -> str:
         return metrics.context_meter(len(fitted.tokens) + out, n_ctx, note)
 
+    at = len(history) + 1  # where the answer's messages begin
     history = [*history, {"role": "user", "content": message}, {"role": "assistant", "content": ""}]
     pieces: list[metrics.Piece] = []
     answer = ""
@@ -136,13 +151,14 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
             if isinstance(ev, TokenEvent):
                 answer += ev.text
                 pieces.append(metrics.Piece(ev.text, ev.origin))
+                shown.tokens.append(ev.token)
             elif isinstance(ev, RoundEvent):
                 stats = ev.stats
                 if flags.stopped(session):
                     break
                 if time.monotonic() - last >= MIN_REFRESH_S:
                     last = time.monotonic()
-                    history[-1] = {"role": "assistant", "content": answer}
+                    history[at:] = shown.messages(answer)
                     yield (history, metrics.token_view(pieces), metrics.live_panel(stats), None,
                            "", meter(len(pieces)))
             elif isinstance(ev, StaleDraftEvent):
@@ -150,7 +166,7 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
             elif isinstance(ev, DoneEvent):
                 if past is not None:
                     past.save()
-                history[-1] = {"role": "assistant", "content": ev.text}
+                history[at:] = shown.messages(ev.text, done=True)
                 yield (history, metrics.token_view(pieces), metrics.live_panel(ev.stats, done=True),
                        stats_payload(ev.stats, ev.text), "", meter(ev.stats.output_tokens))
                 return
@@ -160,7 +176,7 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
         events.close()
         flags.end(session)
     # Stopped by the user: the generator is closed, so the lock is free for the next request.
-    history[-1] = {"role": "assistant", "content": answer}
+    history[at:] = shown.messages(answer, done=True)
     if stats is not None:
         stats.finish_reason = "stopped"
         stats.output_tokens = len(pieces)
