@@ -136,18 +136,15 @@ class ResponsesFormatter:
                 + self._event("response.in_progress", response=head))
 
     def piece(self, piece: Piece | Reasoning, logprobs: Sequence[TokenLogprob] = ()) -> str:
-        if isinstance(piece, Reasoning):
-            out = "" if self.open and self.open["type"] == "reasoning" else self._start(
-                self._reasoning("", "in_progress"))
+        if isinstance(piece, (Reasoning, Content)):
+            # Text of the thinking's item, or of the message's (each opened by its first text).
+            thought = isinstance(piece, Reasoning)
+            kind, delta = (("reasoning", "response.reasoning_text.delta") if thought
+                           else ("message", "response.output_text.delta"))
+            out = "" if self.open and self.open["type"] == kind else self._start(
+                (self._reasoning if thought else self._message)("", "in_progress"))
             self.open["content"][0]["text"] += piece.text  # type: ignore[index]
-            return out + self._event("response.reasoning_text.delta", item_id=self.open["id"],
-                                     output_index=len(self.items), content_index=0,
-                                     delta=piece.text)
-        if isinstance(piece, Content):
-            out = "" if self.open and self.open["type"] == "message" else self._start(
-                self._message("", "in_progress"))
-            self.open["content"][0]["text"] += piece.text  # type: ignore[index]
-            return out + self._event("response.output_text.delta", item_id=self.open["id"],
+            return out + self._event(delta, item_id=self.open["id"],  # type: ignore[index]
                                      output_index=len(self.items), content_index=0,
                                      delta=piece.text)
         if isinstance(piece, Call):
