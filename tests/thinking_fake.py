@@ -37,3 +37,25 @@ class ThinkingFake(AgentFake):
 
 class OpenedThinkingFake(ThinkingFake):
     opened = True
+
+
+class TemplateBackend:
+    """A chat template alone, rendered as llama.cpp's backend renders a model's
+    (engine/llama/backend.py `render_chat`): what `template_thinking` reads."""
+
+    def __init__(self, template: str, bos: str = "", eos: str = "") -> None:
+        self.template, self.bos, self.eos = template, bos, eos
+
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        from engine.llama.backend import render_chat
+        return render_chat(self.template, messages, tools, bos=self.bos, eos=self.eos)
+
+
+# Templates written as the thinking models' are: the earlier turns' thinking dropped (Qwen3's),
+# and with the generation prompt opening it (DeepSeek-R1's later ones, QwQ's).
+_TURNS = ("{% for m in messages %}<|im_start|>{{ m.role }}\n"
+          "{% if m.role == 'assistant' and '</think>' in m.content %}"
+          "{{ m.content.split('</think>')[-1] | trim }}{% else %}{{ m.content }}{% endif %}"
+          "<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+DROPS_THINKING = _TURNS
+OPENS_THINKING = _TURNS + "<think>\n"

@@ -122,13 +122,9 @@ class LlamaBackend:
         if not template:
             raise ModelFileError(f"{self.name} has no chat template; use raw mode (--raw)")
         model = self._model
-        fmt = Jinja2ChatFormatter(template=template,
-                                  eos_token=model.text(llama_cpp.llama_vocab_eos(self._vocab)),
-                                  bos_token=model.text(llama_cpp.llama_vocab_bos(self._vocab)))
-        # Plain dicts, which llama-cpp-python types as its message TypedDicts.
-        # llama-cpp-python's formatter hands `tools` to the template as its `tools` variable.
-        return fmt(messages=cast("list[Any]", list(messages)),
-                   tools=None if tools is None else cast("list[Any]", list(tools))).prompt
+        return render_chat(template, messages, tools,
+                           bos=model.text(llama_cpp.llama_vocab_bos(self._vocab)),
+                           eos=model.text(llama_cpp.llama_vocab_eos(self._vocab)))
 
     def decode(self, tokens: Sequence[int], pos: int, rows: Sequence[int], seq: int = 0) -> F32:
         return self.decode_batch([Part(seq, tokens, pos, rows)])[0]
@@ -236,6 +232,18 @@ class LlamaBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def render_chat(template: str, messages: Sequence[dict], tools: Sequence[dict] | None = None,
+                bos: str = "", eos: str = "") -> str:
+    """`messages` rendered by the chat template `template` (Jinja), ready for generation, as
+    `LlamaBackend.chat_prompt` renders them with the model's own (a template read from a file's
+    header renders the same without loading the model)."""
+    fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+    # Plain dicts, which llama-cpp-python types as its message TypedDicts.
+    # llama-cpp-python's formatter hands `tools` to the template as its `tools` variable.
+    return fmt(messages=cast("list[Any]", list(messages)),
+               tools=None if tools is None else cast("list[Any]", list(tools))).prompt
 
 
 class Vocabulary(Owned):
