@@ -61,8 +61,17 @@ _FOUND: "weakref.WeakKeyDictionary[Any, Thinking | None]" = weakref.WeakKeyDicti
 def template_thinking(backend: Backend) -> Thinking | None:
     """How the backend's chat template thinks, None when it does not (or cannot render):
     read once per loaded model."""
-    if backend in _FOUND:
-        return _FOUND[backend]
+    try:
+        if backend in _FOUND:
+            return _FOUND[backend]
+    except TypeError:  # a backend that cannot be weakly referenced: read it each time
+        return _read_thinking(backend)
+    found = _FOUND[backend] = _read_thinking(backend)
+    return found
+
+
+def _read_thinking(backend: Backend) -> Thinking | None:
+    """The two probes: the generation prompt, and an earlier turn that thought."""
     earlier = {"role": "assistant", "content": f"{OPEN}\n{_THOUGHT}\n{CLOSE}\n\n{_ANSWER}"}
     try:
         prompt = backend.chat_prompt([_ASKED])
@@ -73,7 +82,6 @@ def template_thinking(backend: Backend) -> Thinking | None:
         opened = prompt.rstrip().endswith(OPEN)
         drops = _ANSWER in past and _THOUGHT not in past
         found = Thinking(opened) if opened or drops else None
-    _FOUND[backend] = found
     return found
 
 
