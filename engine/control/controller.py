@@ -29,7 +29,9 @@ what the other sequences put into the step (`next_gamma(plan, batch)`), and the 
 as the whole step at its total width: the gamma chosen is the one that makes the batch fastest
 given the others (engine/control/costs.py has the formula and a worked example), so gamma
 shrinks as the batch fills and drafting stops where it cannot pay ("plain: batch of 4: drafting
-cannot pay at width 20"). No probe runs in a batch (every sequence would pay for it). Alone
+cannot pay at width 20"); a gamma must also beat the whole batch decoding plainly, so a batch
+cannot settle drafting, slower than plain, because each sequence's mates draft. No probe runs
+in a batch (every sequence would pay for it). Alone
 (`ALONE`, the default) every price and decision is what it was before batches, to the bit.
 `keep_drafting`, the cut within a round, still prices the round alone: it can only draft less
 than the gamma chosen.
