@@ -80,9 +80,10 @@ def _batch_best(costs: CostModel, n: int, max_gamma: int, model_drafts: bool) ->
     for g in range(max_gamma + 1):
         e = expected_tokens(a, g)
         drafts = (g,) * (n - 1) if model_drafts and g > 0 else ()
-        step = costs.step_ms(max_gamma, model_drafts, Batch(n, (n - 1) * (g + 1), (n - 1) * e,
-                                                            drafts))
-        speeds.append(n * e / float(step[g]))
+        batch = Batch(n, (n - 1) * (g + 1), (n - 1) * e, drafts)
+        # The whole step: this sequence's round and the others' draft decodes beside it.
+        step = costs.step_ms(max_gamma, model_drafts, batch)[g] + costs.others_draft_ms(batch)
+        speeds.append(n * e / float(step))
     best = max(range(max_gamma + 1), key=speeds.__getitem__)
     return best, round(speeds[best] / speeds[0], 3)
 

@@ -70,15 +70,38 @@ def test_alone_prices_and_decides_exactly_as_before(plan: RoundPlan) -> None:
 def test_the_worked_example_of_the_cost_model() -> None:
     c = steady(EXAMPLE, COPY, 0.8)
     assert c.next_gamma(COPY).gamma == 3
-    two = c.next_gamma(COPY, Batch(2, other_width=4, other_tokens=1.0))
+    two = c.next_gamma(COPY, Batch(2, other_width=2, other_tokens=1.8))
     assert two.gamma == 1
-    assert two.speeds[:4] == pytest.approx([133.33, 140.0, 137.6, 131.73], abs=0.01)
-    assert two.reason.startswith("batch of 2 at width 5, speedups the batch's: gamma 1: ")
-    # Its own tokens/s: 1.8 tokens in a step of 20 ms.
-    assert two.prediction == pytest.approx(90.0, abs=0.01)
-    four = c.next_gamma(COPY, Batch(4, other_width=6, other_tokens=3.0))
+    assert two.speeds[:4] == pytest.approx([280.0, 360.0, 282.67, 237.6], abs=0.01)
+    # The step's width with this sequence's row and its drafted one.
+    assert two.reason.startswith("batch of 2 at width 4, speedups the batch's: gamma 1: ")
+    # Its own tokens/s: 1.8 tokens in a step of 10 ms.
+    assert two.prediction == pytest.approx(180.0, abs=0.01)
+    four = c.next_gamma(COPY, Batch(4, other_width=6, other_tokens=5.4))
     assert four.gamma == 0
     assert four.reason.startswith("plain: batch of 4: drafting cannot pay at width 7; ")
+
+
+def test_a_batch_slower_than_all_plain_is_not_drafted_into() -> None:
+    """Beside a copy that drafts 3 and keeps none, drafting 1 beats this sequence's plain round
+    (1.40 tokens a unit against 1.33), but the batch decoding plainly makes 2: plain."""
+    c = steady(EXAMPLE, COPY, 0.8)
+    d = c.next_gamma(COPY, Batch(2, other_width=4, other_tokens=1.0))
+    assert d.speeds[:2] == pytest.approx([133.33, 140.0], abs=0.01)
+    assert d.gamma == 0
+    assert d.reason.startswith("plain: batch of 2: drafting cannot pay at width 5; best "
+                               "predicted 0.70x at gamma 1")
+
+
+def test_the_others_draft_decodes_are_in_the_step() -> None:
+    c = steady(FLAT, M, 0.8)
+    costs = c.costs
+    assert costs is not None
+    db, pace = costs.draft_batch, costs.draft_token / costs.draft_batch[0]
+    # Depth 1 decodes three drafts, depths 2 and 3 two, depth 4 one.
+    assert costs.others_draft_ms(Batch(4, 11, other_drafts=(4, 3, 1))) == pytest.approx(
+        pace * (at_width(db, 3) + 2 * at_width(db, 2) + at_width(db, 1)))
+    assert costs.others_draft_ms(Batch(4, 3)) == 0.0
 
 
 def test_gamma_shrinks_as_the_batch_fills_and_stops_where_it_cannot_pay() -> None:
@@ -132,7 +155,8 @@ def test_a_round_in_a_batch_teaches_the_steps_width_and_not_the_drafts_cost() ->
     c = steady(FLAT, M, 0.8)
     costs = c.costs
     assert costs is not None
-    batch = Batch(4, 12, other_drafts=(3, 3, 3))
+    # Three others drafting 3, each expected to commit 3.
+    batch = Batch(4, 12, 9.0, other_drafts=(3, 3, 3))
     d = c.next_gamma(M, batch)
     assert d.gamma > 0
     before, draft = list(costs.verify), costs.draft_token

@@ -102,3 +102,23 @@ def test_calibrates_batch_lines_and_its_refusal_of_no_sequences(capsys):
     with pytest.raises(SystemExit):
         cli.main(["calibrate", "--target", "t.gguf", "--parallel", "0"])
     assert "expected a number of sequences >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_a_batch_figure_counts_every_sequences_draft_decodes():
+    """n sequences drafting alike through the draft model: the step holds the target at n(g + 1)
+    rows and, at each depth, one draft decode of all n drafts (as bench/research/batch_replay.py
+    prices it). On the measured H200 profile (a draft token 0.50 of a target token) two
+    sequences drafting cannot pay; eight drafting 1 each can, a little."""
+    from bench.benchmark.gpu_profile import measured
+    from bench.ceiling import TYPICAL_ACCEPTANCE, batch_figures
+    from engine.control.costs import CostModel
+    gpu = measured()
+    cal = Calibration(gpu.draft_table(80), gpu.verify_table(80), "draft")
+    figures = batch_figures(cal, 8, 8)
+    assert figures[1].model_gamma == 0 and figures[1].model_speedup == 1.0
+    costs = CostModel(cal, rate=0.0)
+    e = 1.0 + TYPICAL_ACCEPTANCE
+    drafting = 8 * e / (costs.verify_cost(16) + cal.draft_ms[7])
+    assert figures[7].model_gamma == 1
+    assert figures[7].model_speedup == pytest.approx(drafting * costs.verify_cost(8) / 8,
+                                                     abs=1e-3)

@@ -823,3 +823,27 @@ def test_a_copy_not_drafted_is_watched_and_teaches_its_key():
                                         committed=3, draft_ms=14.0, verify_ms=60.0,
                                         source="draft-model", token=7))
     assert counts.rounds == 3 and c._watched is None
+
+
+def test_a_shorter_gamma_that_pays_is_drafted_when_the_fastest_misses_the_margin():
+    """On the measured H200 profile (a draft token 0.50 of a target token), after plain rounds
+    (the resuming margin) at acceptance 0.87: gamma 2 is the fastest but misses the margin,
+    which grows with a round's risk; gamma 1 pays by it, so the round drafts 1 (asking the
+    fastest gamma alone kept whole answers plain, issue 62)."""
+    from bench.benchmark.gpu_profile import measured
+    gpu = measured()
+    c = AdaptiveController(max_gamma=8, draft_ms=gpu.draft_table(COPY_MAX + 1),
+                           verify_ms=gpu.verify_table(COPY_MAX + 1), model_name="draft-model",
+                           opening=())
+    n, a = 1000, 0.87
+    c.estimator.restore({"keys": {MODEL: {"tries": [n] * 8, "hits": [n * a] * 8, "rounds": n,
+                                          "first_hits": round(n * a)}},
+                         "scale_hits": 0.0, "scale_conf": 0.0})
+    p = c.predict(M)
+    margin = c.constants.resume_margin
+    assert c.speculating is None and c._margin(M) == margin
+    fastest = int(np.argmax(p.speeds[1:])) + 1
+    assert fastest == 2 and not c._pays(2, p.expected, p.ms, margin)
+    assert c._pays(1, p.expected, p.ms, margin)
+    d = c.next_gamma(M)
+    assert d.gamma == 1 and d.reason.startswith("gamma 1: predicted 1.16x")

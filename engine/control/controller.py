@@ -29,7 +29,9 @@ what the other sequences put into the step (`next_gamma(plan, batch)`), and the 
 as the whole step at its total width: the gamma chosen is the one that makes the batch fastest
 given the others (engine/control/costs.py has the formula and a worked example), so gamma
 shrinks as the batch fills and drafting stops where it cannot pay ("plain: batch of 4: drafting
-cannot pay at width 20"). No probe runs in a batch (every sequence would pay for it). Alone
+cannot pay at width 20"); a gamma must also beat the whole batch decoding plainly, so a batch
+cannot settle drafting, slower than plain, because each sequence's mates draft. No probe runs
+in a batch (every sequence would pay for it). Alone
 (`ALONE`, the default) every price and decision is what it was before batches, to the bit.
 `keep_drafting`, the cut within a round, still prices the round alone: it can only draft less
 than the gamma chosen.
@@ -74,12 +76,22 @@ class Prediction:
     # In a batch, the tokens the other sequences commit in the step, whose `ms` are then the
     # whole step's (engine/control/costs.py's T_o and R); 0 alone.
     others: float = 0.0
+    # In a batch, the ms a token of every sequence decoding plainly (n tokens in a step of n
+    # rows), and the others' draft decodes, which the step waits out as well (costs.py's P and
+    # D_o); 0 alone.
+    plain_pace: float = 0.0
+    others_drafts: float = 0.0
 
     @property
     def speeds(self) -> np.ndarray:
         """Predicted tokens/s of every gamma: the batch's in a batch."""
         tokens = self.expected + self.others if self.others else self.expected
         return 1e3 * tokens / self.ms
+
+    def over_plain_batch(self) -> np.ndarray:
+        """In a batch, its speed at every gamma (the whole step: `ms` and the others' drafts)
+        over every sequence decoding plainly."""
+        return (self.others + self.expected) * self.plain_pace / (self.ms + self.others_drafts)
 
     def tokens_per_s(self, gamma: int) -> float:
         """This sequence's own predicted tokens/s drafting `gamma`."""
@@ -236,7 +248,9 @@ class AdaptiveController(GammaPolicy):
                  if plan.model_drafts else 0.0)
         ms, hopeful_ms = np.broadcast_to(
             costs.step_ms(len(a), plan.model_drafts, batch, share), both.shape)
-        return Prediction(expected, ms, hopeful, hopeful_ms, a, batch.others_commit)
+        n = batch.sequences
+        return Prediction(expected, ms, hopeful, hopeful_ms, a, batch.others_commit,
+                          costs.verify_cost(n) / n, costs.others_draft_ms(batch))
 
     def _opening_cap(self) -> float:
         """The most acceptance this round may be judged at: the opening's, early on."""
@@ -256,14 +270,23 @@ class AdaptiveController(GammaPolicy):
     # Choice -------------------------------------------------------------------------------
 
     def _pays(self, g: int, expected: np.ndarray, ms: np.ndarray, margin: float,
-              others: float = 0.0) -> bool:
+              others: float = 0.0, plain_pace: float = 0.0, others_drafts: float = 0.0) -> bool:
         """Whether drafting `g` is predicted to save more than `margin` of what its round loses
         when nothing is accepted (its cost over a plain token's): a choice's hysteresis in
         units of its own risk, the same on any verify curve. In a batch, where the others
         commit `others` tokens in a step of `ms`: the time the batch's tokens would take at a
-        plain step's pace, against the step's."""
+        plain step's pace, against the step's; and at `plain_pace`, every sequence decoding
+        plainly, against the whole step's, the others' draft decodes included (engine/control/
+        costs.py: each sequence answering the others alone can keep a batch drafting because
+        the others do, slower than all plain)."""
         saved = (others + expected[g]) * ms[0] / (others + 1.0) - ms[g]
-        return saved > 0 and saved > margin * (ms[g] - ms[0])
+        risk = margin * (ms[g] - ms[0])
+        if not (saved > 0 and saved > risk):
+            return False
+        if not plain_pace:
+            return True
+        whole = (others + expected[g]) * plain_pace - ms[g] - others_drafts
+        return whole > 0 and whole > risk
 
     def best_gamma(self, plan: RoundPlan, batch: Batch = ALONE) -> int:
         return self._choose(plan, self.predict(plan, batch))
@@ -271,14 +294,19 @@ class AdaptiveController(GammaPolicy):
     def _choose(self, plan: RoundPlan, p: Prediction) -> int:
         """How far to draft is chosen hopefully (positions a round has not tested may be better
         than their estimate), whether to draft on the estimate itself; the best gamma by the
-        estimate is the fallback."""
+        estimate is the fallback, and then the best by the estimate of those that pay: the
+        margin is in units of a round's risk, which grows with gamma, so a shorter round can pay
+        where the fastest does not (on the measured H200 curve, a draft at 0.50 of a target
+        token: gamma 1 pays after plain rounds at acceptance 0.89 where gamma 2, the fastest,
+        misses by 2%). So the round drafts whenever some gamma pays, as `_loses` and
+        `could_pay` assume."""
         margin = self._margin(plan)
         for e, m in ((p.hopeful, p.hopeful_ms), (p.expected, p.ms)):
             # (Alone, the others' tokens are skipped, not added: this runs every round.)
             g = int(((e[1:] + p.others if p.others else e[1:]) / m[1:]).argmax()) + 1
-            if self._pays(g, p.expected, p.ms, margin, p.others):
+            if self._pays(g, p.expected, p.ms, margin, p.others, p.plain_pace, p.others_drafts):
                 return g
-        return 0
+        return _best_paying(p, margin)
 
     def optimistic_acceptance(self, plan: RoundPlan) -> float:
         """The optimistic end of the plan's first-token acceptance: the mean of its Beta(1 +
@@ -427,7 +455,8 @@ class AdaptiveController(GammaPolicy):
         # In a batch `speeds` are the batch's: the prediction is this sequence's own.
         prediction = float(speeds[g]) if batch.alone else p.tokens_per_s(g)
         return Decision(g, plan, prediction=prediction,
-                        reason=self._reason(g, plan, probing, speeds, p.acceptance, batch),
+                        reason=self._reason(g, plan, probing, speeds, p.acceptance, batch,
+                                            None if batch.alone else p.over_plain_batch()),
                         probing=probing, speeds=tuple(speeds),
                         confidence=g > 0 or self._unread + 1 >= c.confidence_every, batch=batch)
 
@@ -464,10 +493,12 @@ class AdaptiveController(GammaPolicy):
         return kept[1]
 
     def _reason(self, g: int, plan: RoundPlan, probing: bool, speeds: list[float],
-                a: np.ndarray, batch: Batch = ALONE) -> str:
+                a: np.ndarray, batch: Batch = ALONE,
+                over_plain: np.ndarray | None = None) -> str:
         """One line on the choice of `g`, from the predictions that made it (`speeds` of every
-        gamma, nine floats: plain Python); in a batch, the batch's size and width lead it, and
-        its speedups are the batch's (`speeds` are the batch's tokens/s there)."""
+        gamma, nine floats: plain Python); in a batch, the batch's size and the step's width at
+        `g` lead it, and its speedups are the batch's (`speeds` are the batch's tokens/s there;
+        a plain line's, the lesser of that and `over_plain`, over every sequence plain)."""
         line = self._reason_alone(g, plan, probing, speeds, a)
         opening = self.rounds < self.constants.opening_plain or (g == 0
                                                                 and self._opening_cap() < 1.0)
@@ -475,10 +506,14 @@ class AdaptiveController(GammaPolicy):
             return line
         if g == 0:
             best = max(range(1, len(speeds)), key=speeds.__getitem__)
+            gain = speeds[best] / speeds[0]
+            if over_plain is not None:
+                gain = min(gain, float(over_plain[best]))
             return (f"plain: batch of {batch.sequences}: drafting cannot pay at width "
-                    f"{batch.width}; best predicted {speeds[best] / speeds[0]:.2f}x at gamma "
+                    f"{batch.width}; best predicted {gain:.2f}x at gamma "
                     f"{best}{self._earlier(plan)}")
-        return f"batch of {batch.sequences} at width {batch.width}, speedups the batch's: {line}"
+        return (f"batch of {batch.sequences} at width {batch.width + g}, speedups the batch's: "
+                f"{line}")
 
     def _reason_alone(self, g: int, plan: RoundPlan, probing: bool, speeds: list[float],
                       a: np.ndarray) -> str:
@@ -690,3 +725,19 @@ def _first_paying(a: float, costs: list[float], margin: float) -> int:
         if saved > 0 and saved > margin * (cost - one):
             return g
     return len(costs)
+
+
+def _best_paying(p: Prediction, margin: float) -> int:
+    """The fastest gamma by `p`'s estimate of those that pay by `margin` (as `_pays` judges
+    each), or 0 when none does."""
+    expected, ms, others = p.expected, p.ms, p.others
+    saved = (others + expected) * ms[0] / (others + 1.0) - ms
+    risk = margin * (ms - ms[0])
+    pays = (saved > 0) & (saved > risk)
+    if p.plain_pace:
+        whole = (others + expected) * p.plain_pace - ms - p.others_drafts
+        pays &= (whole > 0) & (whole > risk)
+    pays[0] = False
+    if not pays.any():
+        return 0
+    return int(np.where(pays, (others + expected) / ms, -np.inf).argmax())

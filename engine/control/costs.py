@@ -23,15 +23,28 @@ against its marginal cost alone (on a GPU an extra row is nearly free, but not t
 the step's width passes the flat part of the curve). So in a batch the controller compares
 (T_o + E(g)) / R(g) over g where alone it compares E(g) / C(g), and a gamma pays when the batch's
 tokens at a plain step's pace, (T_o + E(g)) * R(0) / (T_o + 1), would take longer than R(g);
-alone (W_o = T_o = 0) R is C, and is computed the old way. Worked example, costs in plain tokens,
-a copy at acceptance 0.8 (E(g) = 1, 1.8, 2.44, 2.95, 3.36), on a curve flat to 4 rows then 0.5 a
-row:
+alone (W_o = T_o = 0) R is C, and is computed the old way.
+
+Answering the others as they are is not enough: a batch can settle where every sequence drafts
+because the others do (a depth's draft decode is one call, nearly as dear for one draft as for
+all of them, so leaving it alone saves little), slower than every sequence decoding plainly.
+On the measured H200 profile four sequences drafting 1 each through a draft at 0.50 of a target
+token, at acceptance 0.8, made 603.5 tokens/s where plain batched made 610.7. So a gamma in a
+batch must also beat the batch decoding plainly, n tokens in verify(n): the batch's tokens at
+that pace, (T_o + E(g)) * verify(n) / n, would take longer than the whole step, R(g) + D_o,
+where D_o is the others' draft batches, one per depth (`others_draft_ms`), which every
+sequence's target part waits out (engine/batch_step.py). Any step that settles with drafting
+is then at least as fast as plain batched decoding by the controller's own prediction
+(tests/test_batch_replay.py). Worked example, costs in plain tokens, a copy at acceptance 0.8
+(E(g) = 1, 1.8, 2.44, 2.95, 3.36), on a curve flat to 4 rows then 0.5 a row:
 - alone: C(g) = 1, 1, 1, 1, 1.5: speeds 1, 1.8, 2.44, 2.95, 2.24 tokens a unit: gamma 3;
-- batch of 2, the other at width 4 (W_o = 4, T_o = 1): R(g) = 1.5, 2, 2.5, 3: the batch's speed
-  (1 + E(g)) / R(g) = 1.33, 1.40, 1.38, 1.32: gamma 1;
-- batch of 4, three others at width 2 (W_o = 6, T_o = 3): R(g) = 2.5, 3: (3 + E(g)) / R(g) =
-  1.6, 1.6: the drafted row slows three sequences as much as its 0.8 token gains, so plain
-  ("plain: batch of 4: drafting cannot pay at width 7").
+- batch of 2, the other drafting 1 (W_o = 2, T_o = 1.8): R(g) = 1, 1, 1.5, 2: the batch's speed
+  (1.8 + E(g)) / R(g) = 2.8, 3.6, 2.83, 2.38: gamma 1, a step of width 4, faster than the
+  batch plain (2 tokens a unit);
+- batch of 4, three others drafting 1 (W_o = 6, T_o = 5.4): R(g) = 2.5, 3: (5.4 + E(g)) / R(g)
+  = 2.56, 2.4: the drafted row slows three sequences more than its 0.8 token gains, so plain
+  ("plain: batch of 4: drafting cannot pay at width 7"); the batch plain, 4 tokens a unit, is
+  faster than either, and the others, asking the same, stop drafting too.
 """
 from __future__ import annotations
 
@@ -333,7 +346,12 @@ class CostModel:
                 catch_up: npt.ArrayLike = 0.0) -> np.ndarray:
         """R(g), the whole step's time when this sequence drafts g = 0..max_gamma and the others
         put `batch` into it: the target decode at the step's total width, and this sequence's
-        draft decodes at what they add to the others' draft batches."""
+        draft decodes at what they add to the others' draft batches. Those batches themselves,
+        D_o, the same for every g, are left out (`others_draft_ms`; only the test against the
+        batch decoding plainly adds them): with them in, each sequence compares its gammas at a
+        slower step, and on a flat curve the draft model's batches kept every depth the others
+        drafted (8 sequences at gamma 6, 1176 tokens/s, where leaving them out settles at 5 and
+        4, 1217)."""
         w = batch.width
         verify = np.array([self.verify_cost(v) for v in range(w, w + max_gamma + 1)])
         if not model_drafts:
@@ -342,6 +360,19 @@ class CostModel:
         drafts = np.concatenate(([0.0], np.cumsum(depths)))
         share = np.asarray(catch_up, dtype=np.float64)
         return verify + drafts + share * (self._gammas[:max_gamma + 1] > 0)
+
+    def others_draft_ms(self, batch: Batch) -> float:
+        """D_o, the other sequences' draft decodes in the step, which every sequence's target
+        part waits out (engine/batch_step.py): one draft batch per depth, as wide as the drafts
+        reaching it (at the learned pace, as `batch_draft_ms`)."""
+        deepest = max(batch.other_drafts, default=0)
+        if not deepest:
+            return 0.0
+        db = self.draft_batch
+        if db[0] <= 0:
+            return 0.0
+        rows = sum(_at(db, batch.drafting_at(d)) for d in range(1, deepest + 1))
+        return self.draft_token * rows / float(db[0])
 
     def batch_draft_ms(self, batch: Batch, depth: int) -> float:
         """What this sequence's draft decode at `depth` adds to the step: a whole draft decode
