@@ -98,14 +98,17 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None,
                 time.sleep(POLL_S)
             yield (status_banner(holder), *_choice_updates(holder))
 
-        demo.load(watch, None, [banner, *choices], api_name="status", concurrency_limit=None,
-                  show_progress="hidden")
-        # A reload, or the first page after a restart, opens the chat open last.
-        demo.load(chat_parts["open_last"], None, chat_parts["shown"], api_visibility="private",
-                  queue=False)
+        # A reload, or the first page after a restart, opens the chat open last. Once a load
+        # has set the choices from the pairing record, the open chat takes its own drafter,
+        # policy and gamma back (and says where it ran on another pair): in this order.
+        reapply = (chat_parts["reapply"], chat_parts["chat_id"], chat_parts["reapplied"])
+        private = {"api_visibility": "private", "queue": False}
+        demo.load(chat_parts["open_last"], None, chat_parts["shown"], **private).then(
+            watch, None, [banner, *choices], api_name="status", concurrency_limit=None,
+            show_progress="hidden").then(*reapply, **private)
         wizard_parts["load_event"].then(lambda: (status_banner(holder), *_choice_updates(holder)),
-                                        None, [banner, *choices], api_visibility="private",
-                                        queue=False)
+                                        None, [banner, *choices], **private).then(*reapply,
+                                                                                 **private)
     return demo
 
 
