@@ -220,7 +220,8 @@ def test_a_reopened_chat_runs_with_the_drafter_policy_and_gamma_it_was_saved_wit
     """Issue 64: a chat opened from the list, and the chat a restarted server opens, give the
     controls back their drafter, policy and gamma (over the pairing record's choice, which a
     page's load sets first), and the next answer runs with them: the engine is asked for them
-    (a spy on the chat's generate) and the metrics panel names the drafter."""
+    (a spy on the chat's generate) and the metrics panel names the drafter. Restarted on
+    another context length, the chat says so in one line."""
     from app.ui import chat as chat_module
     from app.ui.chat import ChatTab
 
@@ -269,6 +270,10 @@ def test_a_reopened_chat_runs_with_the_drafter_policy_and_gamma_it_was_saved_wit
         assert ran[-1] == ("lookup", "fixed", 3)
         # The same pair as it ran on: no line about another pair.
         assert page.locator("#chat-notice").inner_text().strip() == ""
+    with served(chats, n_ctx=384) as url, browser() as b:  # restarted with another --ctx
+        page = open_page(b, url)
+        page.locator("#chat-differs").wait_for(timeout=30_000)
+        assert "--ctx 512 (now 384)" in page.locator("#chat-notice").inner_text()
 
 
 def refused(page) -> None:
