@@ -12,6 +12,7 @@ from typing import Iterator
 
 import pytest
 
+from app.runtime.defaults import DEFAULT_GAMMA
 from app.runtime.holder import PairHolder
 from app.runtime.queue import GenerationQueue
 from app.serve.access import Access
@@ -245,8 +246,13 @@ def test_a_reopened_chat_runs_with_the_drafter_policy_and_gamma_it_was_saved_wit
     chats = tmp_path / "chats"
     with served(chats) as url, browser() as b:
         page = open_page(b, url)
+        # The load's choices are on the page before the person changes them.
+        assert reapplied.wait(60)
         choose(page, "chat-drafter", "lookup")
         choose(page, "chat-policy", "fixed")
+        # A policy picked by hand starts from its own gamma; then the person sets it.
+        page.wait_for_function("document.querySelector('#chat-gamma input[type=range]')?.value"
+                               f" == '{DEFAULT_GAMMA['fixed']}'")
         set_slider(page, "chat-gamma", "3")
         send(page, "saved with prompt lookup")
         assert ran[-1] == ("lookup", "fixed", 3)
