@@ -14,9 +14,10 @@ from app.runtime.queue import GenerationQueue
 from app.serve_cli import (access_from_args, add_api_args, add_network_args, api_key,
                            checked_max_queue)
 from app.runtime.open_pair import print_plan
+from app.runtime.loader_settings import LoaderSettings, layers_text
 from app.settings import add_history_args, add_model_args, load_options, model_configs
 from engine.errors import SettingsError
-from models import other_stores
+from models import embedded, other_stores
 
 DEFAULT_PORT = 7860
 # The page is open to whoever passes the Host and Origin checks; the key guards the API.
@@ -38,7 +39,20 @@ def cmd_ui(args: argparse.Namespace) -> int:
     options = load_options(args, early_exit=args.early_exit,
                            early_exit_layers=args.early_exit_layers)
     holder.prepare_async(lambda: model_configs(args), options)
-    return serve_app(holder, access, args.api)
+    return serve_app(holder, access, args.api, start=page_start(args))
+
+
+def page_start(args: argparse.Namespace):
+    """What the page's Models tab starts from: this command's own model options (the embedded
+    pair where --target and --draft are not given; the first LoRA adapter of each model)."""
+    from app.ui.wizard import Start
+
+    draft = "" if args.draft == "none" else args.draft or str(embedded.DRAFT.path)
+    settings = LoaderSettings(layers_text(args.gpu_layers), layers_text(args.draft_gpu_layers),
+                              args.ctx, args.flash_attn, args.kv_type)
+    return Start(args.target or str(embedded.TARGET.path), draft, settings,
+                 (args.lora[0] if args.lora else "", args.lora_scale),
+                 (args.draft_lora[0] if args.draft_lora else "", args.draft_lora_scale))
 
 
 def ui_access(args: argparse.Namespace) -> Access:
@@ -48,16 +62,17 @@ def ui_access(args: argparse.Namespace) -> Access:
     return access_from_args(args, api_key(args) if args.api else None, keyed=KEYED_PATHS)
 
 
-def serve_app(holder, access: Access, api: bool) -> int:
-    """Serve the page (and the API) over `holder` until Ctrl-C, then close the pair. The lines
-    below are printed while the models may still be loading (engine/llama/backend.py keeps the
-    process's streams where they are)."""
+def serve_app(holder, access: Access, api: bool, start=None) -> int:
+    """Serve the page (and the API) over `holder` until Ctrl-C, then close the pair; `start`:
+    what the Models tab starts from (`page_start`). The lines below are printed while the
+    models may still be loading (engine/llama/backend.py keeps the process's streams where
+    they are)."""
     from app.serve.routes import api_router
     from app.serve.server import launch
     from app.ui import build_app, page_mounter
 
     try:
-        running = launch(page_mounter(build_app(holder)), access,
+        running = launch(page_mounter(build_app(holder, start=start)), access,
                          api_router(holder, holder.queue) if api else None)
         print(f"Tandem is running at {running.url}  (Ctrl-C to stop)", flush=True)
         if api:

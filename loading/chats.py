@@ -9,6 +9,14 @@ atomic write (models/atomic.py), so a kill mid-save leaves the previous file who
 that cannot be read is set aside as `<name>.corrupt-<time>` (models/atomic.py) and left out of
 the list. Chats are listed newest first (by their last change). Ids are made here and checked
 on the way in, so no id names a path outside the store.
+
+Each chat has a revision, counted up by every save of its turns. A save names the revision it
+was read at and is refused (`ChatChanged`) when the file holds another: two tabs on one chat
+cannot overwrite each other's turns, the second learns that the chat changed elsewhere. The
+check and the write are one step under the store's lock (one process; two processes on one
+store still write whole files, but could both pass the check at the same instant). A rename
+and a changed system prompt change no turn, so they move no revision, and a save keeps the name
+a rename gave. Chats saved before revisions (none in the file) are revision 0.
 """
 from __future__ import annotations
 
@@ -54,6 +62,11 @@ class Chat:
     messages: tuple[dict, ...] = ()
     # True once someone renamed it: the first message no longer names it.
     named: bool = False
+    # Counted up by each save of its turns (the store checks it, above).
+    revision: int = 0
+    # The pair and loader settings its last turn ran on, by the loader's names (target, draft,
+    # ctx, gpu_layers, ...): a reopened chat says which differ from the pair loaded then.
+    pair: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict:
         return {"format": FORMAT, **asdict(self), "messages": [dict(m) for m in self.messages]}
@@ -69,7 +82,12 @@ class Chat:
         return cls(id=str(data["id"]), title=str(data["title"]), created=float(data["created"]),
                    updated=float(data["updated"]), system=str(data.get("system", "")),
                    settings=dict(data.get("settings") or {}), messages=messages,
-                   named=bool(data.get("named", False)))
+                   named=bool(data.get("named", False)), revision=int(data.get("revision", 0)),
+                   pair=dict(data.get("pair") or {}))
+
+
+class ChatChanged(SettingsError):
+    """A save from a page that had not seen the chat's latest turns (another tab saved since)."""
 
 
 def title_of(messages: tuple[dict, ...] | list[dict]) -> str:
@@ -113,16 +131,36 @@ class ChatStore:
                     settings=dict(settings or {}))
 
     def save(self, chat: Chat, touch: bool = True) -> Chat:
-        """Write `chat` (its title follows its first message unless renamed); with `touch`
-        it becomes the newest. Returns the chat as written."""
+        """Write `chat` as the next revision after `chat.revision` (its title follows its first
+        message unless renamed, here or on disk); with `touch` it becomes the newest. Returns
+        the chat as written. ChatChanged when the chat on disk is not at `chat.revision`: it
+        changed (or was deleted) elsewhere since it was read, and nothing is written."""
+        with self._lock:
+            held = self.get(chat.id)
+            at = held.revision if held is not None else 0
+            if at != chat.revision:
+                raise ChatChanged(f"chat {chat.id} changed elsewhere (another tab or window) "
+                                  f"since it was read (revision {at}, not {chat.revision}): "
+                                  "reload it")
+            if held is not None and held.named and not chat.named:
+                chat = replace(chat, title=held.title, named=True)
+            chat = self._put(chat, touch, revision=at + 1)
+        return chat
+
+    def _put(self, chat: Chat, touch: bool, revision: int) -> Chat:
+        """Write `chat` at `revision` (the caller holds the lock)."""
         if not chat.named:
             chat = replace(chat, title=title_of(chat.messages))
-        if touch:
-            chat = replace(chat, updated=self.now())
-        text = json.dumps(chat.as_json(), ensure_ascii=False, indent=1)
-        with self._lock:
-            self._write(self.path(chat.id), text)
+        chat = replace(chat, revision=revision, updated=self.now() if touch else chat.updated)
+        self._write(self.path(chat.id), json.dumps(chat.as_json(), ensure_ascii=False, indent=1))
         return chat
+
+    def _change(self, chat_id: str, **fields: Any) -> Chat:
+        """The chat on disk with `fields` changed, written at its revision: a change to no turn
+        (a name, the system prompt), which no page's turns conflict with."""
+        with self._lock:
+            chat = self._existing(chat_id)
+            return self._put(replace(chat, **fields), touch=False, revision=chat.revision)
 
     def _write(self, out: Path, text: str) -> None:
         self._dir()
@@ -155,7 +193,11 @@ class ChatStore:
         title = " ".join(title.split())
         if not title:
             raise SettingsError("a chat's name cannot be empty")
-        return self.save(replace(self._existing(chat_id), title=title, named=True), touch=False)
+        return self._change(chat_id, title=title, named=True)
+
+    def set_system(self, chat_id: str, system: str) -> Chat:
+        """The chat's system prompt changed, its turns not (the next turn's save keeps it too)."""
+        return self._change(chat_id, system=system)
 
     def delete(self, chat_id: str) -> None:
         path = self.path(chat_id)

@@ -17,7 +17,7 @@ from app.cli import build_parser
 from app.runtime.queue import GenerationQueue
 from app.serve_cli import checked_max_queue, serve, serve_access
 from app.runtime.holder import PairHolder
-from app.ui_cli import serve_app, ui_access
+from app.ui_cli import page_start, serve_app, ui_access
 from engine.errors import TandemError
 from tests.serve_fakes import agent_pair, byte_pair, fake_pair
 
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         if args.command == "serve":
             return serve(holder, serve_access(args))
         if args.command == "ui":
-            return serve_app(holder, ui_access(args), args.api)
+            return serve_app(holder, ui_access(args), args.api, start=page_start(args))
     except TandemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

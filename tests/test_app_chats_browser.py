@@ -5,12 +5,14 @@ says what was left out; two tabs keep their own chats in one list. Each test ass
 person sees: the sidebar's titles, the messages, the context meter, the metrics panel."""
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from app.runtime.defaults import DEFAULT_GAMMA
 from app.runtime.holder import PairHolder
 from app.runtime.queue import GenerationQueue
 from app.serve.access import Access
@@ -196,3 +198,137 @@ def test_two_tabs_keep_their_own_chats_in_one_list(tmp_path):
         bob.locator("#chat-list label", has_text="Ada asks about lists").click()
         bob.wait_for_function("document.querySelectorAll('#chatbot [data-testid=user]').length == 2")
         assert questions(bob) == ["Ada asks about lists", "Ada again"]
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    """Pick `option` in a dropdown, as a person does."""
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function(f"document.querySelector('#{elem_id} input')?.value == '{option}'")
+
+
+def wait_choices(page, drafter: str, policy: str, gamma: str) -> None:
+    """Wait until the chat's drafter, policy and gamma controls show these."""
+    page.wait_for_function(
+        f"document.querySelector('#chat-drafter input')?.value == '{drafter}' && "
+        f"document.querySelector('#chat-policy input')?.value == '{policy}' && "
+        f"document.querySelector('#chat-gamma input[type=range]')?.value == '{gamma}'",
+        timeout=30_000)
+
+
+def test_a_reopened_chat_runs_with_the_drafter_policy_and_gamma_it_was_saved_with(tmp_path,
+                                                                                  monkeypatch):
+    """Issue 64: a chat opened from the list, and the chat a restarted server opens, give the
+    controls back their drafter, policy and gamma (over the pairing record's choice, which a
+    page's load sets first), and the next answer runs with them: the engine is asked for them
+    (a spy on the chat's generate) and the metrics panel names the drafter. Restarted on
+    another context length, the chat says so in one line."""
+    from app.ui import chat as chat_module
+    from app.ui.chat import ChatTab
+
+    ran: list[tuple] = []
+    real_generate = chat_module.generate
+
+    def spy(pair, spec, *args, **kw):
+        ran.append((spec.drafter, spec.policy, spec.gamma))
+        return real_generate(pair, spec, *args, **kw)
+    monkeypatch.setattr(chat_module, "generate", spy)
+    # The page's load sets the pairing record's choice, then the open chat's (ChatTab.reapply).
+    reapplied = threading.Event()
+    real_reapply = ChatTab.reapply
+
+    def reapply(self, chat_id):
+        try:
+            return real_reapply(self, chat_id)
+        finally:
+            reapplied.set()
+    monkeypatch.setattr(ChatTab, "reapply", reapply)
+    chats = tmp_path / "chats"
+    with served(chats) as url, browser() as b:
+        page = open_page(b, url)
+        # The load's choices are on the page before the person changes them.
+        assert reapplied.wait(60)
+        choose(page, "chat-drafter", "lookup")
+        choose(page, "chat-policy", "fixed")
+        # A policy picked by hand starts from its own gamma; then the person sets it.
+        page.wait_for_function("document.querySelector('#chat-gamma input[type=range]')?.value"
+                               f" == '{DEFAULT_GAMMA['fixed']}'")
+        set_slider(page, "chat-gamma", "3")
+        send(page, "saved with prompt lookup")
+        assert ran[-1] == ("lookup", "fixed", 3)
+        page.locator("#chat-new").click()
+        choose(page, "chat-drafter", "draft")
+        set_slider(page, "chat-gamma", "5")
+        send(page, "another chat, with the draft model")
+        assert ran[-1] == ("draft", "fixed", 5)
+        page.locator("#chat-list label", has_text="saved with prompt lookup").click()
+        wait_choices(page, "lookup", "fixed", "3")
+        send(page, "and once more")
+        assert ran[-1] == ("lookup", "fixed", 3)
+        assert "lookup" in page.locator("#chat-metrics").inner_text()
+    reapplied.clear()
+    with served(chats) as url, browser() as b:  # a restart: the page opens the chat open last
+        page = open_page(b, url)
+        assert reapplied.wait(60)
+        wait_choices(page, "lookup", "fixed", "3")
+        assert questions(page) == ["saved with prompt lookup", "and once more"]
+        send(page, "after a restart")
+        assert ran[-1] == ("lookup", "fixed", 3)
+        # The same pair as it ran on: no line about another pair.
+        assert page.locator("#chat-notice").inner_text().strip() == ""
+    with served(chats, n_ctx=384) as url, browser() as b:  # restarted with another --ctx
+        page = open_page(b, url)
+        page.locator("#chat-differs").wait_for(timeout=30_000)
+        assert "--ctx 512 (now 384)" in page.locator("#chat-notice").inner_text()
+
+
+def refused(page) -> None:
+    """Wait for the visible "changed elsewhere" refusal, then close it."""
+    toast = page.locator(".toast-body", has_text="Changed elsewhere")
+    toast.wait_for(timeout=30_000)
+    toast.locator(".toast-close").click()
+
+
+def test_two_tabs_on_one_chat_lose_no_turn(tmp_path):
+    """Issue 64: two pages on one chat. The page behind the saved chat is refused with a visible
+    "changed elsewhere" and sends nothing; Reload shows the other page's turns and keeps what
+    was typed, which then goes in after them. Every question is kept once, in order, on disk
+    and on both pages."""
+    chats = tmp_path / "chats"
+    with served(chats) as url, browser() as b:
+        ada = open_page(b, url)
+        send(ada, "Ada one")
+        bob = open_page(b, url)  # opens the chat open last: Ada's
+        bob.wait_for_function("document.querySelectorAll('#chatbot [data-testid=user]').length == 1",
+                              timeout=30_000)
+        send(ada, "Ada two")
+        bob.locator("#chat-input textarea").fill("Bob one")
+        bob.locator("#chat-send").click()
+        refused(bob)
+        assert questions(bob) == ["Ada one"]
+        bob.locator("#chat-reload").click()
+        bob.wait_for_function("document.querySelectorAll('#chatbot [data-testid=user]').length == 2",
+                              timeout=30_000)
+        assert bob.locator("#chat-input textarea").input_value() == "Bob one"
+        mark_panel(bob)
+        bob.locator("#chat-send").click()
+        wait_answer(bob, 3)
+        ada.locator("#chat-input textarea").fill("Ada three")
+        ada.locator("#chat-send").click()
+        refused(ada)
+        ada.locator("#chat-reload").click()
+        ada.wait_for_function("document.querySelectorAll('#chatbot [data-testid=user]').length == 3",
+                              timeout=30_000)
+        mark_panel(ada)
+        ada.locator("#chat-send").click()
+        wait_answer(ada, 4)
+        order = ["Ada one", "Ada two", "Bob one", "Ada three"]
+        assert questions(ada) == order
+        bob.locator("#chat-reload").click()
+        bob.wait_for_function("document.querySelectorAll('#chatbot [data-testid=user]').length == 4",
+                              timeout=30_000)
+        assert questions(bob) == order
+        assert titles(ada) == ["Ada one"]
+    (saved,) = ChatStore(chats).list()
+    assert [m["role"] for m in saved.messages] == ["user", "assistant"] * 4
+    assert [m["content"] for m in saved.messages if m["role"] == "user"] == order

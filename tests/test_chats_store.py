@@ -3,16 +3,18 @@ written atomically, newest first, titles, rename, delete, the chat open last, an
 set aside, ids that cannot name a path outside the store."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
+import threading
 from dataclasses import replace
 
 import pytest
 
 from engine.errors import SettingsError
 from loading.chat_export import file_stem, to_json, to_markdown
-from loading.chats import TITLE_CHARS, UNTITLED, Chat, ChatStore, title_of
+from loading.chats import TITLE_CHARS, UNTITLED, Chat, ChatChanged, ChatStore, title_of
 from models import atomic
 
 
@@ -130,3 +132,104 @@ def test_exports_hold_the_system_prompt_and_every_message(tmp_path):
     assert md.index("## You\n\nHello?") < md.index("## Assistant\n\nBonjour !")
     assert Chat.from_json(json.loads(to_json(chat))) == chat
     assert file_stem(chat) == f"hello-{chat.id}"
+
+
+def two_tabs(s: ChatStore, check: bool) -> Chat:
+    """Two tabs read one chat; tab A saves a turn, then tab B saves its own turn over what it
+    read. `check` False is the negative control: B writes at the revision on disk, as a store
+    without the check (the last write wins) would."""
+    chat = s.save(talk(s.new(), "q0", "a0"))
+    tab_a, tab_b = s.get(chat.id), s.get(chat.id)
+    s.save(talk(tab_a, "from A", "answer A"))
+    turn_b = talk(tab_b, "from B", "answer B")
+    if not check:
+        turn_b = replace(turn_b, revision=s.get(chat.id).revision)
+    s.save(turn_b)
+    return s.get(chat.id)
+
+
+def test_a_save_behind_the_chat_on_disk_is_refused_and_without_the_check_a_turn_is_lost(tmp_path):
+    s = store(tmp_path)
+    with pytest.raises(ChatChanged, match="changed elsewhere"):
+        two_tabs(s, check=True)
+    (kept,) = s.list()
+    assert [m["content"] for m in kept.messages] == ["q0", "a0", "from A", "answer A"]
+    assert kept.revision == 2
+    # The negative control: with no check, B's save silently drops A's turn.
+    lost = two_tabs(store(tmp_path / "blind"), check=False)
+    assert "from A" not in [m["content"] for m in lost.messages]
+
+
+def test_the_check_and_the_write_are_one_step_under_the_lock(tmp_path, monkeypatch):
+    """Tab B saves while tab A's write is under way (between its check and its rename). Under
+    the store's lock B waits, then finds A's turn and is refused. The negative control, with the
+    lock taken away: B passes the check before A's rename, and A's rename drops B's turn."""
+    def race(s: ChatStore, nested: bool) -> tuple[Chat, list]:
+        chat = s.save(talk(s.new(), "q0"))
+        tab_a, tab_b = s.get(chat.id), s.get(chat.id)
+        outcome: list = []
+
+        def save_b() -> None:
+            try:
+                outcome.append(s.save(talk(tab_b, "from B")))
+            except ChatChanged as exc:
+                outcome.append(exc)
+
+        def during_a(step, tmp, out) -> None:
+            if step == "written" and not outcome and threading.current_thread() is main:
+                monkeypatch.setattr(atomic, "on_step", None)
+                if nested:
+                    save_b()  # no lock: B runs to its end inside A's write
+                else:
+                    b = threading.Thread(target=save_b)
+                    b.start()
+                    waiting.append(b)
+                    b.join(0.5)  # still waiting for the lock: A goes on
+        main, waiting = threading.current_thread(), []
+        monkeypatch.setattr(atomic, "on_step", during_a)
+        s.save(talk(tab_a, "from A"))
+        for b in waiting:
+            b.join()
+        return s.get(chat.id), outcome
+
+    kept, outcome = race(store(tmp_path), nested=False)
+    assert isinstance(outcome[0], ChatChanged)
+    assert [m["content"] for m in kept.messages] == ["q0", "from A"]
+    blind = store(tmp_path / "blind")
+    blind._lock = contextlib.nullcontext()
+    lost, outcome = race(blind, nested=True)
+    assert isinstance(outcome[0], Chat)  # B was told its turn is saved...
+    assert [m["content"] for m in lost.messages] == ["q0", "from A"]  # ...and it is gone
+
+
+def test_a_rename_and_a_system_prompt_move_no_revision_and_a_later_save_keeps_the_name(tmp_path):
+    s = store(tmp_path)
+    chat = s.save(talk(s.new("Be brief."), "first"))
+    s.rename(chat.id, "Named")
+    s.set_system(chat.id, "Be thorough.")
+    again = s.get(chat.id)
+    assert again.revision == chat.revision == 1 and again.system == "Be thorough."
+    # A page that read the chat before the rename saves its turn; the name stays.
+    saved = s.save(talk(chat, "reply"))
+    assert saved.title == "Named" and saved.revision == 2
+
+
+def test_a_chat_saved_before_revisions_opens_and_saves(tmp_path):
+    """A chat file from before issue 64 (no revision, no pair): revision 0, then 1 when saved."""
+    s = store(tmp_path)
+    s.root.mkdir(mode=0o700)
+    old = {"format": 1, "id": "20261201000000-0123abcd", "title": "old", "created": 1.0,
+           "updated": 2.0, "system": "", "settings": {"temperature": 0.5}, "named": False,
+           "messages": [{"role": "user", "content": "old question"}]}
+    s.path(old["id"]).write_text(json.dumps(old), encoding="utf-8")
+    chat = s.get(old["id"])
+    assert chat.revision == 0 and chat.pair == {} and chat.settings == {"temperature": 0.5}
+    assert s.save(talk(chat, "answer")).revision == 1
+
+
+def test_a_save_of_a_chat_deleted_elsewhere_is_refused(tmp_path):
+    s = store(tmp_path)
+    chat = s.save(talk(s.new(), "q"))
+    s.delete(chat.id)
+    with pytest.raises(ChatChanged):
+        s.save(talk(chat, "a"))

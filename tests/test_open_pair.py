@@ -115,7 +115,7 @@ def test_the_app_opens_its_pair_through_the_one_function(world, monkeypatch, cap
     target, draft, plans = world
     ended = []
 
-    def serve_app(holder, access, api):
+    def serve_app(holder, access, api, start=None):
         ended.append(holder.wait(60))
         return 0
     monkeypatch.setattr(ui_cli, "serve_app", serve_app)

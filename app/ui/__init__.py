@@ -71,9 +71,10 @@ def _choice_updates(holder: PairHolder) -> tuple[dict, ...]:
 
 
 def build_app(holder: PairHolder, flags: StopFlags | None = None,
-              chats: ChatStore | None = None) -> gr.Blocks:
+              chats: ChatStore | None = None, start: wizard.Start | None = None) -> gr.Blocks:
     """The whole page for `holder`'s pair; it works (and says so) while loading or after a
-    failure. `chats`: where the chat tab saves its conversations (default: the user's store)."""
+    failure. `chats`: where the chat tab saves its conversations (default: the user's store);
+    `start`: what the Models tab's fields start from (`tandem ui`'s flags)."""
     flags = flags or StopFlags()
     ready = holder.status.state == READY
     drafters = list(holder.offer().drafters) if ready else [DEFAULT_DRAFTER, "draft", PLAIN]
@@ -88,7 +89,7 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None,
             with gr.Tab("Side by side", id="compare"):
                 compare_parts = compare.build(holder, flags, drafters, default)
             with gr.Tab("Models", id="models"):
-                wizard_parts = wizard.build(holder)
+                wizard_parts = wizard.build(holder, start)
         choices = [parts[name] for parts in (chat_parts, compare_parts)
                    for name in ("drafter", "policy", "gamma")]
 
@@ -98,14 +99,17 @@ def build_app(holder: PairHolder, flags: StopFlags | None = None,
                 time.sleep(POLL_S)
             yield (status_banner(holder), *_choice_updates(holder))
 
-        demo.load(watch, None, [banner, *choices], api_name="status", concurrency_limit=None,
-                  show_progress="hidden")
-        # A reload, or the first page after a restart, opens the chat open last.
-        demo.load(chat_parts["open_last"], None, chat_parts["shown"], api_visibility="private",
-                  queue=False)
+        # A reload, or the first page after a restart, opens the chat open last. Once a load
+        # has set the choices from the pairing record, the open chat takes its own drafter,
+        # policy and gamma back (and says where it ran on another pair): in this order.
+        reapply = (chat_parts["reapply"], chat_parts["chat_id"], chat_parts["reapplied"])
+        private = {"api_visibility": "private", "queue": False}
+        demo.load(chat_parts["open_last"], None, chat_parts["shown"], **private).then(
+            watch, None, [banner, *choices], api_name="status", concurrency_limit=None,
+            show_progress="hidden").then(*reapply, **private)
         wizard_parts["load_event"].then(lambda: (status_banner(holder), *_choice_updates(holder)),
-                                        None, [banner, *choices], api_visibility="private",
-                                        queue=False)
+                                        None, [banner, *choices], **private).then(*reapply,
+                                                                                 **private)
     return demo
 
 

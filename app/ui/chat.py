@@ -6,13 +6,21 @@ Retry, edit and undo are Gradio's own Chatbot events (`.retry`, `.edit`, `.undo`
 buttons on the messages), as are the copy buttons; each sends the chat up to the changed turn,
 so the target's KV cache (engine/session.py `sync`) still holds everything before it.
 
+Two tabs on one chat cannot lose each other's turns: every save names the chat's revision the
+page last saw, and the store refuses one that is behind (loading/chats.py). A send from a page
+behind the saved chat is refused before anything runs ("changed elsewhere": Reload shows the
+new turns, and the page keeps what was typed); so is a second answer in a chat while one runs.
+An answer whose chat changed elsewhere while it ran is kept as a new chat, and a warning says so.
+
 The callback only forwards engine events to the page. It refreshes the page once per target
 call (a RoundEvent) and at most every `MIN_REFRESH_S`, since re-rendering after every token would
 take CPU from the decoding it is showing.
 """
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
@@ -33,13 +41,23 @@ from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
 from engine.staleness import StaleDraftEvent, watch
 from engine.stats import GenerationStats
-from loading.chats import Chat, ChatStore
+from loading.chats import Chat, ChatChanged, ChatStore
 from loading.history import History
 
 MIN_REFRESH_S = 0.15
 # What the chat streams to the page: history, token view, metrics panel, stats, the textbox,
 # the context meter.
 Frame = tuple[list[dict], str, str, "dict | None", str, str]
+CHANGED = ("Changed elsewhere: this chat has new turns from another tab or window since this page "
+           "showed it, so nothing here was run or saved. Press Reload to see them, then try "
+           "again.")
+ANSWERING = ("This chat is answering already (in this tab or another): wait for that answer to "
+             "end, press Reload, then send again.")
+
+
+def refusal(message: str) -> gr.Error:
+    """The error a refused send shows, until the person closes it."""
+    return gr.Error(message, duration=None, title="Not sent", print_exception=False)
 
 
 def plain_text(content: Any) -> str:
@@ -217,16 +235,19 @@ class Values:
     overflow: str
     # The predicted output box (empty: none).
     prediction: str = ""
+    # The chat's revision the page last saw (loading/chats.py; 0: none saved yet).
+    revision: int = 0
 
     @classmethod
     def of(cls, values: tuple) -> "Values":
         n = len(controls.WIDGETS)
         history, *rest = values
-        settings, (remember, output, schema, chat_id, system, overflow, *prediction) = (
+        settings, (remember, output, schema, chat_id, system, overflow, *tail) = (
             rest[:n], rest[n:])
+        prediction, revision = (tail[0] if tail else ""), (tail[1] if len(tail) > 1 else 0)
         return cls(list(history or []), list(settings), bool(remember), output, schema,
-                   chat_id or "", system or "", overflow or OVERFLOW,
-                   (prediction or [""])[0] or "")
+                   chat_id or "", system or "", overflow or OVERFLOW, prediction or "",
+                   int(revision or 0))
 
     def spec(self, holder: PairHolder) -> RunSpec:
         try:
@@ -239,7 +260,8 @@ class Values:
     def kept(self) -> dict[str, Any]:
         """What the chat keeps of its controls."""
         return {**dict(zip(controls.WIDGETS, self.settings)), "overflow": self.overflow,
-                "history": self.remember}
+                "history": self.remember, "output": self.output, "schema": self.schema,
+                "prediction": self.prediction}
 
 
 class ChatTab:
@@ -248,19 +270,24 @@ class ChatTab:
 
     def __init__(self, holder: PairHolder, flags: StopFlags, store: ChatStore) -> None:
         self.holder, self.flags, self.store = holder, flags, store
+        # The chats an answer runs in now, in any tab of this server.
+        self._answers: set[str] = set()
+        self._answers_lock = threading.Lock()
 
     def layout(self, drafters: list[str], default_drafter: str) -> None:
         with gr.Row():
             with gr.Column(scale=1, min_width=200, elem_id="chat-sidebar"):
                 self.side = chat_sidebar.build()
             with gr.Column(scale=3):
-                self.state = gr.State("")
+                self.state, self.revision = gr.State(""), gr.State(0)
                 with gr.Row(equal_height=True):
                     self.preset = gr.Dropdown(list(SYSTEM_PRESETS), value=None, label="preset",
                                               scale=1, elem_id="chat-preset")
                     self.system = gr.Textbox(label="system prompt", lines=1, max_lines=6, scale=4,
                                              placeholder="how the assistant should answer (kept "
                                              "with this chat)", elem_id="chat-system")
+                # Where an opened chat ran on another pair than the loaded one (one line).
+                self.notice = gr.HTML("", elem_id="chat-notice")
                 self.meter = gr.HTML(metrics.context_meter(None, None), elem_id="chat-context")
                 self.chatbot = gr.Chatbot(label="chat", height=380, elem_id="chatbot",
                                           editable="user", buttons=["copy", "copy_all"])
@@ -282,58 +309,112 @@ class ChatTab:
     @property
     def inputs(self) -> list:
         return [self.chatbot, *self.widgets, self.remember, *self.output, self.state,
-                self.system, self.overflow, self.prediction]
+                self.system, self.overflow, self.prediction, self.revision]
 
     @property
     def outputs(self) -> list:
-        """What an answer updates: respond's frame, then the chat's id and the list."""
+        """What an answer updates: respond's frame, then the chat's id, the list and the
+        chat's revision."""
         return [self.chatbot, self.tokens, self.panel, self.stats, self.message, self.meter,
-                self.state, self.side.chats]
+                self.state, self.side.chats, self.revision]
+
+    @property
+    def kept_controls(self) -> list:
+        """The controls of chat_sidebar.RESTORED, in its order."""
+        return [*self.widgets, self.overflow, self.remember, *self.output, self.prediction]
 
     def run(self, request: gr.Request, message: str, v: Values) -> Iterator[tuple]:
         """Answer `message` after `v.history`, saving the chat as it goes: once the answer
-        starts (the question is kept), and when it ends, is stopped or fails."""
-        chat, frame = self._chat(v), None
+        starts (the question is kept), and when it ends, is stopped or fails. Refused (the
+        module's docstring) where the page is behind the saved chat or the chat is answering."""
+        chat, frame, started, failed = self._chat(v), None, False, None
+        with self._answering(chat.id):
+            with closing(respond(self.holder, self.flags, request.session_hash or "", message,
+                                 v.history, v.spec(self.holder), v.system, v.overflow)) as frames:
+                try:
+                    for frame in frames:
+                        if not started:
+                            # The answer starts: the question is kept from now on.
+                            chat, started = self._save_turn(chat, frame[0], v), True
+                            yield (*frame, chat.id, chat_sidebar.listing(self.store, chat.id),
+                                   chat.revision)
+                        else:
+                            yield (*frame, chat.id, gr.update(), chat.revision)
+                except gr.Error as exc:
+                    failed = exc
+                finally:
+                    if started:
+                        chat = self._keep(chat, frame[0], v)
+        if started:
+            # Failed too: the page takes the revision its last save made, then the error.
+            yield (*frame, chat.id, chat_sidebar.listing(self.store, chat.id), chat.revision)
+        if failed is not None:
+            raise failed
+
+    @contextmanager
+    def _answering(self, chat_id: str) -> Iterator[None]:
+        """One answer at a time in a chat: another is refused while it runs."""
+        with self._answers_lock:
+            if chat_id in self._answers:
+                raise refusal(ANSWERING)
+            self._answers.add(chat_id)
         try:
-            for frame in respond(self.holder, self.flags, request.session_hash or "", message,
-                                 v.history, v.spec(self.holder), v.system, v.overflow):
-                if frame[3] is None and frame[0][-1]["content"] == "":
-                    # The answer starts: the question is kept from now on.
-                    chat = self._save(chat, frame[0], v)
-                    yield (*frame, chat.id, chat_sidebar.listing(self.store, chat.id))
-                else:
-                    yield (*frame, chat.id, gr.update())
+            yield
         finally:
-            if frame is not None:
-                chat = self._save(chat, frame[0], v)
-        if frame is not None:
-            yield (*frame, chat.id, chat_sidebar.listing(self.store, chat.id))
+            with self._answers_lock:
+                self._answers.discard(chat_id)
 
     def _chat(self, v: Values) -> Chat:
         """The chat an answer goes into: the page's, or a new one. A send from an empty chat
-        window never overwrites a saved conversation (one the page had not shown yet)."""
+        window never overwrites a saved conversation (one the page had not shown yet); one from
+        a page behind the saved chat is refused."""
         chat = self.store.get(v.chat_id) if v.chat_id else None
         if chat is None or (chat.messages and not v.history):
             return self.store.new(v.system, chat_sidebar.chat_settings(v.kept()))
+        if chat.revision != v.revision:
+            raise refusal(CHANGED)
         return chat
 
     def _save(self, chat: Chat, history: list[dict], v: Values) -> Chat:
         messages = [m for m in to_messages(history) if m["content"] or m["role"] == "user"]
-        saved = self.store.save(chat_sidebar.with_messages(chat, messages, v.system, v.kept()))
+        saved = self.store.save(chat_sidebar.with_messages(chat, messages, v.system, v.kept(),
+                                                           chat_sidebar.ran_on(self.holder)))
         if saved.id != v.chat_id:
             self.store.remember(saved.id)
         return saved
+
+    def _save_turn(self, chat: Chat, history: list[dict], v: Values) -> Chat:
+        """`_save`, refused (nothing sent, nothing saved) where the chat changed elsewhere."""
+        try:
+            return self._save(chat, history, v)
+        except ChatChanged:
+            raise refusal(CHANGED) from None
+
+    def _keep(self, chat: Chat, history: list[dict], v: Values) -> Chat:
+        """An answer's chat saved as it ends. Where the chat changed elsewhere while it ran
+        (another server on the store, a delete), this page's conversation is kept whole as a
+        new chat instead, and a warning names it."""
+        try:
+            return self._save(chat, history, v)
+        except ChatChanged:
+            copy = replace(self.store.new(v.system), title=f"{chat.title} (copy)", named=True)
+            saved = self._save(copy, history, v)
+            gr.Warning(f"Changed elsewhere: this chat changed in another tab or window while "
+                       f"this answer ran, so this page's conversation is saved as a new chat, "
+                       f"“{saved.title}”: no turn is lost.", duration=None)
+            return saved
 
     def send(self, request: gr.Request, message: str, history: list[dict], drafter: str,
              policy: str, gamma: float, temperature: float, top_k: float, top_p: float,
              min_p: float, seed: float | None, max_tokens: float, remember: bool = HISTORY,
              output: str | None = None, schema: str | None = None, chat_id: str | None = None,
              system: str | None = None, overflow: str | None = None,
-             prediction: str | None = None) -> Iterator[tuple]:
+             prediction: str | None = None, revision: int | None = None) -> Iterator[tuple]:
         """The page's (and the /chat API's) send; the settings by name, as the API lists them."""
         yield from self.run(request, message, Values.of((
             history, drafter, policy, gamma, temperature, top_k, top_p, min_p, seed, max_tokens,
-            remember, output or OFF, schema or "", chat_id, system, overflow, prediction)))
+            remember, output or OFF, schema or "", chat_id, system, overflow, prediction,
+            revision)))
 
     def retry(self, request: gr.Request, *values: Any) -> Iterator[tuple]:
         """The last answer again: the chat up to the last question, which is sent again (the
@@ -353,10 +434,12 @@ class ChatTab:
         """The last question and its answer leave the chat; the question goes back in the box."""
         v = Values.of(values)
         history, message = pop_last_turn(v.history)
-        chat = self.store.get(v.chat_id) if v.chat_id else None
+        chat, revision = self.store.get(v.chat_id) if v.chat_id else None, v.revision
         if chat is not None:
-            self._save(chat, history, v)
-        return history, message, self.count(v.system, history)
+            with self._answering(chat.id):
+                # Refused where the page is behind the saved chat.
+                revision = self._save_turn(replace(chat, revision=v.revision), history, v).revision
+        return history, message, self.count(v.system, history), revision
 
     def count(self, system: str, history: list[dict], note: str = "") -> str:
         """The context meter for a chat at rest (a dash until a model is loaded)."""
@@ -374,15 +457,29 @@ class ChatTab:
             self.store.remember(chat.id)
         messages = list(chat.messages) if chat else []
         system = chat.system if chat else ""
+        drafters = chat_sidebar.offered(self.holder)
         return (chat.id if chat else "", messages, system, chat.title if chat else "",
                 chat_sidebar.listing(self.store, chat.id if chat else None),
                 self.count(system, messages), metrics.live_panel(None), metrics.token_view([]),
-                *chat_sidebar.restored(chat, (*controls.WIDGETS, "overflow")))
+                *chat_sidebar.restored(chat, chat_sidebar.RESTORED, drafters),
+                chat.revision if chat else 0, self.differences(chat, drafters))
 
     @property
     def shown(self) -> list:
         return [self.state, self.chatbot, self.system, self.side.title, self.side.chats,
-                self.meter, self.panel, self.tokens, *self.widgets, self.overflow]
+                self.meter, self.panel, self.tokens, *self.kept_controls, self.revision,
+                self.notice]
+
+    def differences(self, chat: Chat | None, drafters: tuple[str, ...] | None) -> str:
+        return chat_sidebar.differences(chat, chat_sidebar.ran_on(self.holder), drafters)
+
+    def reapply(self, chat_id: str) -> tuple:
+        """After a load set drafter, policy and gamma from the pairing record (app/ui): the
+        open chat's own again, and its line about the pair."""
+        chat = self.store.get(chat_id) if chat_id else None
+        drafters = chat_sidebar.offered(self.holder)
+        return (*chat_sidebar.restored(chat, chat_sidebar.CHOICES, drafters),
+                self.differences(chat, drafters))
 
     def open(self, chat_id: str | None) -> tuple:
         chat = self.store.get(chat_id) if chat_id else None
@@ -408,7 +505,7 @@ class ChatTab:
     def save_system(self, chat_id: str, system: str) -> None:
         chat = self.store.get(chat_id) if chat_id else None
         if chat is not None and chat.system != system:
-            self.store.save(replace(chat, system=system), touch=False)
+            self.store.set_system(chat.id, system)
 
     def wire(self) -> None:
         """The events."""
@@ -420,7 +517,8 @@ class ChatTab:
                             api_visibility="private", **common)
         self.chatbot.retry(self.retry, self.inputs, self.outputs, api_visibility="private", **common)
         self.chatbot.edit(self.edit, self.inputs, self.outputs, api_visibility="private", **common)
-        self.chatbot.undo(self.undo, self.inputs, [self.chatbot, self.message, self.meter],
+        self.chatbot.undo(self.undo, self.inputs,
+                          [self.chatbot, self.message, self.meter, self.revision],
                           api_visibility="private", queue=False)
         self.stop.click(self.stop_answer, None, None, api_name="stop", queue=False)
         self.forget.click(self.forget_history, None, None, api_visibility="private", queue=False)
@@ -432,6 +530,8 @@ class ChatTab:
         # The Chatbot's own clear button starts a new chat too (the cleared one stays saved).
         self.chatbot.clear(lambda: self.show(None), None, self.shown, **private)
         side.chats.input(self.open, side.chats, self.shown, **private)
+        # The chat as saved now (another tab's turns too); what was typed stays in the box.
+        side.reload.click(self.open, self.state, self.shown, **private)
         side.rename.click(self.rename, [self.state, side.title], [side.title, side.chats], **private)
         side.title.submit(self.rename, [self.state, side.title], [side.title, side.chats], **private)
         side.delete.click(self.delete, self.state, self.shown, **private)
@@ -465,4 +565,5 @@ def build(holder: PairHolder, flags: StopFlags, drafters: list[str], default_dra
     tab.layout(drafters, default_drafter)
     tab.wire()
     return {**dict(zip(controls.WIDGETS, tab.widgets)), "chatbot": tab.chatbot,
-            "open_last": tab.open_last, "shown": tab.shown}
+            "open_last": tab.open_last, "shown": tab.shown, "reapply": tab.reapply,
+            "chat_id": tab.state, "reapplied": [*tab.widgets[:3], tab.notice]}

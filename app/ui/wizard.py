@@ -8,12 +8,15 @@ A model is named by (repo, file): a hub repository and a file in it, or an empty
 local path or the name of a model found on this machine (`tandem models list`: an Ollama name
 like qwen2.5-coder:7b, an HF cache or LM Studio REPO:FILE). Found models are used where they
 lie. Every refusal carries the library's reason and what to do instead.
+
+The tab's fields start from `tandem ui`'s own flags (`Start`, app/ui_cli.py): the pair it
+loads, its loader settings and its LoRA adapters, so what the page shows first is what runs.
 """
 from __future__ import annotations
 
 import html
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -86,6 +89,18 @@ class ModelChoice:
                 if ref.filename == self.file:
                     return ref.approx_size
         return None
+
+
+@dataclass(frozen=True)
+class Start:
+    """What the tab's fields hold when the page opens: the target and draft (a path or a found
+    model's name; an empty draft: none), the loader's settings and each model's LoRA adapter
+    (path, scale). The defaults are app/runtime/defaults.py's."""
+    target: str = ""
+    draft: str = ""
+    settings: LoaderSettings = field(default_factory=LoaderSettings)
+    lora: tuple[str, float] = ("", 1.0)
+    draft_lora: tuple[str, float] = ("", 1.0)
 
 
 def _pair_label(p: catalog.PairEntry) -> str:
@@ -416,7 +431,8 @@ class Steps:
     """The tab's five steps and two lists as components, laid out in the current Blocks by
     one method each; `wire` connects them to the library."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: Start) -> None:
+        self.start = start
         self.on_disk = FoundList()
         self.choose_target()
         self.choose_draft()
@@ -455,6 +471,7 @@ class Steps:
                 self.target_repo = gr.Textbox(label="target repo (empty for a local file)",
                                               elem_id="wizard-target-repo")
                 self.target_file = gr.Textbox(label="target file (or local path)",
+                                              value=self.start.target,
                                               elem_id="wizard-target-file")
             self.pair_note = gr.Markdown()
 
@@ -467,7 +484,7 @@ class Steps:
                 self.draft_repo = gr.Textbox(label="draft repo (empty for a local file)",
                                              elem_id="wizard-draft-repo")
                 self.draft_file = gr.Textbox(label="draft file (or local path)",
-                                             elem_id="wizard-draft-file")
+                                             value=self.start.draft, elem_id="wizard-draft-file")
 
     def check_pair(self) -> None:
         with gr.Group():
@@ -485,21 +502,22 @@ class Steps:
     def loader_settings(self) -> None:
         """The loader's settings, each labelled with its CLI option (and API name), and the
         plan they make, updated as they change."""
-        layers = [AUTO, ALL]
+        layers, given = [AUTO, ALL], self.start.settings
         with gr.Row():
-            self.gpu_layers = gr.Dropdown(layers, value=GPU_LAYERS, allow_custom_value=True,
+            self.gpu_layers = gr.Dropdown(layers, value=given.gpu_layers, allow_custom_value=True,
                                           label="target GPU layers --gpu-layers",
                                           info="auto, all or a number",
                                           elem_id="wizard-gpu-layers")
             self.draft_gpu_layers = gr.Dropdown(
-                layers, value=GPU_LAYERS, allow_custom_value=True, info="auto, all or a number",
+                layers, value=given.draft_gpu_layers, allow_custom_value=True,
+                info="auto, all or a number",
                 label="draft GPU layers --draft-gpu-layers", elem_id="wizard-draft-gpu-layers")
-            self.n_ctx = gr.Number(value=CTX, precision=0, label="context length --ctx",
+            self.n_ctx = gr.Number(value=given.ctx, precision=0, label="context length --ctx",
                                    elem_id="wizard-ctx")
-            self.flash_attn = gr.Dropdown(list(FLASH_ATTN_CHOICES), value=FLASH_ATTN,
+            self.flash_attn = gr.Dropdown(list(FLASH_ATTN_CHOICES), value=given.flash_attn,
                                           label="flash attention --flash-attn",
                                           elem_id="wizard-flash-attn")
-            self.kv_type = gr.Dropdown(list(KV_TYPES), value=KV_TYPE,
+            self.kv_type = gr.Dropdown(list(KV_TYPES), value=given.kv_type,
                                        label="KV cache type --kv-type", elem_id="wizard-kv-type")
         self.plan_note = gr.HTML(elem_id="wizard-plan")
         self.settings = [self.n_ctx, self.gpu_layers, self.draft_gpu_layers, self.flash_attn,
@@ -508,14 +526,15 @@ class Steps:
     def load_step(self) -> None:
         with gr.Group():
             gr.Markdown("### 5. Load into the chat")
+            (lora, scale), (draft_lora, draft_scale) = self.start.lora, self.start.draft_lora
             with gr.Row():
-                self.lora = gr.Textbox(label="target LoRA adapter (GGUF path, optional)",
+                self.lora = gr.Textbox(lora, label="target LoRA adapter (GGUF path, optional)",
                                        elem_id="wizard-lora", scale=3)
-                self.lora_scale = gr.Number(value=1.0, label="scale", elem_id="wizard-lora-scale",
-                                            scale=1)
-                self.draft_lora = gr.Textbox(label="draft LoRA adapter (GGUF path, optional)",
-                                             elem_id="wizard-draft-lora", scale=3)
-                self.draft_lora_scale = gr.Number(value=1.0, label="scale", scale=1)
+                self.lora_scale = gr.Number(value=scale, label="scale",
+                                            elem_id="wizard-lora-scale", scale=1)
+                self.draft_lora = gr.Textbox(draft_lora, elem_id="wizard-draft-lora", scale=3,
+                                             label="draft LoRA adapter (GGUF path, optional)")
+                self.draft_lora_scale = gr.Number(value=draft_scale, label="scale", scale=1)
             self.load_btn = gr.Button("Load pair", variant="primary", elem_id="wizard-load")
             self.load_note = gr.HTML(elem_id="wizard-load-note")
 
@@ -627,8 +646,9 @@ def _on_draft(key: str | None):
     return d_repo, d_file
 
 
-def build(holder: PairHolder) -> dict[str, Any]:
+def build(holder: PairHolder, start: Start | None = None) -> dict[str, Any]:
+    """The tab, its fields filled from `start` (`tandem ui`'s flags; the defaults without)."""
     gr.Markdown("Pick a target, check that the pair fits and is compatible, download it, then load it.")
-    steps = Steps()
+    steps = Steps(start or Start())
     steps.wire_choices()
     return {"load_event": steps.wire_actions(holder), "pair": steps.pair}
