@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from bench.fakes.table import VirtualClock
-from bench.research.policy_sim import Costs, TraceFake, _draft_columns
+from bench.research.policy_sim import Costs, TraceFake, _draft_columns, greedy_answer
 from engine.control.costs import dense
 from engine.control.evidence import Evidence
 from engine.events import DoneEvent, RoundEvent
@@ -52,7 +52,6 @@ def record(out: Path, suite_path: Path, max_tokens: int, limit: int | None,
     from bench.benchmark.suite import load_suite
     from bench.llama_server_peer import prediction_of
     from engine.backend import ModelConfig
-    from engine.confidence import top_probability
     from engine.llama.backend import LlamaBackend
     from models.embedded import ensure
 
@@ -62,17 +61,7 @@ def record(out: Path, suite_path: Path, max_tokens: int, limit: int | None,
     recs = []
     for p in list(load_suite(suite_path).prompts)[:limit]:
         toks = pair.tokens_for(p.prompt)
-        tb.truncate(0)
-        logits = tb.decode(toks, 0, [len(toks) - 1])
-        gen: list[int] = []
-        conf: list[float] = []
-        for _ in range(max_tokens):
-            x = int(np.argmax(logits[-1]))
-            conf.append(float(top_probability(logits[-1:])[0]))
-            if tb.is_eog(x):
-                break
-            gen.append(x)
-            logits = tb.decode([x], len(toks) + len(gen) - 1, [0])
+        gen, conf = greedy_answer(tb, toks, max_tokens)
         pred = pair.prediction_tokens(prediction_of(p))
         recs.append({"id": p.id, "cat": p.category, "toks": toks, "gen": gen, "tconf": conf,
                      "pred": pred})
