@@ -34,6 +34,20 @@ NOTHING = ""
 _BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, 31), (32, 63), (64, 1 << 30))
 
 
+def shorter_keys(key: str) -> tuple[str, ...]:
+    """The acceptance keys of the same copy source at every shorter match bucket, nearest
+    first; none for the model's key or a copy's shortest bucket.
+
+    >>> shorter_keys("context@8-15"), shorter_keys("model")
+    (('context@4-7', 'context@3', 'context@2', 'context@1'), ())
+    """
+    source, at, bucket = key.partition("@")
+    if not at or bucket not in _BUCKET_NAMES:
+        return ()
+    i = _BUCKET_NAMES.index(bucket)
+    return tuple(f"{source}@{b}" for b in reversed(_BUCKET_NAMES[:i]))
+
+
 def match_bucket(length: int) -> str:
     """The bucket of a match of `length` tokens, as it is written in reasons and acceptance keys.
 
@@ -44,6 +58,9 @@ def match_bucket(length: int) -> str:
         if length <= hi:
             return str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f"{lo}+")
     return f"{_BUCKETS[-1][0]}+"
+
+
+_BUCKET_NAMES = tuple(match_bucket(lo) for lo, _ in _BUCKETS)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from engine.control.controller import AdaptiveController, Calibration, calibrate
 from engine.control.evidence import Evidence
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.round_plan import CONTEXT, MODEL, NO_PLAN, RoundPlan
+from engine.round_plan import CONTEXT, HISTORY, MODEL, NO_PLAN, RoundPlan
 from engine.errors import SettingsError
 from engine.events import DoneEvent
 from engine.generator import generate
@@ -847,3 +847,28 @@ def test_a_shorter_gamma_that_pays_is_drafted_when_the_fastest_misses_the_margin
     assert c._pays(1, p.expected, p.ms, margin)
     d = c.next_gamma(M)
     assert d.gamma == 1 and d.reason.startswith("gamma 1: predicted 1.16x")
+
+
+def test_a_longer_match_starts_from_a_shorter_ones_evidence():
+    """A copy at a match length nothing is known of is shrunk towards the pooled rate of a
+    shorter match of its source when that is higher (a longer match is no worse a bet): one
+    watched 64-token copy kept in full at 3-token matches lets the copy at 16-31 draft at once
+    on the steep curve; a shorter match that lost leaves the prior as it was. The control: the
+    same evidence under another source does not carry."""
+    c = AdaptiveController(max_gamma=8, draft_ms=[7.0] * 65, verify_ms=STEEP_65, opening=())
+    long = _copy(64, match=20)
+    assert c.next_gamma(long).gamma == 0
+    assert c.estimator.prior(long.acceptance_key) == c.constants.prior
+    c.estimator.learn(RoundPlan(CONTEXT, match=3).acceptance_key, 64, 64)
+    assert c.estimator.prior(long.acceptance_key) > 0.95
+    assert c.next_gamma(long).gamma > 16
+    # A shorter match's evidence reaches no shorter key, and no other source.
+    assert c.estimator.prior(RoundPlan(CONTEXT, match=2).acceptance_key) == c.constants.prior
+    other = AdaptiveController(max_gamma=8, draft_ms=[7.0] * 65, verify_ms=STEEP_65,
+                               opening=())
+    other.estimator.learn(RoundPlan(HISTORY, match=3).acceptance_key, 64, 64)
+    assert other.next_gamma(long).gamma == 0
+    lost = AdaptiveController(max_gamma=8, draft_ms=[7.0] * 65, verify_ms=STEEP_65, opening=())
+    for _ in range(3):
+        lost.estimator.learn(RoundPlan(CONTEXT, match=3).acceptance_key, 8, 0)
+    assert lost.estimator.prior(long.acceptance_key) == lost.constants.prior

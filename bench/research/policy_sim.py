@@ -109,11 +109,28 @@ def _draft_columns(recs: list[dict], vocab: str) -> dict:
     return dict(zip(DRAFT_WIDTHS, draft_ms))
 
 
+def greedy_answer(tb, toks: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
+    """The target's greedy answer to `toks` (up to `max_tokens`, its end-of-generation token
+    left out) and its top probability at each position, the end's included."""
+    from engine.confidence import top_probability
+    tb.truncate(0)
+    logits = tb.decode(toks, 0, [len(toks) - 1])
+    gen: list[int] = []
+    conf: list[float] = []
+    for _ in range(max_tokens):
+        x = int(np.argmax(logits[-1]))
+        conf.append(float(top_probability(logits[-1:])[0]))
+        if tb.is_eog(x):
+            break
+        gen.append(x)
+        logits = tb.decode([x], len(toks) + len(gen) - 1, [0])
+    return gen, conf
+
+
 def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -> None:
     from bench.benchmark.suite import load_suite
     from engine.llama.backend import LlamaBackend
     from engine.pair import Pair
-    from engine.confidence import top_probability
     from models.embedded import ensure
 
     target, _ = ensure()
@@ -122,17 +139,7 @@ def record(out: Path, per_category: int, max_tokens: int, vocab: str = "full") -
     recs = []
     for p in load_suite().select(None, per_category).prompts:
         toks = pair.tokens_for(p.prompt)
-        tb.truncate(0)
-        logits = tb.decode(toks, 0, [len(toks) - 1])
-        gen: list[int] = []
-        conf: list[float] = []
-        for _ in range(max_tokens):
-            x = int(np.argmax(logits[-1]))
-            conf.append(float(top_probability(logits[-1:])[0]))
-            if tb.is_eog(x):
-                break
-            gen.append(x)
-            logits = tb.decode([x], len(toks) + len(gen) - 1, [0])
+        gen, conf = greedy_answer(tb, toks, max_tokens)
         recs.append({"id": p.id, "cat": p.category, "toks": toks, "gen": gen, "tconf": conf})
         print(f"{p.id}: {len(gen)} tokens", file=sys.stderr, flush=True)
     verify = _timed(tb, recs[0]["toks"], recs[0]["gen"], range(1, 10), all_rows=True)

@@ -360,8 +360,11 @@ class AdaptiveController(GammaPolicy):
         costs = self._costs()
         n = self.most(plan)
         kept = self._ceilings.get(key)
-        if kept is not None and (kept.counts is not counts or kept.hits != counts.first_hits):
-            # A first-token hit (or counts restored from disk) may raise the bounds.
+        prior = self.estimator.prior(key)
+        if kept is not None and (kept.counts is not counts or kept.hits != counts.first_hits
+                                 or kept.prior != prior):
+            # A first-token hit (or counts restored from disk, or a shorter match's evidence
+            # raising the key's prior) may raise the bounds.
             kept = None
         if (kept is not None and kept.rounds != counts.rounds
                 and not self._closes(kept, costs, plan, n)):
@@ -370,7 +373,7 @@ class AdaptiveController(GammaPolicy):
         if kept is None:
             kept = self._ceilings[key] = _Bounds(
                 counts, counts.first_hits, counts.rounds,
-                self.estimator.ceiling(key, POSITIONS), self.optimistic_acceptance(plan))
+                self.estimator.ceiling(key, POSITIONS), self.optimistic_acceptance(plan), prior)
         return kept.ceiling if self._closes(kept, costs, plan, n) else None
 
     def _model_loses(self, plan: RoundPlan) -> float | None:
@@ -699,7 +702,7 @@ def _copy_words(plan: RoundPlan) -> str:
 @dataclass
 class _Bounds:
     """`_loses`' bounds of one copy key: the counts they were taken from, with their first hits
-    and rounds then; the most any position's estimate can be and the optimistic first-token
+    and rounds then, and the key's prior; the most any position's estimate can be and the optimistic first-token
     acceptance; and, for the verify curve's shape `shape`, the shortest gamma that pays at
     each (acceptance, margin)."""
     counts: Counts
@@ -707,6 +710,8 @@ class _Bounds:
     rounds: int
     ceiling: float
     optimistic: float
+    # The key's prior when they were taken (`AcceptanceEstimator.prior`).
+    prior: float = 0.0
     shape: int = -1
     first: dict[tuple[float, float], int] = field(default_factory=dict)
 

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.control.constants import ControllerConstants
-from engine.round_plan import MODEL
+from engine.round_plan import MODEL, shorter_keys
 from engine.generation_config import COPY_MAX, MAX_GAMMA
 
 # Positions counted per key: as far as the longest round drafts (a copy's, COPY_MAX).
@@ -109,17 +109,36 @@ class AcceptanceEstimator:
             self.keys[key] = Counts()
         return self.keys[key]
 
+    def prior(self, key: str) -> float:
+        """The acceptance `key` is shrunk towards where its own counts are thin: `prior`, or for
+        a copy at a match length the pooled rate of a shorter match of the same source when
+        that is higher. A longer match is no worse a bet than a shorter one, so a copying answer
+        whose copies were kept at 3-token matches does not start again from `prior` at each
+        longer match it reaches (each would be watched for up to 64 plain tokens before it
+        drafted: a whole verbatim stretch of a fresh process's first answer)."""
+        k = self.constants
+        best = k.prior
+        for shorter in shorter_keys(key):
+            counts = self.keys.get(shorter)
+            if counts is not None:
+                tried = float(counts.tries.sum())
+                if tried > 0:
+                    best = max(best, (float(counts.hits.sum()) + k.prior_weight * k.prior)
+                               / (tried + k.prior_weight))
+        return best
+
     def expected(self, key: str, n: int, cap: float = 1.0,
                  hope: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a_j for j < n, E(g), E(g) with `hope` imagined successes per position) for
         g = 0..n: E(g) = sum_{i<=g} prod_{j<i} a_j, each a_j at most `cap`."""
         k = self.constants
         counts = self.counts(key)
-        memo_key = (key, id(counts), counts.version, n, cap, hope, k.prior, k.prior_weight)
+        prior = self.prior(key)
+        memo_key = (key, id(counts), counts.version, n, cap, hope, prior, k.prior_weight)
         if self._memo is not None and self._memo[0] == memo_key:
             return self._memo[1]
         tries, hits = counts.tries[:n], counts.hits[:n]
-        pooled = (hits.sum() + k.prior_weight * k.prior) / (tries.sum() + k.prior_weight)
+        pooled = (hits.sum() + k.prior_weight * prior) / (tries.sum() + k.prior_weight)
         a = (hits + k.prior_weight * pooled) / (tries + k.prior_weight)
         hopeful = (hits + k.prior_weight * pooled + hope) / (tries + k.prior_weight + hope)
         result = (a, np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(a, cap))))),
@@ -129,8 +148,9 @@ class AcceptanceEstimator:
 
     def ceiling(self, key: str, n: int) -> float:
         """The most any a_j (j < n) of `expected(key, ...)` can be (uncapped, without hope)
-        until the key next learns: each a_j is a weighted mean of its position's hit rate and
-        the pooled rate, and that of the positions' hit rates and `prior`, so none exceeds the
+        until the key (or a shorter match's, `prior`) next learns: each a_j is a weighted mean
+        of its position's hit rate and the pooled rate, and that of the positions' hit rates and
+        the key's prior, so none exceeds the
         largest of those; forgetting scales a key's tries and hits alike and leaves every hit
         rate as it is (to rounding, which `CEILING_SLACK` covers). Counts no round could have
         left (negative or not finite, from a damaged file) have none."""
@@ -141,10 +161,10 @@ class AcceptanceEstimator:
             return math.inf
         tried = tries > 0
         rates = (hits[tried] / tries[tried]).tolist()
-        return max([self.constants.prior, *rates]) + CEILING_SLACK
+        return max([self.prior(key), *rates]) + CEILING_SLACK
 
     def acceptance(self, key: str, hope: float = 0.0) -> np.ndarray:
-        return self.counts(key).rates(self.constants.prior, self.constants.prior_weight, hope)
+        return self.counts(key).rates(self.prior(key), self.constants.prior_weight, hope)
 
     @property
     def scale(self) -> float:
