@@ -23,6 +23,7 @@ from app.runtime.request import Offer
 from engine.backend import ModelConfig
 from engine.errors import TandemError
 from engine.pair import Pair
+from loading.calibrations import CalibrationFile
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
 from loading.load import Announce, Loader
@@ -80,6 +81,9 @@ class PairHolder:
         # made at each load; `history_tokens` None turns it off (--no-history).
         self.history_tokens = history_tokens
         self.history: HistoryStore | None = None
+        # Where the loaded pair's calibrations are kept (loading/calibrations.py), and where each
+        # drafter's came from; None for a pair handed in (it keeps none).
+        self.calibrations: CalibrationFile | None = None
         self._pair = pair
         # None: llama.cpp's (loading/load.py); tests pass fakes.
         self._loader = loader
@@ -158,6 +162,7 @@ class PairHolder:
         self.offload = opened.plan.offload
         self.settings = LoaderSettings.of_plan(opened.plan)
         self.history = opened.history
+        self.calibrations = opened.calibrations
         self.pairing = use
         self._names = names
         self.status.step = len(steps)
@@ -200,6 +205,8 @@ class PairHolder:
         self.status = LoadStatus(state=ERROR, message=message)
 
     def replace(self, pair: Pair) -> None:
+        # The load that made `pair` says where its calibrations are kept, after this.
+        self.calibrations = None
         old = self._pair
         if old is not None:
             # After the running generation and those waiting before this: none runs on it then.
