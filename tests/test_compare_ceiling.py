@@ -124,3 +124,26 @@ def test_with_no_calibration_yet_no_ceiling_is_invented():
     assert compare.ceiling_words(c, 1.2) == [
         "no calibration of hybrid on this machine yet, so no measured ceiling to set this "
         "result beside"]
+
+
+def test_the_holder_hands_on_where_the_loaded_pairs_calibrations_are_kept(tmp_path, monkeypatch):
+    from bench.fakes.backend import FakeBackend
+    from engine.backend import ModelConfig
+    from loading.calibrations import calibrations_dir
+    from tests import tinygguf
+    from tests.test_app_units import FAKE_OPTS
+
+    monkeypatch.setenv("TANDEM_CALIBRATIONS", str(tmp_path / "calibrations"))
+    t = tinygguf.write(tmp_path / "t.gguf", tokens=tinygguf.vocab(400))
+    d = tinygguf.write(tmp_path / "d.gguf", tokens=tinygguf.vocab(400))
+    holder = PairHolder(loader=lambda config: FakeBackend())
+    assert holder.load(ModelConfig(str(t)), ModelConfig(str(d)), FAKE_OPTS) is None
+    kept = holder.calibrations
+    assert kept is not None and kept.path.parent == calibrations_dir()
+    holder.pair.calibration("hybrid", 8)
+    origin = kept.origin("hybrid")
+    assert origin is not None and origin.earlier is False
+    # A pair handed in later keeps none: the file of the one it replaced is not its own.
+    holder.replace(counted_pair()[0])
+    assert holder.calibrations is None
+    holder.close()
