@@ -17,9 +17,10 @@ one measured on a busy machine (the figures are then not this benchmark's claim,
 says so). Evidence the controller kept (loading/evidence.py) is restored by every process, as in
 use; the history of past requests is off.
 
-Order: process p sends the prompts rotated by p (p, p + 1, ...), so each process opens with
-another prompt and every prompt sent first is also sent later by the other processes: request 1
-is compared with the same prompt's later requests, never with another prompt. Figures per
+Order: process p sends the first N prompts (N requests a process) rotated by p (p, p + 1, ...
+mod N), so each process opens with another prompt and every prompt sent first is also sent later
+by the other processes: request 1 is compared with the same prompt's later requests, never with
+another prompt. Figures per
 request: decode tokens/s (`speculative.tokens_per_s`: completion tokens over decode_ms, from the
 end of the prefill to the last committed token), and the request's wall time as the client saw
 it (the prefill, and any calibration, included).
@@ -89,16 +90,16 @@ class Served(Protocol):
 
 
 def rotations(prompt_ids: Sequence[str], processes: int, requests: int) -> list[list[str]]:
-    """The prompts each process sends, in order: the first `requests` of the prompts rotated by
-    the process's index.
+    """The prompts each process sends, in order: the first `requests` prompts, rotated by the
+    process's index, so every prompt one process opens with the others send later.
 
-    >>> rotations(["a", "b", "c", "d"], 3, 4)
+    >>> rotations(["a", "b", "c", "d", "e"], 3, 4)
     [['a', 'b', 'c', 'd'], ['b', 'c', 'd', 'a'], ['c', 'd', 'a', 'b']]
     """
-    n = len(prompt_ids)
-    if requests > n:
-        raise ValueError(f"{requests} requests a process need as many prompts, got {n}")
-    return [[prompt_ids[(p + i) % n] for i in range(requests)] for p in range(processes)]
+    if requests > len(prompt_ids):
+        raise ValueError(f"{requests} requests a process need as many prompts, got "
+                         f"{len(prompt_ids)}")
+    return [[prompt_ids[(p + i) % requests] for i in range(requests)] for p in range(processes)]
 
 
 def snapshot(folder: Path) -> dict[str, int]:
@@ -211,7 +212,8 @@ def report(processes: Sequence[Process], head: dict) -> str:
                                                        range(1, head["requests"] + 1)) + " |",
             "|---|---|" + "---|" * head["requests"]]
     for p in processes:
-        cells = [f"{r.outcome.prompt}: {r.outcome.tps:.2f} tok/s, {r.wall_s:.1f} s"
+        cells = [f"{r.outcome.prompt}: {r.outcome.tps:.2f} tok/s, {r.outcome.drafted} drafted, "
+                 f"{r.wall_s:.1f} s"
                  if r.ok else f"{r.outcome.prompt}: {r.outcome.error or 'no figures'}"
                  for r in p.requests]
         rows.append(f"| {p.index + 1} | {p.calibration} | " + " | ".join(cells) + " |")

@@ -26,9 +26,11 @@ def outcome(prompt: str, tps: float, process: int = 0) -> Outcome:
 
 
 def test_rotations_open_each_process_with_another_prompt_and_need_enough_prompts():
-    orders = fr.rotations(["a", "b", "c"], 3, 2)
-    assert orders == [["a", "b"], ["b", "c"], ["c", "a"]]
-    assert [o[0] for o in orders] == ["a", "b", "c"]
+    orders = fr.rotations(["a", "b", "c", "d"], 3, 3)
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    # Each prompt opens one process and comes later in each of the others.
+    for first, order in zip("abc", orders):
+        assert order[0] == first and all(first in o[1:] for o in orders if o is not order)
     with pytest.raises(ValueError, match="4 requests a process need as many prompts, got 3"):
         fr.rotations(["a", "b", "c"], 2, 4)
 
@@ -63,8 +65,8 @@ def test_a_primed_machine_then_a_fresh_process_per_order_each_stopped_and_its_ca
     asks = [e for e in events if e[0] == "ask"]
     assert asks[0] == ("ask", "http://fake/1", "prime", fr.PRIME_TOKENS)
     assert [(a[1], a[2]) for a in asks[1:]] == [("http://fake/2", "a"), ("http://fake/2", "b"),
-                                                ("http://fake/3", "b"), ("http://fake/3", "c"),
-                                                ("http://fake/4", "c"), ("http://fake/4", "a")]
+                                                ("http://fake/3", "b"), ("http://fake/3", "a"),
+                                                ("http://fake/4", "a"), ("http://fake/4", "b")]
     assert all(a[3] == 64 for a in asks[1:])
     # Each process is stopped before the next starts.
     order = [e for e in events if e[0] in ("start", "stop")]
@@ -118,7 +120,8 @@ def test_the_report_names_the_setup_every_request_and_a_busy_calibration():
     text = fr.report([process(0, [("a", 10.0), ("b", 20.0)]),
                       process(1, [("b", 19.0), ("a", 11.0)], fr.MEASURED_BUSY)], head)
     assert "load 3.50 before, 4.00 after" in text and "a CPU" in text
-    assert "| 1 | kept before | a: 10.00 tok/s, 2.0 s | b: 20.00 tok/s, 3.0 s |" in text
+    assert ("| 1 | kept before | a: 10.00 tok/s, 0 drafted, 2.0 s | b: 20.00 tok/s, 0 drafted, "
+            "3.0 s |") in text
     assert ("Request 1 over the same prompt's later requests: a 0.91x (process 1), b 0.95x "
             "(process 2).") in text
     assert "Process(es) 2 calibrated on a busy machine" in text
