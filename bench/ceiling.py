@@ -8,6 +8,10 @@ With `parallel` sequences decoded together (`--parallel`), the calibration cover
 they reach (parallel x (gamma + 1)), and `batches` says, for a batch of 1..parallel sequences
 all drafting alike at the typical acceptance, which gamma makes the batch fastest and by how
 much over plain batched decoding: the figure that shrinks as the batch fills.
+
+`reach` is the ceiling a run is set beside (the side-by-side tab): the most a copy and the draft
+model could gain over plain decoding on the widths a calibration measured, every drafted token
+accepted; nothing is read past its widest measured width.
 """
 from __future__ import annotations
 
@@ -131,6 +135,47 @@ def ceiling(calibration: Calibration, max_gamma: int, parallel: int = 1) -> Ceil
         lookup_typical=[round(costs.speedup(g, a, False), 3) for g in gammas],
         draft_must_cost_under=round(max(cheapest, 0.0), 3),
         batches=batch_figures(calibration, max_gamma, parallel) if parallel > 1 else [])
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The most speculation could gain over plain decoding on a calibration's verify curve,
+    every drafted token accepted: a copy (no draft decode) at its best length, and the draft
+    model at its best gamma (None without a draft model in the calibration)."""
+    copy_gamma: int
+    copy: float
+    model_gamma: int | None
+    model: float | None
+
+    @property
+    def best(self) -> float:
+        return max(self.copy, self.model or 0.0)
+
+
+def reach(calibration: Calibration, copy_gamma: int, model_gamma: int) -> Reach:
+    """`Reach` of copies up to `copy_gamma` tokens and the draft model up to `model_gamma`,
+    each cut to the widths the calibration covers (a round of g verifies g + 1); the best gamma
+    of 1 and up, whether or not it beats plain (gamma 0 and 1.0 where none is allowed).
+
+    >>> r = reach(Calibration([0.3] * 4, [1.0, 1.9, 2.0, 2.5]), 64, 8)
+    >>> (r.copy_gamma, r.copy, r.model_gamma, r.model)
+    (3, 1.6, 3, 1.176)
+    """
+    costs = CostModel(calibration, rate=0.0)
+    widest = len(calibration.verify_ms) - 1
+
+    def best(most: int, model_drafts: bool) -> tuple[int, float]:
+        speeds = {g: costs.speedup(g, 1.0, model_drafts) for g in range(1, min(most, widest) + 1)}
+        if not speeds:
+            return 0, 1.0
+        g = max(speeds, key=speeds.__getitem__)
+        return g, round(speeds[g], 3)
+
+    cg, c = best(copy_gamma, False)
+    if not any(calibration.draft_ms):
+        return Reach(cg, c, None, None)
+    mg, m = best(model_gamma, True)
+    return Reach(cg, c, mg, m)
 
 
 def calibration_gamma(max_gamma: int, parallel: int) -> int:

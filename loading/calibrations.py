@@ -13,7 +13,11 @@ and the next keep replaces it. A file that cannot be parsed is set aside with on
 and an entry that does not hold a whole calibration counts as none: either way the drafter is
 measured again, never refused. A calibration taken while the machine was busy
 (`Calibration.busy`) is said so in one line and not kept, so a later process measures again. The
-file is written atomically and user-only (models/atomic.py), like the evidence.
+file is written atomically and user-only (models/atomic.py), like the evidence. Each entry says
+when it was measured, and the file says where the calibration each drafter runs with in this
+process came from (`CalibrationFile.origin`: kept by an earlier process, measured by this one and
+kept, or measured on a busy machine and not kept), which the side-by-side tab shows beside its
+ceiling.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import json
 import math
 import os
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.control.costs import Calibration
@@ -32,6 +38,23 @@ from models.tandem_store import store_dir, writable_dir
 from models.tuned import PairKey
 
 FORMAT = 1
+
+
+def now_utc() -> str:
+    """The time a calibration is kept, as its entry says it: UTC, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the calibration a drafter runs with in this process came from: when it was
+    measured (None: an entry kept before entries said so), the file it is kept in (None: not
+    kept), whether an earlier process measured it, and why it was not kept (a busy machine's
+    line, or that the store could not be written; "" when kept)."""
+    measured: str | None
+    kept: Path | None
+    earlier: bool
+    not_kept: str = ""
 
 
 def calibrations_dir() -> Path:
@@ -110,6 +133,12 @@ class CalibrationFile:
         self.reuse = reuse
         # What this process kept, or the busy line of what it would not (None: neither yet).
         self.kept: str | None = None
+        self._origins: dict[str, Origin] = {}
+
+    def origin(self, name: str) -> Origin | None:
+        """Where drafter `name`'s calibration came from, the last one this file gave or was
+        handed in this process (None: neither)."""
+        return self._origins.get(name)
 
     def _drafters(self) -> dict:
         """The file's entries when it is of this identity (read at each call: another process
@@ -138,16 +167,24 @@ class CalibrationFile:
             found = restored(entry)
         except ValueError:
             return None
-        return found if len(found.verify_ms) >= widths else None
+        if len(found.verify_ms) < widths:
+            return None
+        measured = entry.get("measured")
+        self._origins[name] = Origin(measured if isinstance(measured, str) else None,
+                                     self.path, earlier=True)
+        return found
 
     def keep(self, name: str, model: str, calibration: Calibration) -> None:
+        measured = now_utc()
         if calibration.busy:
             self.kept = calibration.busy
+            self._origins[name] = Origin(measured, None, earlier=False,
+                                         not_kept=calibration.busy)
             print(f"note: {calibration.busy}; this calibration is used but not kept, and the "
                   "next process measures again", file=sys.stderr, flush=True)
             return
         drafters = self._drafters()
-        drafters[name] = {"model": model, **stored(calibration)}
+        drafters[name] = {"model": model, "measured": measured, **stored(calibration)}
         text = json.dumps({"format": FORMAT, "identity": self.identity, "drafters": drafters})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -155,8 +192,11 @@ class CalibrationFile:
         except OSError:
             # A store that cannot be written costs the next process a calibration, not this
             # answer.
+            self._origins[name] = Origin(measured, None, earlier=False,
+                                         not_kept="the store could not be written")
             return
         self.kept = str(self.path)
+        self._origins[name] = Origin(measured, self.path, earlier=False)
 
 
 def keep_calibrations(pair: Pair, key: PairKey, plan: LoadPlan,

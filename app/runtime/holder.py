@@ -23,6 +23,7 @@ from app.runtime.request import Offer
 from engine.backend import ModelConfig
 from engine.errors import TandemError
 from engine.pair import Pair
+from loading.calibrations import CalibrationFile
 from loading.options import LoadOptions
 from loading.history import LOCAL, History, HistoryStore
 from loading.load import Announce, Loader
@@ -83,6 +84,9 @@ class PairHolder:
         # How a reasoning model's thinking is returned (--reasoning-format,
         # app/runtime/reasoning.py) where a request does not say.
         self.reasoning_format = REASONING_FORMAT
+        # Where the loaded pair's calibrations are kept (loading/calibrations.py), and where each
+        # drafter's came from; None for a pair handed in (it keeps none).
+        self.calibrations: CalibrationFile | None = None
         self._pair = pair
         # None: llama.cpp's (loading/load.py); tests pass fakes.
         self._loader = loader
@@ -161,6 +165,7 @@ class PairHolder:
         self.offload = opened.plan.offload
         self.settings = LoaderSettings.of_plan(opened.plan)
         self.history = opened.history
+        self.calibrations = opened.calibrations
         self.pairing = use
         self._names = names
         self.status.step = len(steps)
@@ -203,6 +208,8 @@ class PairHolder:
         self.status = LoadStatus(state=ERROR, message=message)
 
     def replace(self, pair: Pair) -> None:
+        # The load that made `pair` says where its calibrations are kept, after this.
+        self.calibrations = None
         old = self._pair
         if old is not None:
             # After the running generation and those waiting before this: none runs on it then.

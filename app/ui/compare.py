@@ -2,6 +2,12 @@
 one run after the other (never two generations on the same cores at once), optionally
 repeated N times with the median and spread of each measure.
 
+Beside the result it states the machine's measured ceiling: the most a copy and the draft model
+could gain over plain decoding on the verify curve the speculative run's drafter was calibrated
+with, every drafted token accepted (bench/ceiling.py `reach`), with where that calibration came
+from (kept by an earlier process, measured by this one, or measured on a busy machine and not
+kept: loading/calibrations.py), and how the result compares, either side of 1.
+
 In greedy mode the two outputs should match; where they do not, the first differing token is
 reported: batched verification and one-token decoding give slightly different logits in
 llama.cpp, so near-ties can flip (docs/EXACTNESS.md, "Numerics: batch width").
@@ -17,18 +23,24 @@ from typing import Any, Iterator, Sequence
 import gradio as gr
 
 from app.ui import controls, metrics
-from app.runtime.defaults import PLAIN
+from app.runtime.defaults import COPY_MAX, PLAIN
 from app.runtime.holder import PairHolder
 from app.runtime.request import RunSpec
 from app.runtime.run import generate
 from app.ui.state import StopFlags
 from bench.benchmark.suite import FILE_EDITS, load_suite
+from bench.ceiling import Reach, reach
+from engine.control.costs import Calibration
 from engine.errors import TandemError
 from engine.events import DoneEvent, RoundEvent, TokenEvent
+from engine.pair import Pair
 from engine.stats import GenerationStats
+from loading.calibrations import CalibrationFile, Origin
 
 MAX_REPEATS = 10
 MIN_REFRESH_S = 0.25
+# The verify widths the ceiling's line quotes from the curve (those the calibration measured).
+CURVE_WIDTHS = (2, 4, 8, 16, 32, 64)
 # The prompt the tab opens with: fresh code, where a draft must guess.
 FRESH_PROMPT = "Write a Python function that checks whether a string is a palindrome."
 
@@ -87,6 +99,85 @@ class Runs:
         return [first_difference(b.tokens, s.tokens) for b, s in zip(self.plain, self.speculative)]
 
 
+@dataclass(frozen=True)
+class MachineCeiling:
+    """The speculative run's drafter's ceiling on this machine: its calibration (None: none
+    yet), what that curve lets a copy and the draft model reach, and where it came from (None:
+    this pair keeps no calibrations)."""
+    drafter: str
+    calibration: Calibration | None = None
+    reach: Reach | None = None
+    origin: Origin | None = None
+
+    def curve(self) -> list[tuple[int, float]]:
+        """(width, cost relative to one token) at the quoted widths the calibration measured."""
+        cal = self.calibration
+        if cal is None:
+            return []
+        measured = set(cal.verify_widths or range(1, len(cal.verify_ms) + 1))
+        one = cal.verify_ms[0]
+        return [(w, round(cal.verify_ms[w - 1] / one, 2)) for w in CURVE_WIDTHS if w in measured]
+
+    def as_dict(self) -> dict[str, Any]:
+        r, o = self.reach, self.origin
+        return {"drafter": self.drafter, "calibrated": r is not None,
+                "copy_gamma": r.copy_gamma if r else None, "copy": r.copy if r else None,
+                "model_gamma": r.model_gamma if r else None, "model": r.model if r else None,
+                "curve": self.curve(), "measured": o.measured if o else None,
+                "kept": str(o.kept) if o and o.kept else None,
+                "earlier_process": o.earlier if o else None,
+                "not_kept": o.not_kept if o else None}
+
+
+def machine_ceiling(pair: Pair, calibrations: CalibrationFile | None, drafter: str,
+                    max_gamma: int) -> MachineCeiling:
+    """`drafter`'s ceiling from the calibration it runs with in this process: copies up to the
+    longest a copy drafts, the draft model up to `max_gamma`."""
+    if drafter not in pair.knowledge:
+        return MachineCeiling(drafter)
+    cal = pair.knowledge[drafter]
+    return MachineCeiling(drafter, cal, reach(cal, COPY_MAX, max_gamma),
+                          calibrations.origin(drafter) if calibrations is not None else None)
+
+
+def _origin_words(origin: Origin | None) -> str:
+    if origin is None:
+        return "measured by this process and not kept (this pair keeps no calibrations)"
+    when = origin.measured or "before kept calibrations said when"
+    if origin.earlier:
+        return f"kept in {origin.kept} by an earlier process, measured {when}"
+    if origin.kept is not None:
+        return f"measured by this process at {when}, kept in {origin.kept}"
+    return (f"measured by this process at {when} and not kept ({origin.not_kept}); the next "
+            "process measures again")
+
+
+def ceiling_words(c: MachineCeiling, speedup: float) -> list[str]:
+    """The ceiling, where it came from and how the run's `speedup` over plain compares, in
+    lines; where no calibration is there yet, that alone."""
+    r = c.reach
+    if r is None or c.calibration is None:
+        return [f"no calibration of {c.drafter} on this machine yet, so no measured ceiling to "
+                "set this result beside"]
+    widest = len(c.calibration.verify_ms)
+    model = (f"; the draft model {r.model:.2f}x at gamma {r.model_gamma}"
+             if r.model is not None else "")
+    short = f" (calibrated to {widest} tokens only)" if widest <= COPY_MAX else ""
+    lines = [f"ceiling on this machine, every drafted token accepted: a copy of {r.copy_gamma} "
+             f"tokens {r.copy:.2f}x plain{short}{model}"]
+    curve = ", ".join(f"{w}: {v:.2f}" for w, v in c.curve())
+    lines.append(f"from {c.drafter}'s calibration, {_origin_words(c.origin)}"
+                 + (f"; its verify curve, w tokens in one-token decodes: {curve}" if curve else ""))
+    side = "faster than" if speedup > 1 else "as fast as" if speedup == 1 else "slower than"
+    verdict = f"this run: {speedup:.2f}x, {side} plain decoding, {speedup / r.best:.0%} of the ceiling"
+    if r.best <= 1:
+        verdict += "; here even every drafted token accepted cannot beat plain decoding"
+    elif speedup > r.best:
+        verdict += ("; above it: the calibration's timings are not the machine's pace now (it "
+                    "was busy then, or is now)")
+    return [*lines, verdict]
+
+
 def _identity_note(runs: Runs, greedy: bool) -> tuple[str, bool | None, int | None]:
     diffs = runs.differences()
     if not greedy:
@@ -101,7 +192,7 @@ def _identity_note(runs: Runs, greedy: bool) -> tuple[str, bool | None, int | No
             "slightly different logits, so near-ties can flip (numerics, not the algorithm)"), False, first
 
 
-def summary_html(runs: Runs, greedy: bool) -> str:
+def summary_html(runs: Runs, greedy: bool, ceiling: MachineCeiling | None = None) -> str:
     if not runs.speculative:
         return '<div class="tandem-compare-summary" style="opacity:.7">running…</div>'
     base, spec = runs.measures("plain"), runs.measures("speculative")
@@ -114,10 +205,13 @@ def summary_html(runs: Runs, greedy: bool) -> str:
     body = "".join(f"<tr><td {cell}>{label}</td><td {cell}>{base[key].show(fmt)}</td>"
                    f"<td {cell}>{spec[key].show(fmt)}</td></tr>" for label, key, fmt in rows)
     acc = Spread.of([d.stats.acceptance_rate * 100 for d in runs.speculative]).show("{:.0f}")
+    ceiling_lines = "".join(f"<div>{html.escape(line)}</div>"
+                            for line in ceiling_words(ceiling, tps_up.median)) if ceiling else ""
     return (f'<div class="tandem-compare-summary"><div style="font-size:1.3em;font-weight:600">'
             f'speedup {tps_up.show("{:.2f}")}× tokens/s · {e2e_up.show("{:.2f}")}× end-to-end</div>'
             f'<div style="font-size:.8em;opacity:.75">median (min–max) over {n} repeat(s); '
             f'draft acceptance {acc}%{_prediction_note(runs)}</div>'
+            f'<div class="tandem-compare-ceiling" style="margin-top:4px">{ceiling_lines}</div>'
             f'<table style="margin-top:6px;border-collapse:collapse"><tr><th {cell}></th>'
             f'<th {cell}>plain</th><th {cell}>speculative</th></tr>{body}</table>'
             f'<div style="margin-top:6px">{html.escape(note)}</div></div>')
@@ -133,13 +227,14 @@ def _prediction_note(runs: Runs) -> str:
             f"{last.rejected_prediction_tokens} rejected")
 
 
-def payload(runs: Runs, greedy: bool) -> dict[str, Any]:
+def payload(runs: Runs, greedy: bool, ceiling: MachineCeiling | None = None) -> dict[str, Any]:
     _, identical, first = _identity_note(runs, greedy)
     tps_up, e2e_up = runs.speedups() if runs.speculative else (Spread(0, 0, 0), Spread(0, 0, 0))
     return {"plain": [{"text": d.text, **d.stats.as_dict()} for d in runs.plain],
             "speculative": [{"text": d.text, **d.stats.as_dict()} for d in runs.speculative],
             "greedy": greedy, "identical": identical, "first_difference": first,
-            "speedup_tokens_per_s": tps_up.median, "speedup_end_to_end": e2e_up.median}
+            "speedup_tokens_per_s": tps_up.median, "speedup_end_to_end": e2e_up.median,
+            "ceiling": ceiling.as_dict() if ceiling is not None else None}
 
 
 def _column(title: str, pieces: list[metrics.Piece], stats: GenerationStats | None, done: bool) -> str:
@@ -167,9 +262,11 @@ def compare(holder: PairHolder, flags: StopFlags, session: str, prompt: str,
     state: dict[str, tuple[GenerationStats | None, bool]] = {"plain": (None, False), "speculative": (None, False)}
 
     def view() -> tuple[str, str, str, dict | None]:
+        # The calibration the speculative runs used (made by the first of them, when none was).
+        ceiling = machine_ceiling(pair, holder.calibrations, spec.drafter, spec.gamma) if runs.speculative else None
         return (_column("plain decoding (target alone)", runs.plain_pieces, *state["plain"]),
                 _column(f"speculative ({spec.drafter})", runs.speculative_pieces, *state["speculative"]),
-                summary_html(runs, greedy), payload(runs, greedy) if runs.speculative else None)
+                summary_html(runs, greedy, ceiling), payload(runs, greedy, ceiling) if ceiling else None)
 
     flags.begin(session)
     try:
