@@ -10,6 +10,7 @@ import pytest
 
 from engine.control.controller import AdaptiveController, Calibration, calibrate
 from engine.control.evidence import Evidence
+from engine.control.estimator import Counts
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.round_plan import CONTEXT, HISTORY, MODEL, NO_PLAN, RoundPlan
 from engine.errors import SettingsError
@@ -823,6 +824,27 @@ def test_a_copy_not_drafted_is_watched_and_teaches_its_key():
                                         committed=3, draft_ms=14.0, verify_ms=60.0,
                                         source="draft-model", token=7))
     assert counts.rounds == 3 and c._watched is None
+
+
+def test_a_watched_copy_teaches_as_it_goes_and_counts_each_position_once():
+    """A watched copy teaches its key at every token the text follows, before the copy ends (so
+    a first answer learns a long copy while it is being written, not 64 tokens later), and when
+    the text leaves it the counts are those of the whole round learned at once: each tested
+    position once, aged once, one round."""
+    c = AdaptiveController(max_gamma=8, draft_ms=[7.0] * 65, verify_ms=STEEP_65, opening=())
+    plan = _copy(16, match=20)
+    key = plan.acceptance_key
+    for i, token in enumerate([1, 2, 3, 4, 5]):
+        c.update(Decision(0, plan if i == 0 else NO_PLAN), _plain(i, token))
+    counts = c.estimator.counts(key)
+    assert counts.rounds == 0 and c._watched is not None
+    assert list(counts.hits[:6] > 0) == [True] * 5 + [False]
+    assert c.estimator.acceptance(key)[0] > c.estimator.prior(key)
+    c.update(Decision(0, NO_PLAN), _plain(5, 99))
+    whole = Counts()
+    whole.learn(16, 5, c.estimator.constants.decay)
+    assert np.array_equal(counts.tries, whole.tries) and np.array_equal(counts.hits, whole.hits)
+    assert (counts.rounds, counts.first_hits) == (1, 1)
 
 
 def test_a_shorter_gamma_that_pays_is_drafted_when_the_fastest_misses_the_margin():

@@ -671,9 +671,15 @@ class AdaptiveController(GammaPolicy):
         if token == tokens[matched]:
             matched += 1
             if matched < len(tokens):
+                # Each matched token is learned as it comes (the round left open), so a long
+                # copy the text follows teaches its key before the copy ends.
+                self.estimator.learn(key, matched, matched, start=matched - 1, done=False)
                 self._watched = (key, tokens, matched)
                 return
-        self._learn(key, len(tokens), matched)
+            counted = matched - 1
+        else:
+            counted = matched
+        self._learn(key, len(tokens), matched, start=counted)
         if matched < len(tokens) and not fresh:
             # The round's own copy is judged by the same token, from its start.
             self._watch(plan, token)
@@ -686,10 +692,10 @@ class AdaptiveController(GammaPolicy):
             key, _, matched = self._watched
             self._watched = None
             if matched:
-                self._learn(key, matched, matched)
+                self._learn(key, matched, matched, start=matched)
 
-    def _learn(self, key: str, drafted: int, accepted: int) -> None:
-        self.estimator.learn(key, drafted, accepted)
+    def _learn(self, key: str, drafted: int, accepted: int, start: int = 0) -> None:
+        self.estimator.learn(key, drafted, accepted, start=start)
         self.drafted_here[key] = self.drafted_here.get(key, 0) + 1
 
 

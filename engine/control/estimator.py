@@ -40,15 +40,28 @@ class Counts:
         # Bumped by every change, so a prediction made from these counts can be kept until then.
         self.version = 0
 
-    def learn(self, drafted: int, accepted: int, decay: float) -> None:
-        self.tries *= decay
-        self.hits *= decay
+    def learn(self, drafted: int, accepted: int, decay: float, start: int = 0,
+              done: bool = True) -> None:
+        """One round of `drafted` tokens kept `accepted`. A round judged as it goes (a watched
+        copy, engine/control/controller.py) is learned in parts: `start` positions of it were
+        counted already (and aged the counts), and `done` False leaves the round open, so the
+        parts together count each tested position once, as the whole round would.
+
+        >>> c = Counts(8)
+        >>> c.learn(3, 3, 0.5, done=False); c.learn(6, 3, 0.5, start=3)
+        >>> c.tries[:6].tolist(), c.hits[:6].tolist(), c.rounds
+        ([1.0, 1.0, 1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0, 0.0, 0.0], 1)
+        """
+        if start == 0:
+            self.tries *= decay
+            self.hits *= decay
         # Positions after the first rejection were not tested: a_j is conditional on j-1 passing.
         seen = min(accepted + 1, drafted, len(self.tries))
-        self.tries[:seen] += 1.0
-        self.hits[:min(accepted, seen)] += 1.0
-        self.rounds += 1
-        self.first_hits += accepted > 0
+        self.tries[start:seen] += 1.0
+        self.hits[start:min(accepted, seen)] += 1.0
+        if done:
+            self.rounds += 1
+            self.first_hits += accepted > 0
         self.version += 1
 
     def forget(self, decay: float) -> None:
@@ -173,10 +186,11 @@ class AcceptanceEstimator:
         return (self.scale_hits + w) / (self.scale_conf + w)
 
     def learn(self, key: str, drafted: int, accepted: int,
-              confidence: Sequence[float] = ()) -> None:
+              confidence: Sequence[float] = (), start: int = 0, done: bool = True) -> None:
         """A round drafted `drafted` tokens under `key` and `accepted` of them were kept;
-        `confidence` is the target's top probability per row (model rounds teach `scale`)."""
-        self._learning(key).learn(drafted, accepted, self.constants.decay)
+        `confidence` is the target's top probability per row (model rounds teach `scale`);
+        `start` and `done` learn a round in parts (`Counts.learn`)."""
+        self._learning(key).learn(drafted, accepted, self.constants.decay, start, done)
         if key != MODEL:
             return
         seen = min(accepted + 1, drafted)
