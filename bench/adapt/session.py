@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Protocol, Sequence
 
 from bench.adapt import data, run, train
-from bench.adapt.build import Result, adapt
+from bench.adapt.build import Result, Serve, adapt
 from bench.adapt.data import Example
 from bench.adapt.settings import Settings
 from bench.benchmark.suite import load_suite
@@ -34,6 +34,9 @@ class Progress(Protocol):
 
     def step(self, s: train.Step) -> None: ...
 
+
+# The teacher's context: a prompt with its answer must fit (longer ones are skipped).
+TEACHER_CTX = 2048
 
 # The user's prompts as (category, tokens), given a function that puts a request through the
 # target's chat template (engine/pair.py `tokens_for`).
@@ -58,10 +61,6 @@ def history_prompts(tcfg: ModelConfig) -> Prompts:
         tokens, starts = state["tokens"], list(state["starts"]) + [len(state["tokens"])]
         docs = [tokens[s:e - 1].tolist() for s, e in zip(starts, starts[1:])]
         found = data.history_prompts(docs, assistant_header(tokens_for))
-        if len(found) < run.HOLD_OUT_EVERY * 2:
-            raise SettingsError(f"the history holds {len(found)} requests; adapting needs at "
-                                f"least {run.HOLD_OUT_EVERY * 2}: use it more, or give a "
-                                "prompts file")
         return [("history", t) for t in found]
     return prompts
 
@@ -77,24 +76,54 @@ def teacher_id(key: PairKey) -> str:
     return key.target_sha256 + (f"+{key.adapter_sha256}" if key.adapter_sha256 else "")
 
 
+def fitting(prompts: Sequence[tuple[str, list[int]]], limit: int,
+            note: Callable[[str], None]) -> list[tuple[str, list[int]]]:
+    """The prompts of at most `limit` tokens (what the teacher's context holds beside an
+    answer); the others skipped with one note saying how many and how long."""
+    kept = [(c, t) for c, t in prompts if len(t) <= limit]
+    if len(kept) < len(prompts):
+        longest = max(len(t) for _, t in prompts)
+        note(f"skipped {len(prompts) - len(kept)} of {len(prompts)} requests longer than "
+             f"{limit} tokens (the longest {longest}): the teacher's context of {TEACHER_CTX} "
+             "holds no answer beside them")
+    return kept
+
+
+def enough(held: Sequence[tuple[str, list[int]]], given: int) -> None:
+    """A SettingsError unless the held-out prompts of yours are enough for the gate."""
+    if len(held) < run.MIN_YOURS:
+        raise SettingsError(f"{given} requests give {len(held)} held-out ones; the proof needs "
+                            f"{run.MIN_YOURS} (every {run.HOLD_OUT_EVERY}th of at least "
+                            f"{run.MIN_YOURS * run.HOLD_OUT_EVERY}): use the app more, or give "
+                            "a prompts file")
+
+
 def teacher(tcfg: ModelConfig, prompts: Prompts, settings: Settings, threads: int,
             key: PairKey, progress: Progress) -> tuple[list[Example], list[Example]]:
     """(trained examples, held-out examples): the answers of the target with its adapters,
-    cached in the store by the prompts, the teacher (`teacher_id`) and the length."""
+    cached in the store by the prompts, the teacher (`teacher_id`) and the length. Each trained
+    prompt is answered once (greedy or T 0.7 in turn), each held-out one at both."""
     from engine.llama.backend import quiet_backend
     from engine.pair import Pair
     target_sha = teacher_id(key)
-    with quiet_backend(ModelConfig(path=tcfg.path, n_ctx=2048, n_threads=threads,
+    with quiet_backend(ModelConfig(path=tcfg.path, n_ctx=TEACHER_CTX, n_threads=threads,
                                    lora=tcfg.lora)) as tb:
         pair = Pair(tb)
-        mine_prompts = prompts(pair.tokens_for)
-        mine = data.cached(
-            data.prompts_sha256(mine_prompts, target_sha, run.SEED, settings.max_tokens),
-            derived_dir(), lambda: data.teach(tb, mine_prompts, settings.max_tokens, run.SEED,
-                                              progress.stage("teacher answers")))
+        given = prompts(pair.tokens_for)
+        mine = fitting(given, TEACHER_CTX - max(settings.max_tokens, run.HELD_OUT_TOKENS),
+                       progress.line)
+        to_train, to_hold = run.split_prompts(mine)
+        enough(to_hold, len(mine))
+        n = settings.max_tokens
+        trained = data.cached(
+            data.prompts_sha256(to_train, target_sha, run.SEED, n, "once"), derived_dir(),
+            lambda: data.teach_once(tb, to_train, n, run.SEED,
+                                    progress.stage("teacher answers")))
+        yours = data.cached(
+            data.prompts_sha256(to_hold, target_sha, run.SEED, n), derived_dir(),
+            lambda: data.teach(tb, to_hold, n, run.SEED, progress.stage("held-out answers")))
         held = held_suite(tb, pair.tokens_for, settings, target_sha,
-                          progress.stage("held-out answers"))
-    trained, yours = run.split(mine, len(mine_prompts))
+                          progress.stage("held-out suite answers"))
     return trained, yours + held
 
 
@@ -113,11 +142,11 @@ def held_suite(tb: Backend, tokens_for: Callable[[str], list[int]], settings: Se
 
 def adapt_pair(tcfg: ModelConfig, dcfg: ModelConfig, key: PairKey, prompts: Prompts,
                settings: Settings, threads: int, progress: Progress,
-               default: Candidate) -> Result:
+               default: Candidate, serve: Serve) -> Result:
     """The whole run for the pair `tcfg` (with its adapters) and `dcfg`, whose pairing record's
     key is `key` (app/runtime/tuned.py `key_for`); the adapted draft's path, whether it won, and
     the lines to show (the proof's table and the reason line). A new record takes the `default`
-    configuration."""
+    configuration; `serve` names the file a load of a draft reads (bench/adapt/build.py)."""
     if dcfg.lora:
         raise SettingsError("tandem adapt trains the draft file itself; drop the draft's LoRA "
                             "adapter (--draft-lora)")
@@ -129,4 +158,4 @@ def adapt_pair(tcfg: ModelConfig, dcfg: ModelConfig, key: PairKey, prompts: Prom
                   f"{(need.activation_bytes + need.kv_bytes) / train.GIB:.1f})")
     trained, held = teacher(tcfg, prompts, settings, threads, key, progress)
     return adapt(tcfg, dcfg, dinfo, key, trained, held, settings, threads, progress.step,
-                 default)
+                 default, serve)
