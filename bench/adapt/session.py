@@ -3,9 +3,11 @@ command line (app/adapt_cli.py) and the Models tab's action (app/ui/adapt_action
 each with its own way of showing progress.
 
 In order: the memory plan (refused with one line before anything loads), the user's prompts
-through the target's chat template, the target's teacher answers and the held-out ones (cached
-in the store), training into the store, the proof on held-out prompts and the pairing record's
-verdict (bench/adapt/build.py). With a LoRA adapter on the target, the teacher is the target with
+through the target's chat template (a request too long for the teacher's context skipped with a
+note; too few left to hold out MIN_YOURS refused), the target's teacher answers and the held-out
+ones (cached in the store), the base draft's acceptance on them (declined above the app's
+threshold unless forced), training into the store, the proof on held-out prompts with the files
+as served and the pairing record's verdict (bench/adapt/build.py). With a LoRA adapter on the target, the teacher is the target with
 its adapter, and the adapted draft and its record are keyed by the adapter too.
 """
 from __future__ import annotations
