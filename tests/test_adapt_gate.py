@@ -29,8 +29,8 @@ CPU = {(name, t): 10.0 for name in ("base", "adapted") for t in proof.TEMPERATUR
 
 
 def _rounds(accepted: float) -> proof.Rounds:
-    return proof.Rounds(gamma=1, reached=np.array([1.0]), accepted=np.array([accepted]),
-                        rounds=1)
+    return proof.Rounds(gamma=2, reached=np.array([1.0, accepted]),
+                        accepted=np.array([accepted, accepted * accepted]), rounds=1)
 
 
 def _measured(yours: dict[str, list[float]], others: dict[str, list[float]] | None = None,
@@ -53,7 +53,9 @@ def test_the_gate_wins_only_where_the_interval_over_prompts_excludes_zero():
     base = [0.5] * 10
     # Every prompt gains: the interval is above zero, at both temperatures.
     wins, why = _decide(_measured({"base": base, "adapted": [0.6] * 10}))
-    assert wins and "95% interval" in why and "T 0.7" in why
+    assert wins and "T 0.7" in why
+    # Tokens per call 1 + a + a^2: 1.75 -> 1.96, +12.0%, every resample alike.
+    assert "+12.0% tokens per target call" in why and "(95% interval +12.0% to +12.0%)" in why
     # The same mean gain from two prompts of ten, the rest losing a little: noise, kept.
     noisy = [0.95, 0.95] + [0.48] * 8
     assert np.mean(noisy) > np.mean(base)

@@ -112,8 +112,9 @@ def measure(target: Backend, drafts: Mapping[str, Backend], held_out: Sequence[E
 
 
 def total(rounds: Sequence[Rounds]) -> Rounds:
-    """Rounds pooled over answers."""
-    out = Rounds()
+    """Rounds pooled over answers (of one gamma)."""
+    g = rounds[0].gamma if rounds else GAMMA
+    out = Rounds(gamma=g, reached=np.zeros(g), accepted=np.zeros(g))
     for r in rounds:
         out.reached += r.reached
         out.accepted += r.accepted
