@@ -7,8 +7,10 @@ through the target's chat template (a request too long for the teacher's context
 note; too few left to hold out MIN_YOURS refused), the target's teacher answers and the held-out
 ones (cached in the store), the base draft's acceptance on them (declined above the app's
 threshold unless forced), training into the store, the proof on held-out prompts with the files
-as served and the pairing record's verdict (bench/adapt/build.py). With a LoRA adapter on the target, the teacher is the target with
-its adapter, and the adapted draft and its record are keyed by the adapter too.
+as served and the pairing record's verdict (bench/adapt/build.py). With a LoRA adapter on the
+target, the teacher is the target with its adapter (the draft is adapted toward the adapted
+target, and measured against it), and the adapted draft and its record are keyed by the adapter
+too.
 """
 from __future__ import annotations
 
