@@ -383,10 +383,12 @@ def test_the_teacher_with_an_adapter_is_not_the_bare_target(store, monkeypatch):
                               "line": lambda self, text: None})()
     for adapter in ("", "a" * 64 + "@1", "a" * 64 + "@0.5", ""):
         key = PairKey("t" * 64, adapter, "d" * 64)
-        trained, held = session.teacher(ModelConfig("t.gguf"), prompts, settings, 1, key,
-                                        progress)
+        trained, yours = session.teacher(ModelConfig("t.gguf"), prompts, settings, 1, key,
+                                         progress)
+        suite = session.suite_answers(ModelConfig("t.gguf"), settings, 1, key, progress)
         # 24 trained prompts, once each; 8 held out, each greedy and at T 0.7.
-        assert len(trained) == 24 and [e.category for e in held[:16]] == ["yours"] * 16
+        assert len(trained) == 24 and [e.category for e in yours] == ["yours"] * 16
+        assert suite and run.YOURS not in {e.category for e in suite}
     # Three teachers, each answering your trained requests, your held-out ones and the held-out
     # suite's once; the bare target's second run reads its answers back.
     assert taught.count(("mine",) * 24) == 3 and taught.count(("yours",) * 8) == 3

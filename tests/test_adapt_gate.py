@@ -143,16 +143,41 @@ def test_the_gate_measures_the_files_as_the_loader_will_serve_them(tmp_path, pai
 
 def test_a_pair_with_little_left_to_gain_is_declined_unless_forced(tmp_path, pair_files,
                                                                    monkeypatch):
-    def backends(name):
-        return FakeBackend(seed=1)  # the draft is the target: it accepts everything
+    """Measured first, on the base draft as served: declined before the held-out suite is
+    answered or anything trains; without a threshold (forced) the run goes on."""
+    target, draft = pair_files
+    names: list[str] = []
 
-    declined, _, trained = _run_adapt(tmp_path, pair_files, monkeypatch, backends,
-                                      Settings(decline_above=0.85))
-    assert not trained and declined.path is None and not declined.wins
-    (line,) = declined.lines
+    def backend(config):
+        names.append(Path(config.path).name)
+        return contextlib.nullcontext(FakeBackend(seed=1))  # the draft is the target
+
+    monkeypatch.setattr(build, "quiet_backend", backend)
+    mine = _held(FakeBackend(seed=1), run.MIN_YOURS)
+    went_on: list[str] = []
+    monkeypatch.setattr(session, "teacher", lambda *a: (mine[:4], mine[4:]))
+    monkeypatch.setattr(session, "suite_answers", lambda *a: went_on.append("suite") or [])
+    monkeypatch.setattr(session, "adapt", lambda *a: went_on.append("adapt") or "trained")
+    tcfg, dcfg = ModelConfig(str(target), n_ctx=256), ModelConfig(str(draft), n_ctx=256)
+    progress = type("P", (), {"line": lambda self, text: None, "step": None})()
+    serve = served_file(tcfg, lambda src, tmp, kind: shutil.copy(src, tmp))
+
+    def run_it(settings):
+        return session.adapt_pair(tcfg, dcfg, PairKey("t" * 64, "", "d" * 64), lambda f: [],
+                                  settings, 1, progress, Candidate("draft", draft_quant="auto"),
+                                  serve)
+
+    result = run_it(Settings(decline_above=0.85))
+    assert result.path is None and not result.wins and not went_on
+    (line,) = result.lines
     assert line.startswith("declined:") and "1.000 per position" in line and "0.85" in line
-    forced, _, trained = _run_adapt(tmp_path, pair_files, monkeypatch, backends, Settings())
-    assert trained and forced.path is not None
+    assert names and all(".q4_0." in n for n in names)  # measured as served
+    assert run_it(Settings()) == "trained" and went_on == ["suite", "adapt"]
+    # A draft that leaves room is not declined.
+    monkeypatch.setattr(build, "quiet_backend",
+                        lambda c: contextlib.nullcontext(FakeBackend(seed=1, noise=2.0)))
+    assert build.declined(tcfg, dcfg, PairKey("t" * 64, "", "d" * 64),
+                          Candidate("draft"), serve, mine, 0.85, 1) is None
 
 
 def test_run_adapt_declines_by_default_and_trains_when_forced(monkeypatch):

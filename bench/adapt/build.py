@@ -1,6 +1,6 @@
 """Building and proving the adapted draft, and keeping the verdict: first the base draft's
-acceptance on the user's requests (a pair that leaves too little to gain is declined, unless
-the run is forced), then training into the store (loading/derived/adapted.py), base against
+acceptance on the user's requests (`declined`: a pair that leaves too little to gain is declined
+before anything else is answered or trained, unless the run is forced), then training into the store (loading/derived/adapted.py), base against
 adapted on the held-out prompts (bench/adapt/proof.py) with each file as it will be served
 (requantized as the loader will, with the pair's own `draft_quant`: `serve`, the app's
 loading plan), the gate (bench/adapt/run.py `decide`), and the pairing record's `adapted` entry
@@ -120,34 +120,37 @@ def trainer_check(steps: Sequence[train.Step], epochs: int, base: float, adapted
     return line
 
 
-def _worth(base_path: Path, mine: Sequence[Example], above: float, threads: int
-           ) -> str | None:
+def _quant(tcfg: ModelConfig, dcfg: ModelConfig, key: PairKey, default: Candidate
+           ) -> tuple[PairingRecord, str]:
+    """The pair's record (a new one with `default` if none) and the draft_quant it loads with."""
+    record = find(key) or _new_record(tcfg, dcfg, key, default)
+    return record, record.chosen.candidate.draft_quant
+
+
+def declined(tcfg: ModelConfig, dcfg: ModelConfig, key: PairKey, default: Candidate,
+             serve: Serve, mine: Sequence[Example], above: float, threads: int) -> str | None:
     """The line that declines the run where the base draft, as served, already accepts more
-    than `above` per position at greedy on the user's requests; None where it is worth it."""
+    than `above` per position at greedy on the user's requests `mine` (their greedy answers);
+    None where adapting it is worth a try."""
+    base_path = serve(Path(dcfg.path), _quant(tcfg, dcfg, key, default)[1])
+    greedy = [e for e in mine if e.temperature == 0]
     with _load(str(base_path), threads) as base:
-        r = proof.greedy_rounds(base, mine)
+        r = proof.greedy_rounds(base, greedy)
     if r.mean_acceptance <= above:
         return None
     return (f"declined: the base draft ({base_path.name}) already accepts "
-            f"{r.mean_acceptance:.3f} per position at greedy on {len(mine)} of your requests, "
+            f"{r.mean_acceptance:.3f} per position at greedy on {len(greedy)} of your requests, "
             f"above {above:.2f}: too little left to gain (force it to train anyway)")
 
 
 def adapt(tcfg: ModelConfig, dcfg: ModelConfig, dinfo: GGUFInfo, key: PairKey,
           trained: list[Example], held: list[Example], settings: Settings, threads: int,
           step: Callable[[train.Step], None], default: Candidate, serve: Serve) -> Result:
-    """Measure the base draft, train (or reuse) the adapted draft, prove it on `held` as served,
-    and keep the verdict in the pairing record of `key` (made with the `default` configuration
-    if the pair has none)."""
-    record = find(key) or _new_record(tcfg, dcfg, key, default)
-    quant = record.chosen.candidate.draft_quant
+    """Train (or reuse) the adapted draft, prove it on `held` as served, and keep the verdict
+    in the pairing record of `key` (made with the `default` configuration if the pair has
+    none)."""
+    record, quant = _quant(tcfg, dcfg, key, default)
     base_path = serve(Path(dcfg.path), quant)
-    mine = [e for e in trained if e.temperature == 0] + [
-        e for e in held if e.category == run.YOURS and e.temperature == 0]
-    if settings.decline_above is not None:
-        declined = _worth(base_path, mine, settings.decline_above, threads)
-        if declined is not None:
-            return Result(None, False, [declined])
     path, data_sha, lines, steps = _train(dinfo, key, trained, settings, threads, step)
     if steps:
         sample = trained[:CHECK_EXAMPLES]

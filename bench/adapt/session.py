@@ -6,7 +6,7 @@ In order: the memory plan (refused with one line before anything loads), the use
 through the target's chat template (a request too long for the teacher's context skipped with a
 note; too few left to hold out MIN_YOURS refused), the target's teacher answers and the held-out
 ones (cached in the store), the base draft's acceptance on them (declined above the app's
-threshold unless forced), training into the store, the proof on held-out prompts with the files
+threshold unless forced, before the held-out suite is answered), training into the store, the proof on held-out prompts with the files
 as served and the pairing record's verdict (bench/adapt/build.py). With a LoRA adapter on the
 target, the teacher is the target with its adapter (the draft is adapted toward the adapted
 target, and measured against it), and the adapted draft and its record are keyed by the adapter
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Callable, Protocol, Sequence
 
 from bench.adapt import data, run, train
-from bench.adapt.build import Result, Serve, adapt
+from bench.adapt.build import Result, Serve, adapt, declined
 from bench.adapt.data import Example
 from bench.adapt.settings import Settings
 from bench.benchmark.suite import load_suite
@@ -104,9 +104,9 @@ def enough(held: Sequence[tuple[str, list[int]]], given: int) -> None:
 
 def teacher(tcfg: ModelConfig, prompts: Prompts, settings: Settings, threads: int,
             key: PairKey, progress: Progress) -> tuple[list[Example], list[Example]]:
-    """(trained examples, held-out examples): the answers of the target with its adapters,
-    cached in the store by the prompts, the teacher (`teacher_id`) and the length. Each trained
-    prompt is answered once (greedy or T 0.7 in turn), each held-out one at both."""
+    """(trained examples, your held-out examples): the answers of the target with its
+    adapters, cached in the store by the prompts, the teacher (`teacher_id`) and the length.
+    Each trained prompt is answered once (greedy or T 0.7 in turn), each held-out one at both."""
     from engine.llama.backend import quiet_backend
     from engine.pair import Pair
     target_sha = teacher_id(key)
@@ -126,9 +126,18 @@ def teacher(tcfg: ModelConfig, prompts: Prompts, settings: Settings, threads: in
         yours = data.cached(
             data.prompts_sha256(to_hold, target_sha, run.SEED, n), derived_dir(),
             lambda: data.teach(tb, to_hold, n, run.SEED, progress.stage("held-out answers")))
-        held = held_suite(tb, pair.tokens_for, settings, target_sha,
+    return trained, yours
+
+
+def suite_answers(tcfg: ModelConfig, settings: Settings, threads: int, key: PairKey,
+                  progress: Progress) -> list[Example]:
+    """The held-out suite's answers by the target with its adapters (`held_suite`)."""
+    from engine.llama.backend import quiet_backend
+    from engine.pair import Pair
+    with quiet_backend(ModelConfig(path=tcfg.path, n_ctx=TEACHER_CTX, n_threads=threads,
+                                   lora=tcfg.lora)) as tb:
+        return held_suite(tb, Pair(tb).tokens_for, settings, teacher_id(key),
                           progress.stage("held-out suite answers"))
-    return trained, yours + held
 
 
 def held_suite(tb: Backend, tokens_for: Callable[[str], list[int]], settings: Settings,
@@ -160,6 +169,12 @@ def adapt_pair(tcfg: ModelConfig, dcfg: ModelConfig, key: PairKey, prompts: Prom
                   f"{need.trained_bytes / train.GIB:.1f}, the rest of the draft "
                   f"{need.frozen_bytes / train.GIB:.1f}, activations and cache "
                   f"{(need.activation_bytes + need.kv_bytes) / train.GIB:.1f})")
-    trained, held = teacher(tcfg, prompts, settings, threads, key, progress)
+    trained, yours = teacher(tcfg, prompts, settings, threads, key, progress)
+    if settings.decline_above is not None:
+        line = declined(tcfg, dcfg, key, default, serve, [*trained, *yours],
+                        settings.decline_above, threads)
+        if line is not None:
+            return Result(None, False, [line])
+    held = yours + suite_answers(tcfg, settings, threads, key, progress)
     return adapt(tcfg, dcfg, dinfo, key, trained, held, settings, threads, progress.step,
                  default, serve)
