@@ -73,3 +73,13 @@ def test_the_adapt_action_refuses_in_one_line(tmp_path, monkeypatch):
     missing = list(wizard.adapt("", str(target), "", str(tmp_path / "absent.gguf")))
     assert missing == ["<p><b>Refused:</b> choose a target and a draft on disk first (steps 1, "
                        "2 and 4).</p>"]
+
+
+def test_a_declined_run_says_declined_with_its_measured_reason(tmp_path, monkeypatch):
+    target, draft, _ = _files(tmp_path, monkeypatch)
+    line = "declined: the base draft (d.gguf) already accepts 0.912 per position at greedy"
+    monkeypatch.setattr(runtime.session, "adapt_pair", lambda *a: Result(None, False, [line]))
+    monkeypatch.setattr(adapt_action, "POLL_S", 0.01)
+    notes = list(wizard.adapt("", str(target), "", str(draft)))
+    assert "<b>Declined</b>" in notes[-1] and "0.912 per position" in notes[-1]
+    assert "<b>Adapted</b>" not in notes[-1]
