@@ -8,6 +8,7 @@ import sys
 import time
 
 from app.runtime.adapt import run_adapt, user_prompts
+from app.runtime.defaults import ADAPT_DECLINE_ABOVE
 from app.settings import add_model_args, model_configs
 from bench.adapt import data, train
 from bench.adapt.settings import Settings
@@ -46,9 +47,10 @@ def settings_of(args: argparse.Namespace) -> Settings:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
+    settings = settings_of(args)  # refused in one line before anything loads
     tcfg, dcfg = model_configs(args)
     result = run_adapt(tcfg, dcfg, user_prompts(args.prompts, args.category, tcfg),
-                       settings_of(args), args.threads, _Terminal())
+                       settings, args.threads, _Terminal(), force=args.force)
     for line in result.lines:
         print(line)
     return 0
@@ -67,11 +69,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--holdout-per-category", type=int, default=2,
                    help="held-out suite prompts per category (default 2)")
     a.add_argument("--train", choices=train.CHOICES, default=train.DEFAULT_TRAIN,
-                   help=f"which tensors train (default {train.DEFAULT_TRAIN}: the output head)")
+                   help=f"which tensors train (default {train.DEFAULT_TRAIN}: the last 4 blocks "
+                   "without the output head; head, head+last2: with it)")
     a.add_argument("--epochs", type=int, default=train.DEFAULT_EPOCHS,
                    help=f"passes over the teacher data (default {train.DEFAULT_EPOCHS})")
     a.add_argument("--context", type=int, default=train.DEFAULT_CONTEXT,
-                   help=f"tokens per training window (default {train.DEFAULT_CONTEXT})")
+                   help=f"tokens per training window, a multiple of {train.CONTEXT_STEP} "
+                   f"(default {train.DEFAULT_CONTEXT})")
+    a.add_argument("--force", action="store_true",
+                   help=f"train even where the base draft already accepts more than "
+                   f"{ADAPT_DECLINE_ABOVE} per position on your requests (declined otherwise)")
     a.add_argument("--lr", type=float, default=train.DEFAULT_LR,
                    help=f"AdamW's learning rate (default {train.DEFAULT_LR:g})")
     a.add_argument("--max-tokens", type=int, default=data.ANSWER_TOKENS,

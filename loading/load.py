@@ -75,6 +75,15 @@ def load_pair(target: ModelConfig, draft: ModelConfig | None,
                    progress=progress)
 
 
+def served_draft(plan: LoadPlan, quantizer: Quantizer | None = None) -> ModelConfig | None:
+    """The draft's config as `plan` loads it: its requantized copy (derived now unless a current
+    one exists) where the plan asks for one, else the file as given."""
+    if plan.draft is None or plan.draft_quant is None:
+        return plan.draft
+    return replace(plan.draft, path=str(derive_quantized(plan.draft.path, plan.draft_quant,
+                                                         quantizer)))
+
+
 def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
             lookup_ngram: int = 3, quantizer: Quantizer | None = None,
             chain_min: float = DEFAULT_CHAIN_MIN, progress: Progress | None = None) -> Pair:
@@ -84,8 +93,7 @@ def execute(plan: LoadPlan, loader: Loader | None = None, p_min: float = 0.0,
     draft_info = plan.draft_info
     if draft is not None:
         if plan.draft_quant is not None:
-            draft = replace(draft, path=str(derive_quantized(draft.path, plan.draft_quant,
-                                                             quantizer)))
+            draft = served_draft(plan, quantizer) or draft
             # The requantized file is another file; the trimmed one is derived from it.
             draft_info = read_info(draft.path) if plan.trim_vocab else None
         if plan.trim_vocab:

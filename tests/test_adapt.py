@@ -82,28 +82,58 @@ def _ex(prompt, answer, temp=0.0, cat="c"):
     return Example(cat, tuple(prompt), tuple(answer), temp)
 
 
-def test_windows_pack_the_examples_end_to_end():
-    ex = [_ex([1, 2], [3, 4, 5]), _ex([6], [7, 8, 9, 10])]
-    assert data.windows(ex, 4) == [([1, 2, 3, 4], [2, 3, 4, 5]), ([5, 6, 7, 8], [6, 7, 8, 9])]
+def test_each_example_is_its_own_window_and_no_request_sees_another():
+    a = Example("c", (1, 2, 3), (4, 5), 0.0)
+    b = Example("c", (6, 7), (8, 9, 10), 0.0)
+    got = data.windows([a, b], 8, pad=0)
+    assert [w.tokens for w in got] == [[1, 2, 3, 4, 5, 0, 0, 0], [6, 7, 8, 9, 10, 0, 0, 0]]
+    # A long prompt keeps its tail, the answer whole; still one request a window.
+    long = Example("c", tuple(range(20, 40)), (4, 5), 0.0)
+    (w,) = data.windows([long], 8, pad=0)
+    assert w.tokens == [34, 35, 36, 37, 38, 39, 4, 5]
 
 
-def test_within_a_prompt_the_draft_learns_the_targets_choice_not_the_users_text():
-    ex = [Example("c", (1, 2, 3), (4, 5), 0.0, choices=(70, 80)), _ex([6, 7], [8])]
-    (inputs, labels), = data.windows(ex, 6)
-    assert inputs == [1, 2, 3, 4, 5, 6]
-    # Prompt rows: the target's argmax; from the prompt's last token on: the answer; at the end
-    # of an example, the next one's first token.
-    assert labels == [70, 80, 4, 5, 6, 7]
+def test_only_answer_positions_carry_labels_the_prompt_is_context():
+    e = Example("c", (1, 2, 3), (4, 5), 0.0)
+    (w,) = data.windows([e], 8, pad=0)
+    # Position 2 (the prompt's last token) predicts the answer's first token, 3 its second.
+    assert w.scored == [False, False, True, True, False, False, False, False]
+    assert [lab for lab, s in zip(w.labels, w.scored) if s] == [4, 5]
+    # llama.cpp's one-hot labels cannot be left out: the unscored positions take the draft's
+    # own argmax there (no gradient toward any text), never the prompt's text or the target's.
+    own = data.with_own_labels([w], lambda toks: [100 + i for i in range(len(toks))])
+    assert own[0].labels == [100, 101, 4, 5, 104, 105, 106, 107]
 
 
-def test_the_teacher_answers_and_records_its_choices_within_the_prompt(tmp_path):
-    target = FakeBackend(seed=0)
+def test_a_sampled_answer_is_labelled_with_the_targets_argmax_not_the_sampled_token():
+    target = FakeBackend(seed=3)
     prompt = [3, 14, 15, 9]
-    choices, said = data.answer(target, prompt, 5, 0.0, np.random.default_rng(0))
-    rows = FakeBackend(seed=0).decode(prompt, 0, list(range(len(prompt))))
-    assert choices == [int(t) for t in rows[:-1].argmax(axis=1)]
-    assert said[0] == int(rows[-1].argmax()) and len(said) <= 5
-    saved = [Example("c", tuple(prompt), tuple(said), 0.0, tuple(choices)), _ex([1], [2], 0.7)]
+    said, best = data.answer(target, prompt, 6, 0.7, np.random.default_rng(1))
+    # The target's argmax along the sampled path, computed from its own rows.
+    ref = FakeBackend(seed=3)
+    toks = prompt + said
+    rows = ref.decode(toks, 0, list(range(len(prompt) - 1, len(toks) - 1)))
+    assert best == [int(t) for t in rows.argmax(axis=1)]
+    assert best != said  # this seed samples off the argmax somewhere
+    e = Example("c", tuple(prompt), tuple(said), 0.7, tuple(best))
+    (w,) = data.windows([e], 16, pad=0)
+    assert [lab for lab, s in zip(w.labels, w.scored) if s] == best
+    # Greedy: the answer is the argmax.
+    g, gbest = data.answer(FakeBackend(seed=3), prompt, 6, 0.0, np.random.default_rng(1))
+    assert g == gbest
+
+
+def test_no_prompt_is_trained_twice():
+    target = FakeBackend(seed=0)
+    prompts = [("c", [1, 2, i]) for i in range(6)]
+    once = data.teach_once(target, prompts, 3, seed=0)
+    assert [e.prompt for e in once] == [tuple(p) for _, p in prompts]
+    # Both temperatures are still taught, alternately.
+    assert [e.temperature for e in once] == [0.0, 0.7] * 3
+
+
+def test_the_teacher_data_is_read_back_with_its_labels(tmp_path):
+    saved = [Example("c", (3, 14), (5, 6), 0.7, (5, 9)), _ex([1], [2], 0.0)]
     assert data.load(data.save(tmp_path / "d.npz", saved)) == saved
 
 
@@ -144,28 +174,25 @@ def test_sampled_acceptance_is_the_overlap_of_the_two_distributions():
     assert proof.accept_chances(t, d, e)[0] == pytest.approx(0.5, abs=1e-3)
 
 
-def _row(cat, base, adapted):
-    def rounds(a):
-        return proof.Rounds(gamma=1, reached=np.array([1.0]), accepted=np.array([a]), rounds=1)
-    return run.Row(cat, 0.0, rounds(base), rounds(adapted))
-
-
-def test_adapted_draft_wins_only_on_your_prompts_without_losing_elsewhere():
-    wins, why = run.decide([_row(run.YOURS, 0.7, 0.78), _row("chat", 0.6, 0.59)])
-    assert wins and "+0.080" in why
-    wins, why = run.decide([_row(run.YOURS, 0.7, 0.78), _row("chat", 0.6, 0.55)])
-    assert not wins and "chat" in why
-    assert not run.decide([_row(run.YOURS, 0.7, 0.69)])[0]
-
-
 def test_a_run_that_does_not_fit_is_refused_with_what_would(tmp_path):
     info = read_info(_draft(tmp_path / "d.gguf"))
-    need = train.plan(info, "head+last2", 256)
-    assert train.check_fits(info, "head+last2", 256, need.total) == need
-    fits_head = train.plan(info, "head", 256).total
-    with pytest.raises(SettingsError, match=r"; --train head or --context 128") as exc:
-        train.check_fits(info, "head+last2", 256, fits_head)
+    need = train.plan(info, "head+last2", 512)
+    assert train.check_fits(info, "head+last2", 512, need.total) == need
+    fits_head = train.plan(info, "head", 512).total
+    with pytest.raises(SettingsError, match=r"; --train \S+ or --context 256 would fit") as exc:
+        train.check_fits(info, "head+last2", 512, fits_head)
     assert "\n" not in str(exc.value)
+
+
+def test_check_fits_never_suggests_a_window_llama_cpp_cannot_train(tmp_path):
+    """llama.cpp pads a context to 256 tokens: 128 or 64 would end the process in opt_epoch."""
+    info = read_info(_draft(tmp_path / "d.gguf"))
+    with pytest.raises(SettingsError) as exc:
+        train.check_fits(info, "head", 256, 1)
+    assert "--context 128" not in str(exc.value) and "--context 64" not in str(exc.value)
+    for bad in (128, 64, 300, 0):
+        with pytest.raises(SettingsError, match="multiple of 256"):
+            train.check_fits(info, "head", bad, 1 << 40)
 
 
 class _FakeTrainer:
@@ -174,12 +201,12 @@ class _FakeTrainer:
     def __init__(self, path: Path, stop_at: int | None = None) -> None:
         self.path, self.stop_at, self.steps, self.closed = path, stop_at, 0, False
 
-    def step(self, window, labels) -> float:
+    def step(self, window, labels) -> tuple[float, float]:
         assert len(window) == len(labels)
         self.steps += 1
         if self.steps == self.stop_at:
             raise KeyboardInterrupt
-        return 1.0 / self.steps
+        return 1.0 / self.steps, 0.5
 
     def save(self, out: Path) -> None:
         out.write_bytes(self.path.read_bytes())
@@ -196,7 +223,8 @@ def _build(draft: Path, stop_at: int | None, made: list):
         return made[-1]
 
     def build(work: Path, out: Path) -> None:
-        train.train_draft(info, [([1] * 4, [1] * 4)] * 3, out, work, "head", 2, 1e-4, make, lambda s: None)
+        window = data.Window([1] * 256, [1] * 256, [True] * 256)
+        train.train_draft(info, [window] * 3, out, work, "head", 2, 1e-4, make, lambda s: None)
     return build
 
 
@@ -340,21 +368,31 @@ def test_the_teacher_with_an_adapter_is_not_the_bare_target(store, monkeypatch):
         taught.append(tuple(c for c, _ in prompts))
         return [Example(c, tuple(t), (7, 8), temp) for c, t in prompts for temp in (0.0, 0.7)]
 
+    def teach_once(target, prompts, max_tokens, seed, progress):
+        taught.append(tuple(c for c, _ in prompts))
+        return [Example(c, tuple(t), (7, 8), 0.0) for c, t in prompts]
+
     monkeypatch.setattr("engine.llama.backend.quiet_backend",
                         lambda config: contextlib.nullcontext(object()))
     monkeypatch.setattr("engine.pair.Pair", _Pair)
     monkeypatch.setattr(data, "teach", teach)
-    prompts = session.text_prompts([("mine", f"request {i}") for i in range(8)])
+    monkeypatch.setattr(data, "teach_once", teach_once)
+    prompts = session.text_prompts([("mine", f"request {i}") for i in range(32)])
     settings = Settings(holdout_per_category=1)
-    progress = type("P", (), {"stage": lambda self, what: lambda i, n: None})()
+    progress = type("P", (), {"stage": lambda self, what: lambda i, n: None,
+                              "line": lambda self, text: None})()
     for adapter in ("", "a" * 64 + "@1", "a" * 64 + "@0.5", ""):
         key = PairKey("t" * 64, adapter, "d" * 64)
-        trained, held = session.teacher(ModelConfig("t.gguf"), prompts, settings, 1, key,
-                                        progress)
-        assert len(trained) == 12 and [e.category for e in held[:4]] == ["yours"] * 4
-    # Three teachers, each answering your requests and the held-out suite's once; the bare
-    # target's second run reads its answers back.
-    assert taught.count(("mine",) * 8) == 3 and len(taught) == 6
+        trained, yours = session.teacher(ModelConfig("t.gguf"), prompts, settings, 1, key,
+                                         progress)
+        suite = session.suite_answers(ModelConfig("t.gguf"), settings, 1, key, progress)
+        # 24 trained prompts, once each; 8 held out, each greedy and at T 0.7.
+        assert len(trained) == 24 and [e.category for e in yours] == ["yours"] * 16
+        assert suite and run.YOURS not in {e.category for e in suite}
+    # Three teachers, each answering your trained requests, your held-out ones and the held-out
+    # suite's once; the bare target's second run reads its answers back.
+    assert taught.count(("mine",) * 24) == 3 and taught.count(("yours",) * 8) == 3
+    assert len(taught) == 9
 
 
 def test_an_unknown_optimizer_is_refused_before_loading(tmp_path):

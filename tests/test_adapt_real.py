@@ -24,9 +24,10 @@ def test_one_step_on_the_head_moves_the_adapted_drafts_logits(tmp_path):
     with Trainer(tmp_path / "t.gguf", 256, chosen, 1e-3, threads=1) as trainer:
         assert sorted(trainer.trained) == ["output.weight", "output_norm.weight"]
         window = [int(t) for t in np.random.default_rng(0).integers(1000, 20000, 257)]
-        first = trainer.step(window[:-1], window[1:])
+        first, accuracy = trainer.step(window[:-1], window[1:])
+        assert 0.0 <= accuracy <= 1.0
         # The same window again: its loss went down.
-        assert trainer.step(window[:-1], window[1:]) < first
+        assert trainer.step(window[:-1], window[1:])[0] < first
         trainer.save(tmp_path / "trained.gguf")
     write_adapted(draft, tmp_path / "trained.gguf", tmp_path / "a.gguf", names)
     base, adapted = GGUFFile(read_info(draft)), GGUFFile(read_info(tmp_path / "a.gguf"))
@@ -52,8 +53,18 @@ def test_the_optimizer_and_its_parameters_reach_llama_cpp(tmp_path):
     drops = {}
     for name, kw in {"sgd": dict(optimizer=SGD), "adamw": {}, "adamw eps 1e6": dict(eps=1e6)}.items():
         with Trainer(tmp_path / "t.gguf", 256, norm_only, 1e-3, threads=1, **kw) as trainer:
-            first = trainer.step(window[:-1], window[1:])
-            drops[name] = first - trainer.step(window[:-1], window[1:])
+            first = trainer.step(window[:-1], window[1:])[0]
+            drops[name] = first - trainer.step(window[:-1], window[1:])[0]
     assert drops["sgd"] > 0 and drops["adamw"] > 0
     assert abs(drops["adamw eps 1e6"]) < drops["adamw"] / 100
 
+
+
+def test_a_window_llama_cpp_would_pad_is_refused_not_aborted(tmp_path):
+    """llama.cpp pads a 128-token context to 256 and its trainer then reads 256-token windows
+    from a dataset of 128-token ones (a GGML_ASSERT that ends the process): refused instead."""
+    _, draft = embedded_pair()
+    chosen = trains("head", read_info(draft).n_layer)
+    write_trainable(draft, tmp_path / "t.gguf", chosen)
+    with pytest.raises(ValueError, match="pads a 128-token context to 256"):
+        Trainer(tmp_path / "t.gguf", 128, chosen, 1e-3, threads=1)

@@ -30,7 +30,7 @@ def test_the_models_tab_adapts_the_draft_with_progress_then_the_proof(tmp_path, 
     seen: dict = {}
     stepped, shown = threading.Event(), threading.Event()
 
-    def fake(tcfg, dcfg, key, prompts, settings, threads, progress, default):
+    def fake(tcfg, dcfg, key, prompts, settings, threads, progress, default, serve):
         seen.update(tcfg=tcfg, dcfg=dcfg, key=key, settings=settings,
                     prompts=prompts(lambda text: [len(text)]))
         progress.line("memory plan: 1.0 GiB")
@@ -65,7 +65,7 @@ def test_the_adapt_action_refuses_in_one_line(tmp_path, monkeypatch):
     target, draft, _ = _files(tmp_path, monkeypatch)
 
     def refuse(*args):
-        raise SettingsError("adapting d.gguf needs 9 GiB and 2 GiB is free; --context 64 would fit")
+        raise SettingsError("adapting d.gguf needs 9 GiB and 2 GiB is free; --train last2 would fit")
 
     monkeypatch.setattr(runtime.session, "adapt_pair", refuse)
     notes = list(wizard.adapt("", str(target), "", str(draft)))
@@ -73,3 +73,13 @@ def test_the_adapt_action_refuses_in_one_line(tmp_path, monkeypatch):
     missing = list(wizard.adapt("", str(target), "", str(tmp_path / "absent.gguf")))
     assert missing == ["<p><b>Refused:</b> choose a target and a draft on disk first (steps 1, "
                        "2 and 4).</p>"]
+
+
+def test_a_declined_run_says_declined_with_its_measured_reason(tmp_path, monkeypatch):
+    target, draft, _ = _files(tmp_path, monkeypatch)
+    line = "declined: the base draft (d.gguf) already accepts 0.912 per position at greedy"
+    monkeypatch.setattr(runtime.session, "adapt_pair", lambda *a: Result(None, False, [line]))
+    monkeypatch.setattr(adapt_action, "POLL_S", 0.01)
+    notes = list(wizard.adapt("", str(target), "", str(draft)))
+    assert "<b>Declined</b>" in notes[-1] and "0.912 per position" in notes[-1]
+    assert "<b>Adapted</b>" not in notes[-1]

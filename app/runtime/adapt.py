@@ -1,9 +1,13 @@
 """Adapting the draft to its target as the app runs it: the command line's `tandem adapt` and the
 Models tab's action both call `run_adapt` here, which names the pair's record by its files
-(app/runtime/tuned.py `key_for`, adapters included) and gives a new record the defaults, then
-runs the one adaptation (bench/adapt/session.py). Only the way progress shows differs."""
+(app/runtime/tuned.py `key_for`, adapters included), gives a new record the defaults and the
+proof the files a load will serve (`served_file`), then runs the one adaptation
+(bench/adapt/session.py). Only the way progress shows differs."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+from app.runtime.open_pair import served_file
 from bench.adapt import session
 from bench.adapt.build import Result
 from bench.adapt.settings import Settings
@@ -31,13 +35,17 @@ def user_prompts(path: str | None, categories: list[str] | None, tcfg: ModelConf
 
 
 def run_adapt(tcfg: ModelConfig, dcfg: ModelConfig | None, prompts: session.Prompts,
-              settings: Settings, threads: int | None, progress: session.Progress) -> Result:
+              settings: Settings, threads: int | None, progress: session.Progress,
+              force: bool = False) -> Result:
     """Adapt `dcfg`'s draft to the target `tcfg` (with its adapters): the one entry of the
-    command line and the Models tab."""
+    command line and the Models tab. Unless `force`, a pair whose base draft already accepts
+    more than ADAPT_DECLINE_ABOVE is declined before training."""
+    from app.runtime.defaults import ADAPT_DECLINE_ABOVE
     from app.runtime.tuned import key_for
+    settings = replace(settings, decline_above=None if force else ADAPT_DECLINE_ABOVE)
     from engine.llama.backend import default_threads
     if dcfg is None:
         raise SettingsError("tandem adapt trains a draft model; drop --draft none")
     key = key_for(tcfg.path, dcfg.path, tcfg.lora)
     return session.adapt_pair(tcfg, dcfg, key, prompts, settings, threads or default_threads(),
-                              progress, _default())
+                              progress, _default(), served_file(tcfg))

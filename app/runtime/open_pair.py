@@ -9,11 +9,15 @@ drafters' lookup and stop settings, the history size, where the lines go); the C
 build it from their options, the page from its fields. A command that measures drafters itself
 does not use the record (nor the evidence kept beside it) and says so with the plan; every
 command starts from the calibrations kept for its files and settings (loading/calibrations.py).
+`served_file` answers, by the same plan, which file a load of a draft reads (what `tandem adapt`
+measures).
 """
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 from app.runtime.defaults import DEFAULT_CHAIN_MIN, LOOKUP_NGRAM, NEEDS_DRAFT_MODEL
 from app.runtime.tuned import (COMMAND, PAGE, PairingRule, PairingUse, for_command, for_load,
@@ -23,7 +27,8 @@ from engine.pair import Pair
 from loading.calibrations import CalibrationFile, keep_calibrations
 from loading.evidence import keep_evidence
 from loading.history import HistoryStore
-from loading.load import Announce, Loader, Progress, execute
+from loading.derived.quantized import Quantizer
+from loading.load import Announce, Loader, Progress, execute, served_draft
 from loading.options import LoadOptions
 from loading.plan import LoadPlan, plan_load
 
@@ -130,3 +135,16 @@ def open_pair(request: PairRequest, loader: Loader | None = None,
         pair.close()
         raise
     return OpenedPair(pair, plan, use, history, calibrations)
+
+
+def served_file(tcfg: ModelConfig, quantizer: Quantizer | None = None
+                ) -> Callable[[Path, str], Path]:
+    """serve(draft, draft_quant): the file a load of `draft` beside `tcfg` reads, as the loader
+    plans and derives it (loading/load.py `served_draft`: under "auto", a heavy draft on the CPU
+    is its Q4_0 copy), so that the proof measures what will be served."""
+    def serve(draft: Path, draft_quant: str) -> Path:
+        plan = plan_load(tcfg, ModelConfig(path=str(draft), n_ctx=tcfg.n_ctx),
+                         LoadOptions(draft_quant=draft_quant, check_budget=False, warmup=False))
+        cfg = served_draft(plan, quantizer)
+        return Path(cfg.path) if cfg is not None else draft
+    return serve

@@ -52,7 +52,9 @@ class Shown:
                                          else [])])
         if self.error:
             return f"<p><b>Refused:</b> {html.escape(self.error)}</p>"
-        head = "<p><b>Adapted</b></p>" if self.done else "<p>adapting the draft...</p>"
+        declined = self.result is not None and self.result.path is None
+        head = ("<p><b>Declined</b></p>" if declined else "<p><b>Adapted</b></p>"
+                if self.done else "<p>adapting the draft...</p>")
         return f"{head}<pre id='wizard-adapt-table'>{html.escape(body)}</pre>"
 
 

@@ -2,6 +2,13 @@
 and sampled (T 0.7), so that the target's own distribution is what the draft learns
 (sequence-level distillation: DistillSpec, arXiv 2310.08461).
 
+What the draft is trained on matches what it is asked while decoding (issue 63): each example is
+its own window (its prompt's tail and its whole answer: no request attends to another, no label
+lacks its request), only the answer positions carry labels, and each label is the target's argmax
+there (what greedy verification accepts; along a sampled answer too, never the sampled token).
+The prompt is context only, and each trained prompt is answered once (greedy or T 0.7, in turn),
+so no prompt is trained twice.
+
 Prompts come from the user's history (loading/history.py: each past request's tokens up to the
 chat template's assistant header) or a prompts file. The answers are kept in the store as
 `derived/adapt-data-<hash>.npz`, written user-only (0600) through the one atomic write, so a
@@ -26,14 +33,13 @@ ANSWER_TOKENS = 64
 @dataclass(frozen=True)
 class Example:
     """One prompt's tokens (through the chat template), one answer of the target's, and the
-    target's own choice (its argmax) after each prompt token but the last: what the draft learns
-    there instead of the user's text, which no draft is ever asked to guess."""
+    target's argmax before each answer token (along the answer as it was said)."""
     category: str
     prompt: tuple[int, ...]
     answer: tuple[int, ...]
     temperature: float
-    # The target's argmax at prompt rows 0 .. len(prompt) - 2 (empty: label by the text).
-    choices: tuple[int, ...] = ()
+    # The target's argmax at each answer position (empty: the answer is greedy, its own argmax).
+    argmax: tuple[int, ...] = ()
 
     @property
     def tokens(self) -> list[int]:
@@ -41,14 +47,13 @@ class Example:
 
     @property
     def labels(self) -> list[int]:
-        """What each of `tokens` but the last is trained to predict: the target's choice within
-        the prompt, the answer's next token from the prompt's last token on.
+        """What the draft learns at each answer position (the prompt's last token and each
+        answer token but the last): the target's argmax there.
 
-        >>> Example("c", (1, 2, 3), (4, 5), 0.0, choices=(7, 8)).labels
-        [7, 8, 4, 5]
+        >>> Example("c", (1, 2, 3), (4, 5), 0.7, argmax=(4, 6)).labels
+        [4, 6]
         """
-        inside = list(self.choices) if self.choices else list(self.prompt[1:])
-        return [*inside, *self.answer]
+        return list(self.argmax) if self.argmax else list(self.answer)
 
 
 def _softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
@@ -61,36 +66,49 @@ def _softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
 def answer(target: Backend, prompt: Sequence[int], max_tokens: int, temperature: float,
            rng: np.random.Generator) -> tuple[list[int], list[int]]:
     """The target's answer to `prompt` (greedy at temperature 0, else sampled), and its argmax
-    at every prompt row but the last (`Example.choices`)."""
+    at each answer position (the label: the same tokens when greedy)."""
     target.truncate(0)
-    rows = target.decode(list(prompt), 0, list(range(len(prompt))))
-    choices = [int(t) for t in np.argmax(rows[:-1], axis=1)] if len(prompt) > 1 else []
-    logits = rows[-1]
+    logits = target.decode(list(prompt), 0, [len(prompt) - 1])[-1]
     out: list[int] = []
+    best: list[int] = []
     for _ in range(max_tokens):
-        tok = int(np.argmax(logits)) if temperature == 0 else int(
+        best.append(int(np.argmax(logits)))
+        tok = best[-1] if temperature == 0 else int(
             rng.choice(len(logits), p=_softmax(logits, temperature)))
         out.append(tok)
         if target.is_eog(tok):
             break
         logits = target.decode([tok], len(prompt) + len(out) - 1, [0])[-1]
-    return choices, out
+    return out, best
+
+
+def _teach(target: Backend, asked: Sequence[tuple[str, list[int], float]], max_tokens: int,
+           seed: int, progress: Callable[[int, int], None]) -> list[Example]:
+    rng = np.random.default_rng(seed)
+    out: list[Example] = []
+    for cat, toks, temp in asked:
+        said, best = answer(target, toks, max_tokens, temp, rng)
+        out.append(Example(cat, tuple(toks), tuple(said), temp,
+                           tuple(best) if temp != 0 else ()))
+        progress(len(out), len(asked))
+    return out
 
 
 def teach(target: Backend, prompts: Sequence[tuple[str, list[int]]], max_tokens: int,
           seed: int, progress: Callable[[int, int], None] = lambda i, n: None,
           temperatures: Sequence[float] = (0.0, TEACHER_TEMPERATURE)) -> list[Example]:
     """Each prompt answered by the target at each of `temperatures`: by default twice, greedy
-    and sampled at T 0.7."""
-    rng = np.random.default_rng(seed)
-    out: list[Example] = []
-    n = len(temperatures) * len(prompts)
-    for cat, toks in prompts:
-        for temp in temperatures:
-            choices, said = answer(target, toks, max_tokens, temp, rng)
-            out.append(Example(cat, tuple(toks), tuple(said), temp, tuple(choices)))
-            progress(len(out), n)
-    return out
+    and sampled at T 0.7 (the held-out prompts, measured at both)."""
+    return _teach(target, [(c, t, temp) for c, t in prompts for temp in temperatures],
+                  max_tokens, seed, progress)
+
+
+def teach_once(target: Backend, prompts: Sequence[tuple[str, list[int]]], max_tokens: int,
+               seed: int, progress: Callable[[int, int], None] = lambda i, n: None,
+               temperatures: Sequence[float] = (0.0, TEACHER_TEMPERATURE)) -> list[Example]:
+    """Each prompt answered once, at `temperatures` in turn (the trained prompts: none twice)."""
+    return _teach(target, [(c, t, temperatures[i % len(temperatures)])
+                           for i, (c, t) in enumerate(prompts)], max_tokens, seed, progress)
 
 
 def data_sha256(examples: Sequence[Example]) -> str:
@@ -103,10 +121,11 @@ def data_sha256(examples: Sequence[Example]) -> str:
 
 
 def prompts_sha256(prompts: Sequence[tuple[str, list[int]]], target_sha: str, seed: int,
-                   max_tokens: int) -> str:
-    """What the teacher data is a function of: the prompts, the target, the seed, the length
-    (and the data's format: 2 added the target's choices within the prompt)."""
-    h = hashlib.sha256(f"2|{target_sha}|{seed}|{max_tokens}|".encode())
+                   max_tokens: int, how: str = "both") -> str:
+    """What the teacher data is a function of: the prompts, the target, the seed, the length,
+    `how` they were asked ("both" temperatures or "once") and the data's format (3: the target's
+    argmax along each answer)."""
+    h = hashlib.sha256(f"3|{how}|{target_sha}|{seed}|{max_tokens}|".encode())
     for cat, toks in prompts:
         h.update(cat.encode() + b"|" + np.asarray(toks, dtype=np.int32).tobytes())
     return h.hexdigest()
@@ -128,45 +147,67 @@ def save(path: Path, examples: Sequence[Example]) -> Path:
         prompt_lens=np.array([len(e.prompt) for e in examples]),
         lens=np.array([len(e.tokens) for e in examples]),
         tokens=np.concatenate([np.asarray(e.tokens, np.int32) for e in examples]),
-        choices=np.concatenate([np.asarray(e.choices, np.int32) for e in examples]),
-        choice_lens=np.array([len(e.choices) for e in examples]))
+        argmax=np.concatenate([np.asarray(e.argmax, np.int32) for e in examples]),
+        argmax_lens=np.array([len(e.argmax) for e in examples]))
 
 
 def load(path: Path) -> list[Example]:
     with np.load(path, allow_pickle=False) as f:
         tokens, lens, plens = f["tokens"], f["lens"], f["prompt_lens"]
         cats, temps = f["categories"], f["temperatures"]
-        # Format 1 (before the prompt's choices): every example labelled by its text.
-        choices = f["choices"] if "choices" in f.files else np.zeros(0, np.int32)
-        clens = f["choice_lens"] if "choice_lens" in f.files else np.zeros(len(lens), int)
-    out, at, cat_at = [], 0, 0
-    for cat, temp, n, p, c in zip(cats, temps, lens, plens, clens):
+        best, blens = f["argmax"], f["argmax_lens"]
+    out, at, best_at = [], 0, 0
+    for cat, temp, n, p, b in zip(cats, temps, lens, plens, blens):
         seq = [int(t) for t in tokens[at:at + n]]
-        chosen = tuple(int(t) for t in choices[cat_at:cat_at + c])
+        chosen = tuple(int(t) for t in best[best_at:best_at + b])
         out.append(Example(str(cat), tuple(seq[:p]), tuple(seq[p:]), float(temp), chosen))
         at += int(n)
-        cat_at += int(c)
+        best_at += int(b)
     return out
 
 
-Window = tuple[list[int], list[int]]
+@dataclass(frozen=True)
+class Window:
+    """One training window of n_ctx tokens: what each position is trained to predict, and
+    whether that label counts (`scored`: the answer positions; the rest is context or padding,
+    which a trainer with a loss mask leaves out, `with_own_labels` for one without)."""
+    tokens: list[int]
+    labels: list[int]
+    scored: list[bool]
 
 
-def windows(examples: Sequence[Example], n_ctx: int) -> list[Window]:
-    """The examples end to end, cut into windows of n_ctx tokens with their labels (each
-    example's `labels`; its last token's is the next example's first token), as llama.cpp's
-    finetune packs its text; the tail that fills no window is dropped.
+def windows(examples: Sequence[Example], n_ctx: int, pad: int) -> list[Window]:
+    """One window per example: its prompt's last tokens and its answer (cut to n_ctx - 1),
+    padded with `pad` to n_ctx; labels at the answer positions, the target's argmax there; the
+    other positions' labels are the next token, unscored."""
+    out = []
+    for e in examples:
+        said, best = list(e.answer[:n_ctx - 1]), e.labels[:n_ctx - 1]
+        head = list(e.prompt[-(n_ctx - len(said)):])
+        toks = head + said
+        labels = toks[1:] + [pad]
+        scored = [False] * len(toks)
+        for j, lab in enumerate(best):
+            labels[len(head) - 1 + j] = lab
+            scored[len(head) - 1 + j] = True
+        fill = n_ctx - len(toks)
+        out.append(Window(toks + [pad] * fill, labels + [pad] * fill, scored + [False] * fill))
+    return out
 
-    >>> a, b = Example("c", (1, 2), (3,), 0.0, (9,)), Example("c", (4, 5), (6,), 0.0, (8,))
-    >>> windows([a, b], 2)
-    [([1, 2], [9, 3]), ([3, 4], [4, 8])]
-    """
-    stream = [t for e in examples for t in e.tokens]
-    labels: list[int] = []
-    for e, nxt in zip(examples, [*examples[1:], None]):
-        labels += e.labels + ([nxt.tokens[0]] if nxt is not None else [])
-    return [(stream[i:i + n_ctx], labels[i:i + n_ctx])
-            for i in range(0, len(labels) - n_ctx + 1, n_ctx)]
+
+def with_own_labels(wins: Sequence[Window], own: Callable[[list[int]], Sequence[int]]
+                    ) -> list[Window]:
+    """`wins` for a trainer whose labels are one-hot token ids without a mask (llama.cpp's
+    `opt_epoch_iter` sets one 1.0 per position, every position counted): each unscored position
+    labelled with `own(tokens)`'s token there, the draft's own argmax before training, the
+    nearest such a label comes to none (its gradient only sharpens what the draft already
+    predicts, toward no text of the user's or the target's)."""
+    out = []
+    for w in wins:
+        mine = own(w.tokens)
+        out.append(Window(w.tokens, [lab if s else int(m) for lab, s, m in
+                                     zip(w.labels, w.scored, mine)], w.scored))
+    return out
 
 
 def history_prompts(documents: Sequence[Sequence[int]], header: Sequence[int]) -> list[list[int]]:

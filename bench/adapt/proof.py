@@ -92,24 +92,56 @@ class Rounds:
         return self.tokens_per_call / cost
 
 
+# Rounds by (draft name, category, temperature): one per held-out answer, in the order of the
+# answers, so that the drafts' lists pair up prompt by prompt.
+Measured = dict[tuple[str, str, float], list[Rounds]]
+
+
 def measure(target: Backend, drafts: Mapping[str, Backend], held_out: Sequence[Example]
-            ) -> dict[tuple[str, str, float], Rounds]:
-    """Rounds by (draft name, category, temperature), teacher-forced on `held_out`."""
-    out: dict[tuple[str, str, float], Rounds] = {}
+            ) -> Measured:
+    """Rounds of each answer by (draft name, category, temperature), teacher-forced on
+    `held_out`."""
+    out: Measured = {}
     for e in held_out:
         t_rows = rows(target, e)
         for name, d in drafts.items():
-            chances = accept_chances(t_rows, rows(d, e), e)
-            out.setdefault((name, e.category, e.temperature), Rounds()).add(chances)
+            r = Rounds()
+            r.add(accept_chances(t_rows, rows(d, e), e))
+            out.setdefault((name, e.category, e.temperature), []).append(r)
     return out
 
 
-def pooled(results: dict[tuple[str, str, float], Rounds], name: str, categories: Sequence[str],
-           temperature: float) -> Rounds:
-    total = Rounds()
-    for (n, cat, temp), r in results.items():
-        if n == name and cat in categories and temp == temperature:
-            total.reached += r.reached
-            total.accepted += r.accepted
-            total.rounds += r.rounds
-    return total
+def total(rounds: Sequence[Rounds]) -> Rounds:
+    """Rounds pooled over answers (of one gamma)."""
+    g = rounds[0].gamma if rounds else GAMMA
+    out = Rounds(gamma=g, reached=np.zeros(g), accepted=np.zeros(g))
+    for r in rounds:
+        out.reached += r.reached
+        out.accepted += r.accepted
+        out.rounds += r.rounds
+    return out
+
+
+def pooled(results: Measured, name: str, categories: Sequence[str], temperature: float
+           ) -> Rounds:
+    return total([r for (n, cat, temp), rs in results.items()
+                  if n == name and cat in categories and temp == temperature for r in rs])
+
+
+def greedy_rounds(draft: Backend, examples: Sequence[Example]) -> Rounds:
+    """Greedy rounds of `draft` on `examples`: a drafted token is accepted where it is the
+    target's argmax (each example's labels), so no target decode is needed."""
+    out = Rounds()
+    for e in examples:
+        out.add((np.argmax(rows(draft, e), axis=1) == np.asarray(e.labels)).astype(np.float64))
+    return out
+
+
+def agreement(draft: Backend, examples: Sequence[Example]) -> float:
+    """The share of answer positions where `draft`'s argmax, in the example's own context, is
+    the target's (its label): the in-context figure the trainer's own accuracy is set beside."""
+    hits = n = 0
+    for e in examples:
+        got = np.argmax(rows(draft, e), axis=1) == np.asarray(e.labels)
+        hits, n = hits + int(got.sum()), n + len(got)
+    return hits / n if n else float("nan")

@@ -9,6 +9,11 @@ libraries, as the header has them. Weights must be loaded without mmap (the opti
 them), and only F32 tensors train: llama.cpp skips any other tensor its filter names, and never
 trains `token_embd` (examples/training/finetune.cpp loads an F32 model for the same reason).
 
+Labels are token ids: llama.cpp's `opt_epoch_iter` turns each into a one-hot row and counts every
+position of the window (no loss mask, no ignored label; `idata_split` only splits whole
+datapoints into trained and evaluated ones, and each datapoint starts from an empty cache), so a
+position that should carry no label is given the draft's own argmax (bench/adapt/data.py).
+
 One call of `Trainer.step` is one optimizer step over one window (one `llama_opt_epoch` over a
 dataset of one datapoint), so the caller's loop sees every step: its progress, its ETA and its
 Ctrl-C, which llama.cpp's own epoch callback could not stop.
@@ -71,6 +76,8 @@ def _bind() -> tuple[Any, Any]:
         "ggml_opt_result_reset": ([vp], None),
         "ggml_opt_result_loss": ([vp, ctypes.POINTER(ctypes.c_double),
                                   ctypes.POINTER(ctypes.c_double)], None),
+        "ggml_opt_result_accuracy": ([vp, ctypes.POINTER(ctypes.c_double),
+                                      ctypes.POINTER(ctypes.c_double)], None),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(ggml, name)
@@ -155,6 +162,12 @@ class Trainer(Owned):
         self.ctx = llama_cpp.llama_init_from_model(self.model, cp)
         if self.ctx is None:
             raise MemoryError(f"llama.cpp could not make a training context of {n_ctx} tokens")
+        padded = llama_cpp.llama_n_ctx(self.ctx)
+        if padded != n_ctx:
+            # opt_epoch would read windows of the padded size from a dataset of n_ctx-token
+            # ones and fail an assertion, ending the process.
+            raise ValueError(f"llama.cpp pads a {n_ctx}-token context to {padded}: train on "
+                             f"windows of {padded}")
 
     def _init_optimizer(self, n_ctx: int, trains: Callable[[str], bool], lr: float, eps: float,
                         wd: float, optimizer: int) -> None:
@@ -175,15 +188,18 @@ class Trainer(Owned):
         _llama.llama_opt_init(self.ctx, self.model, params)
         self.result = _ggml.ggml_opt_result_init()
 
-    def step(self, window: Sequence[int], labels: Sequence[int]) -> float:
-        """One optimizer step on one window of n_ctx tokens and their labels; its mean
-        cross-entropy loss."""
+    def step(self, window: Sequence[int], labels: Sequence[int]) -> tuple[float, float]:
+        """One optimizer step on one window of n_ctx tokens and their labels (token ids:
+        llama.cpp makes each a one-hot row and counts every position; it has no loss mask);
+        its mean cross-entropy loss and the trainer's accuracy over the window's positions
+        (`ggml_opt_result_accuracy`: the share whose argmax is the label, before the step)."""
         with Dataset([(window, labels)], len(window)) as data:
             _ggml.ggml_opt_result_reset(self.result)
             _llama.llama_opt_epoch(self.ctx, data.ptr, self.result, None, 1, None, None)
-        loss, unc = ctypes.c_double(), ctypes.c_double()
+        loss, acc, unc = ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
         _ggml.ggml_opt_result_loss(self.result, ctypes.byref(loss), ctypes.byref(unc))
-        return float(loss.value)
+        _ggml.ggml_opt_result_accuracy(self.result, ctypes.byref(acc), ctypes.byref(unc))
+        return float(loss.value), float(acc.value)
 
     def save(self, path: Path) -> None:
         """Write the model with its trained weights as a GGUF."""
