@@ -74,7 +74,7 @@ CHAIN_DEPTH = 3
 LONG_KILLS = {"serve": 40, "ui": 10}
 ANSWERED = "answered to the end"
 MID_ANSWER = "killed by the test mid-answer"
-NOT_REACHED = "killed after its answers (the write was not reached)"
+NOT_REACHED = "killed after its answers (its kill point was not reached)"
 QUESTIONS = ("Tell me about rivers.", "And mountains?", "Which is older?", "Why?")
 
 
