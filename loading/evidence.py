@@ -79,7 +79,8 @@ def identity(key: PairKey, pair: Pair) -> dict:
 
 class EvidenceFile:
     """One pair's evidence file: `for_drafter(drafter)` restores a drafter's (or starts it
-    afresh), kept by `save`, which writes every drafter's back, atomically."""
+    afresh), kept by `save`, which writes every drafter's back, atomically (those this
+    process never used as the file held them)."""
 
     def __init__(self, path: Path, ident: dict) -> None:
         self.path = path
@@ -116,7 +117,9 @@ class EvidenceFile:
 
     def save(self, _: Evidence | None = None) -> None:
         with self._lock:
-            text = json.dumps({"identity": self.identity, "drafters": self._snapshot()})
+            # The drafters this process has not used keep what the file held for them.
+            drafters = {**self._stored, **self._snapshot()}
+            text = json.dumps({"identity": self.identity, "drafters": drafters})
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 write_text(self.path, text, private=True)

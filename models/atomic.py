@@ -12,7 +12,7 @@ This is the one atomic write: every store writes through `write_atomically` (or 
 `move_into_place`). `on_step` is a test seam: the kill tests (tests/test_store_kills.py) set it in
 a child process to kill that writer at a chosen step of a write; it is None otherwise.
 
-A process killed mid-write leaves its temporary file; the next write of the same file removes
+A process killed mid-write leaves its temporary file; the next write in the same folder removes
 those whose process is gone. A file a reader cannot parse anyway (written by an older version
 without fsync before a power loss, or edited by hand) is set aside as `<name>.corrupt-<time>`
 with one warning line, so nothing is lost and the store starts afresh.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -59,15 +60,24 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# `temp_path`'s names: the file's, the writer's pid, random hex digits.
+_TEMP = re.compile(r"^\..+\.(\d+)\.[0-9a-f]+\.part$")
+
+
 def remove_orphans(out: Path) -> None:
-    """Remove temporary files of `out` left by processes that were killed mid-write."""
+    """Remove the temporary files in `out`'s folder left by processes that were killed
+    mid-write: of `out`, and of any other file there (a store of one file per item, such as the
+    stored responses, never writes a killed writer's item again)."""
     try:
-        leftovers = list(out.parent.glob(f".{out.name}.*.part"))
+        leftovers = list(out.parent.glob(".*.part"))
     except OSError:
         return
     for tmp in leftovers:
-        pid = tmp.name[len(out.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        found = _TEMP.match(tmp.name)
+        if found is None:
+            continue
+        pid = int(found.group(1))
+        if pid != os.getpid() and not _pid_alive(pid):
             tmp.unlink(missing_ok=True)
 
 

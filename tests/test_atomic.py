@@ -54,11 +54,16 @@ def test_leftovers_of_a_dead_writer_go_and_those_of_a_live_one_stay(tmp_path):
                           capture_output=True, text=True).stdout.strip()
     gone = tmp_path / f".f.json.{dead}.abcd.part"
     alive = tmp_path / f".f.json.{os.getppid()}.abcd.part"
+    # Another file's, in the same folder (a store of a file per item never writes that item
+    # again), goes too; one of a live writer, or not named as a temporary file is, stays.
     other = tmp_path / f".g.json.{dead}.abcd.part"
-    for p in (gone, alive, other):
+    other_alive = tmp_path / f".g.json.{os.getppid()}.abcd.part"
+    not_ours = tmp_path / f".g.json.{dead}.part"
+    for p in (gone, alive, other, other_alive, not_ours):
         p.write_text("partial")
     atomic.write_text(tmp_path / "f.json", "new")
-    assert not gone.exists() and alive.exists() and other.exists()
+    assert not gone.exists() and not other.exists()
+    assert alive.exists() and other_alive.exists() and not_ours.exists()
 
 
 def test_an_unreadable_file_is_set_aside_with_one_line(tmp_path, capsys):

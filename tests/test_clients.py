@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from dataclasses import dataclass
 
 import instructor
 import openai
@@ -142,6 +144,52 @@ def agents_sdk(url: str, model: str, responses: bool) -> tuple[list[str], str]:
     return calls, result.final_output
 
 
+CHAIN = ["What is the capital of France?", "And of Italy?", "And of Spain?"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a chained run: its answer, the time to its first text delta (a measurement,
+    never asserted), and its prompt and the part of it the slot's KV cache held."""
+    output: str
+    ttft_s: float
+    input_tokens: int
+    cached_tokens: int
+
+
+def agents_sdk_chain(url: str, model: str, questions: list[str] = CHAIN) -> list[Turn]:
+    """The Agents SDK, unmodified, streaming turns each chained to the last by
+    `previous_response_id` (only the new question goes out; the server keeps the rest)."""
+    agent = Agent(name="chat", instructions=INSTRUCTIONS,
+                  model=OpenAIResponsesModel(model=model, openai_client=async_client(url)))
+
+    async def run() -> list[Turn]:
+        turns: list[Turn] = []
+        previous = None
+        for question in questions:
+            started, first = time.perf_counter(), None
+            result = Runner.run_streamed(agent, question, previous_response_id=previous)
+            async for event in result.stream_events():
+                if first is None and event.type == "raw_response_event" \
+                        and event.data.type == "response.output_text.delta":
+                    first = time.perf_counter() - started
+            assert first is not None and result.last_response_id, question
+            usage = result.raw_responses[-1].usage
+            turns.append(Turn(str(result.final_output), first, usage.input_tokens,
+                              usage.input_tokens_details.cached_tokens))
+            previous = result.last_response_id
+        return turns
+
+    return asyncio.run(run())
+
+
+def chain_line(turns: list[Turn]) -> str:
+    """The chained run's figures, as the tests print them."""
+    parts = [f"turn {i}: TTFT {t.ttft_s * 1000:.0f} ms, {t.cached_tokens} of {t.input_tokens} "
+             "prompt tokens cached" for i, t in enumerate(turns, 1)]
+    return "; ".join(parts) + f"; turn 3 / turn 2 TTFT {turns[2].ttft_s / turns[1].ttft_s:.2f}"
+
+
 # --- the short form, on the fake pair --------------------------------------------------------
 
 def test_openai_a_call_under_auto_then_the_final_text(server):
@@ -194,3 +242,16 @@ def test_langchain_structured_output(server):
 def test_the_agents_sdk_calls_its_tool_under_auto_and_finishes_with_its_answer(server, responses):
     calls, output = agents_sdk(server, "m", responses)
     assert calls == ["Paris"] and output == f"The tool says: {SUNNY}"
+
+
+def test_an_agents_sdk_run_of_three_turns_chained_by_previous_response_id_reuses_the_cache(
+        server, capsys):
+    turns = agents_sdk_chain(server, "m")
+    with capsys.disabled():
+        print(f"\nAgents SDK chain (fake pair): {chain_line(turns)}")
+    assert [t.output for t in turns] == ["Paris is the capital of France."] * 3
+    # Each turn's prompt holds the one before it, answer included, and its slot kept it.
+    assert turns[0].cached_tokens == 0
+    for before, turn in zip(turns, turns[1:]):
+        assert turn.input_tokens > before.input_tokens
+        assert before.input_tokens <= turn.cached_tokens < turn.input_tokens

@@ -70,6 +70,22 @@ def test_evidence_is_kept_on_disk_for_its_pair_machine_and_build_only():
     assert EvidenceFile(path, identity(KEY, pair)).for_drafter("hybrid").plain_ms == 0
 
 
+def test_a_save_keeps_the_evidence_of_drafters_this_process_did_not_use(tmp_path):
+    """A process that answers with one drafter keeps the others' evidence an earlier process
+    left (the kill-and-restart test saw the file's answers go back: tests/test_serve_kills.py)."""
+    path, ident = tmp_path / "pair.json", {"pair": "p"}
+    first = EvidenceFile(path, ident)
+    for drafter, answers in (("hybrid", 3), ("lookup", 2)):
+        first.for_drafter(drafter).answers = answers
+    first.save()
+    second = EvidenceFile(path, ident)
+    second.for_drafter("lookup").answers += 1
+    second.save()
+    stored = json.loads(path.read_text())["drafters"]
+    assert {d: e["answers"] for d, e in stored.items()} == {"hybrid": 3, "lookup": 3}
+    assert EvidenceFile(path, ident).for_drafter("hybrid").answers == 3
+
+
 def test_evidence_of_another_format_is_refused():
     ev = Evidence(plain_ms=5.0)
     assert Evidence.restore(ev.as_dict()).plain_ms == 5.0

@@ -223,9 +223,10 @@ RESPONSES_REQUEST = {
                                              "function_call_output item"}}]},
         "instructions": {"type": "string", "nullable": True},
         "max_output_tokens": {"type": "integer", "minimum": 1, "nullable": True},
-        "tools": {"type": "array", "minItems": 1, "nullable": True, "items": {
-            "type": "object", "description": '{"type": "function", "name", "description", '
-                                             '"parameters", "strict"}'}},
+        "tools": {"type": "array", "nullable": True, "description": "an empty list is no tools",
+                  "items": {"type": "object",
+                            "description": '{"type": "function", "name", "description", '
+                                           '"parameters", "strict"}'}},
         "tool_choice": {"nullable": True},
         "parallel_tool_calls": TOOLS_FIELDS["parallel_tool_calls"],
         "text": {"type": "object", "nullable": True,

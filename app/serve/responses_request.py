@@ -54,7 +54,9 @@ def parse_responses(body: dict, offer: Offer, earlier: Sequence[dict] = ()) -> G
     for key in ("parallel_tool_calls",):
         if key in body:
             chat[key] = body[key]
-    if body.get("tools") is not None:
+    # An empty list is no tools, as OpenAI's Responses API reads it (the Agents SDK sends
+    # `tools: []` for an agent without tools).
+    if body.get("tools") is not None and body["tools"] != []:
         chat["tools"] = _tools(body["tools"])
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
