@@ -25,6 +25,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,9 @@ class CalibrationFile:
         # What this process kept, or the busy line of what it would not (None: neither yet).
         self.kept: str | None = None
         self._origins: dict[str, Origin] = {}
+        # `keep` reads the file, adds one drafter and writes it back: two drafters kept at once
+        # (slots calibrating together) go one at a time, so neither write drops the other's.
+        self._lock = threading.Lock()
 
     def origin(self, name: str) -> Origin | None:
         """Where drafter `name`'s calibration came from, the last one this file gave or was
@@ -183,12 +187,14 @@ class CalibrationFile:
             print(f"note: {calibration.busy}; this calibration is used but not kept, and the "
                   "next process measures again", file=sys.stderr, flush=True)
             return
-        drafters = self._drafters()
-        drafters[name] = {"model": model, "measured": measured, **stored(calibration)}
-        text = json.dumps({"format": FORMAT, "identity": self.identity, "drafters": drafters})
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_text(self.path, text, private=True)
+            with self._lock:
+                drafters = self._drafters()
+                drafters[name] = {"model": model, "measured": measured, **stored(calibration)}
+                text = json.dumps({"format": FORMAT, "identity": self.identity,
+                                   "drafters": drafters})
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_text(self.path, text, private=True)
         except OSError:
             # A store that cannot be written costs the next process a calibration, not this
             # answer.

@@ -20,8 +20,10 @@ from app.runtime.holder import PairHolder
 from app.runtime.queue import GenerationQueue
 from app.serve.server import create_app
 from bench.fakes.backend import FakeBackend
+from engine.control.costs import Calibration
 from engine.control.evidence import Evidence
 from engine.pair import Pair
+from loading.calibrations import CalibrationFile
 from loading.evidence import EvidenceFile, keep_evidence
 from loading.history import HistoryStore, owner_for_key
 from models.tuned import PairKey
@@ -147,6 +149,17 @@ def test_an_evidence_save_held_mid_write_is_not_renamed_over_a_newer_one(tmp_pat
     evidence: list[Evidence] = []
     interleaved(monkeypatch, lambda i: evidence.append(kept.for_drafter(f"d{i}")), kept.save)
     assert sorted(json.loads((tmp_path / "e.json").read_text())["drafters"]) == ["d0", "d1"]
+
+
+def test_two_calibrations_kept_at_once_are_both_in_the_file(tmp_path, monkeypatch):
+    """Two drafters calibrated together: the first keep held mid-write while the second keeps;
+    the file ends with both (without the store's lock the second reads the file before the
+    first is renamed, and the first is renamed over it: one calibration lost)."""
+    kept = CalibrationFile(tmp_path / "c.json", {"pair": "x"})
+    made = Calibration.from_points({1: 10.0, 2: 15.0}, {1: 2.0, 2: 2.0}, model_name="m")
+    names = iter(["d0", "d1"])
+    interleaved(monkeypatch, lambda i: None, lambda: kept.keep(next(names), "m", made))
+    assert sorted(json.loads((tmp_path / "c.json").read_text())["drafters"]) == ["d0", "d1"]
 
 
 @pytest.mark.parametrize("store", ["history", "evidence"])
