@@ -46,6 +46,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from engine.backend import ModelConfig
+from engine.control.registry import make_policy
 from engine.drafters.base import PLAIN, plain_alias
 from engine.events import DoneEvent, Event, TokenEvent
 from engine.generation_config import GenerationConfig
@@ -110,11 +111,14 @@ class Bench:
             slots.stream = stream  # type: ignore[method-assign]
 
     def warm(self, config: GenerationConfig, drafter: str | None) -> None:
-        """Calibrate `drafter` (None: the pair's default) as its first generation would, then
-        one short plain request on the warm-up prompt: the drafter's evidence stays as new."""
+        """Calibrate `drafter` (None: the pair's default) as its first generation would, to
+        what that generation's policy asks (the adaptive controller's need: a copy's width, past
+        the request's gamma), then one short plain request on the warm-up prompt: the drafter's
+        evidence stays as new."""
         name = self.pair.default_drafter if drafter is None else drafter
         if plain_alias(name) != PLAIN:
-            self.pair.calibration(name, config.gamma)
+            need = make_policy("adaptive", config.gamma).calibration_need()
+            self.pair.calibration(name, config.gamma if need is None else need)
         self.request(self.warm_prompt, replace(config, max_tokens=WARM_TOKENS), PLAIN,
                      self.now())
 

@@ -1,10 +1,12 @@
 """bench/concurrency.py on a cost profile's virtual clock: the serial queue makes each request
 wait for the ones before it, the slots run up to their number together, and clients past the
-slots wait for one to free, as `tandem serve` admits them; and no cell's run sees what another's left."""
+slots wait for one to free, as `tandem serve` admits them; no cell's run sees what another's left,
+and none measures a calibration its warm-up should have measured."""
 from __future__ import annotations
 
 import pytest
 
+import engine.knowledge
 from bench.concurrency import Bench, main, profile_pair
 from bench.fakes.costed import GPU
 from engine.generation_config import GenerationConfig
@@ -30,6 +32,32 @@ def test_the_serial_queue_makes_each_request_wait_for_the_ones_before():
     for k, d in enumerate(done):
         assert d.latency == pytest.approx((k + 1) * one, rel=0.05)
         assert d.ttft == pytest.approx(k * one + done[0].ttft, rel=0.05)
+
+
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_after_the_warm_up_the_default_drafters_clients_measure_no_calibration(monkeypatch,
+                                                                               parallel):
+    # The warm-up calibrates as the default's first generation would (the controller's need,
+    # a copy's width, not the request's gamma): a calibration inside the timed clients moved the
+    # virtual clock while the serial queue's next client waited (2 clients at 74.8 tok/s, 1 at
+    # 214.8) and while the slots' batches stood still.
+    b = profile_pair("gpu", parallel, 0.8)
+    try:
+        b.warm(CONFIG, None)
+        measured: list[int] = []
+        calibrate = engine.knowledge.calibrate
+
+        def counted(*args, **kwargs):
+            measured.append(args[2])
+            return calibrate(*args, **kwargs)
+        monkeypatch.setattr(engine.knowledge, "calibrate", counted)
+        done = sorted(b.clients(2, CONFIG, None), key=lambda d: d.latency)
+    finally:
+        b.pair.close()
+    assert measured == []
+    assert [d.tokens for d in done] == [TOKENS] * 2
+    if parallel == 1:  # the queue: the second waits for the first, nothing else
+        assert done[1].latency == pytest.approx(2 * done[0].latency, rel=0.05)
 
 
 def test_slots_run_together_and_clients_past_them_wait_for_one():
