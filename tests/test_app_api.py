@@ -42,7 +42,7 @@ def test_chat_streams_text_and_returns_stats(client):
     outputs = list(job)
     history, tokens_html, panel, stats, box, *_ = job.result()
     texts = [assistant_text(o[0]) for o in outputs if o[0]]
-    assert box == "" and history[-2]["role"] == "user" and history[-1]["role"] == "assistant"
+    assert box == {"__type__": "update"} and history[-2]["role"] == "user" and history[-1]["role"] == "assistant"
     assert stats["output_tokens"] > 0 and stats["drafted_tokens"] > 0 and stats["mode"] == "speculative"
     assert assistant_text(history) == stats["text"] and stats["text"]
     # Streamed: the page saw the answer grow before it was complete.

@@ -158,7 +158,7 @@ def test_respond_still_answers_without_a_system_prompt():
     holder = PairHolder(Pair(FakeBackend(), FakeBackend(noise=0.5)))
     *_, (history, _, panel, stats, box, meter) = respond(
         holder, StopFlags(), "s", "hi", [], controls.spec(holder.offer(), *GREEDY))
-    assert stats["output_tokens"] == 8 and box == "" and "context:" in meter
+    assert stats["output_tokens"] == 8 and box == gr.update() and "context:" in meter
 
 
 def test_the_predicted_output_box_drafts_and_its_tokens_show_as_drafted(tmp_path):
@@ -291,3 +291,13 @@ def test_an_answer_that_fails_midway_leaves_the_page_at_the_chats_revision(tmp_p
     *_, rev = last(t.run(REQUEST, "three", Values.of(values(history, chat_id, revision=rev))))
     assert [m["content"] for m in t.store.get(chat_id).messages if m["role"] == "user"] == [
         "one", "two", "three"]
+
+
+def test_only_the_first_frame_empties_the_textbox_so_what_is_typed_meanwhile_is_kept():
+    """The question leaves the box once; no later frame (the answer's stream, its end) empties
+    it again, else a next question typed while the answer ran would be lost."""
+    holder = PairHolder(Pair(FakeBackend(), FakeBackend(noise=0.5)))
+    frames = list(respond(holder, StopFlags(), "s", "hi", [],
+                          controls.spec(holder.offer(), *GREEDY)))
+    assert len(frames) >= 2 and frames[0][4] == ""
+    assert all(f[4] == gr.update() for f in frames[1:])

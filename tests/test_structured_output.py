@@ -188,7 +188,7 @@ def test_the_chat_answers_in_the_schema_with_forced_tokens_coloured_and_counted(
     spec = page_spec(SCHEMA, json.dumps(SCHEMA_DOC))
     *_, (history, tokens, panel, stats, box, _) = respond(holder, StopFlags(), "s", "hi", [], spec)
     assert follows_schema(stats["text"]) and history[-1]["content"] == stats["text"]
-    assert stats["forced_tokens"] > 0 and box == ""
+    assert stats["forced_tokens"] > 0 and box == gr.update()
     assert f'class="tok-{FORCED}"' in tokens and metrics.ORIGIN_COLORS[FORCED] in tokens
     assert f"{stats['forced_tokens']} {FORCED}" in tokens
     share = round(100 * stats["forced_tokens"] / stats["output_tokens"])

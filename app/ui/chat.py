@@ -101,7 +101,8 @@ def pop_last_turn(history: list[dict]) -> tuple[list[dict], str]:
 def respond(holder: PairHolder, flags: StopFlags, session: str, message: str, history: list[dict],
             spec: RunSpec, system: str = "", overflow: str = OVERFLOW) -> Iterator[Frame]:
     """Yield (history, token view, metrics panel, stats, textbox, context meter) while the answer
-    streams, once this answer's turn in the holder's queue (shared with the API) has come. The
+    streams, once this answer's turn in the holder's queue (shared with the API) has come. Only
+    the first frame empties the textbox: what is typed there while the answer runs is kept. The
     chat is fitted to the context by `overflow` (app/runtime/overflow.py). With `spec.history`
     the answer drafts from the history of past requests and is added to it."""
     if not message or not message.strip():
@@ -178,7 +179,7 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
                     last = time.monotonic()
                     history[at:] = shown.messages(answer)
                     yield (history, metrics.token_view(pieces), metrics.live_panel(stats), None,
-                           "", meter(len(pieces)))
+                           gr.update(), meter(len(pieces)))
             elif isinstance(ev, StaleDraftEvent):
                 gr.Warning(stale_line(ev))
             elif isinstance(ev, DoneEvent):
@@ -186,7 +187,7 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
                     past.save()
                 history[at:] = shown.messages(ev.text, done=True)
                 yield (history, metrics.token_view(pieces), metrics.live_panel(ev.stats, done=True),
-                       stats_payload(ev.stats, ev.text), "", meter(ev.stats.output_tokens))
+                       stats_payload(ev.stats, ev.text), gr.update(), meter(ev.stats.output_tokens))
                 return
     except TandemError as exc:
         raise gr.Error(str(exc)) from None
@@ -199,7 +200,7 @@ def _answer(holder: PairHolder, flags: StopFlags, session: str, message: str, hi
         stats.finish_reason = "stopped"
         stats.output_tokens = len(pieces)
     yield (history, metrics.token_view(pieces), metrics.live_panel(stats, done=False, note="stopped"),
-           stats_payload(stats, answer) if stats else None, "", meter(len(pieces)))
+           stats_payload(stats, answer) if stats else None, gr.update(), meter(len(pieces)))
 
 
 def _settings(drafters: list[str], default_drafter: str) -> tuple[list, gr.Checkbox, gr.Button, list,
