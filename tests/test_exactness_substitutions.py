@@ -19,6 +19,7 @@ from engine.drafters.base import Proposal
 from engine.drafters.prediction import PredictionDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.substitutions import Substitutions
+from engine.events import DoneEvent
 from engine.generation_config import GenerationConfig
 from engine.generator import generate
 from engine.rng import Rng
@@ -115,9 +116,9 @@ def rename_law(kind: str, monkeypatch) -> tuple[dict, dict, int]:
         policy = AdaptiveController(max_gamma=2, draft_ms=[0.0] * 65, verify_ms=FLAT,
                                     opening=())
         config = GenerationConfig(params=params, gamma=2, max_tokens=N)
-        events = list(generate(target, DRAFTERS[kind](), PROMPT, config, policy, rng=rng,
-                               clock=clock.now))
-        return events[-1].tokens
+        done = [ev for ev in generate(target, DRAFTERS[kind](), PROMPT, config, policy,
+                                      rng=rng, clock=clock.now) if isinstance(ev, DoneEvent)]
+        return done[0].tokens
 
     spec = exact_law(run)
     return spec, target_law(RenameTarget(), PROMPT, params, N), rewrites[0]
