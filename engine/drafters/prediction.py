@@ -11,7 +11,9 @@ again. Among several occurrences the copy comes from the one that agrees with th
 back, then the one nearest the answer's own position (a file is rewritten in order). Where the
 prediction has no match the drafter it wraps plans the round (hybrid: its copy from the context
 or the history, else the model). Tokens carry no probabilities: the target verifies them with the
-one-hot rule, so the output is exactly the target's.
+one-hot rule, so the output is exactly the target's. The copy drafts the renames the answer has
+made to the prediction (engine/drafters/substitutions.py: the answer aligned against the
+prediction as it is committed; a learnt S -> A is drafted as A where the copy holds S).
 
 The plan is a function of the committed text (the prompt included) and the prediction alone,
 which is what an exact decision may read (docs/EXACTNESS.md).
@@ -26,6 +28,7 @@ import numpy as np
 from engine.drafters.base import Drafter, Keep, Proposal, empty_proposal
 from engine.drafters.history_index import MATCH_MAX, HistoryIndex
 from engine.drafters.prompt_lookup import NgramIndex
+from engine.drafters.substitutions import SPAN_MAX, Alignment
 from engine.grammar.guide import Guide
 from engine.rng import Rng
 from engine.round_plan import PREDICTION, RoundPlan
@@ -64,6 +67,7 @@ class PredictionDrafter(Drafter):
         self._text = [*self._lead, *self.prediction]
         self._index = NgramIndex(self._text, range(ngram, ngram + 1))
         self._index.update()
+        self._alignment: Alignment | None = None
 
     def with_history(self, history: HistoryIndex) -> "PredictionDrafter":
         return PredictionDrafter(self.inner.with_history(history), self.prediction,
@@ -106,8 +110,38 @@ class PredictionDrafter(Drafter):
                 best_start, best_match, best_gap = start, m, gap
         return best_start, best_match
 
+    def _aligned(self, context: Sequence[int]) -> Alignment:
+        """The answer's alignment against the prediction, fed up to `context`'s end (a new
+        one for another list)."""
+        alignment = self._alignment
+        if alignment is None or alignment.text is not context:
+            alignment = self._alignment = Alignment(self._text, context, len(self._prompt),
+                                                    lambda i: self._locate(context, i))
+        alignment.update()
+        return alignment
+
+    def _locate(self, context: Sequence[int], i: int) -> int:
+        """Where in the prediction a lost answer follows after its token i: after the
+        occurrence of the n-gram ending at i nearest the answer's position, or -1."""
+        n = self.ngram
+        hits = self._index.occurrences(n, tuple(int(t) for t in context[i + 1 - n:i + 1]))
+        lo = bisect_left(hits, len(self._lead) - n)
+        if lo == len(hits):
+            return -1
+        here = len(self._lead) + i + 1 - len(self._prompt) - n
+        mid = bisect_left(hits, here, lo)
+        near = hits[max(lo, mid - 1):mid + 1]
+        return min(near, key=lambda h: abs(h - here)) + n
+
     def plan(self, context: Sequence[int], params: SamplingParams) -> RoundPlan:
         start, match = self.match(context)
+        subs = self._aligned(context).substitutions
+        if match and subs.pairs:
+            text = self._text
+            tokens = tuple(subs.rewrite(text, start, min(len(text), start + self.max_draft
+                                                           + SPAN_MAX), self.max_draft))
+            return RoundPlan(PREDICTION, PREDICTION_DRAFTER, tokens=tokens, match=match,
+                             context=context)
         if match:
             tokens = tuple(self._text[start:start + self.max_draft])
             return RoundPlan(PREDICTION, PREDICTION_DRAFTER, tokens=tokens, match=match,
@@ -138,6 +172,7 @@ class PredictionDrafter(Drafter):
         self.inner.pad_catch_up(widths)
 
     def reset(self) -> None:
+        self._alignment = None
         self.inner.reset()
 
 

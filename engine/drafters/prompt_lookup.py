@@ -7,7 +7,9 @@ by default), else of the latest (the round's plan holds the copy, engine/round_p
 round takes as much of it as its gamma allows: the adaptive controller prices it at its length). Tokens carry no probabilities (q is None), so the target verifies them
 with the one-hot rule, which keeps the output exact. A copy ends at an end-of-generation token
 (`is_eog`, when given): the chat template's turn ends are in the prompt, and nothing after one can
-be committed.
+be committed. A copy drafts the renames the answer has made to the text it copies
+(engine/drafters/substitutions.py): the answer is aligned against the context as it is committed,
+and a learnt S -> A is drafted as A where the copy holds S.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from engine.drafters.base import Drafter, Keep, Proposal, empty_proposal
 from engine.drafters.history_index import MATCH_MAX
+from engine.drafters.substitutions import SPAN_MAX, Alignment
 from engine.round_plan import CONTEXT, NO_PLAN, RoundPlan
 from engine.errors import SettingsError
 from engine.generation_config import COPY_MAX
@@ -41,6 +44,7 @@ class PromptLookupDrafter(Drafter):
         self.max_draft = max_draft
         self.is_eog = is_eog
         self._index: NgramIndex | None = None
+        self._alignment: Alignment | None = None
 
     def find(self, context: Sequence[int], want: int) -> tuple[int, int, int]:
         """(n, start, length) of the continuation to copy; length 0 when nothing matches."""
@@ -65,23 +69,47 @@ class PromptLookupDrafter(Drafter):
         if index is None or not index.extends(context):
             index = self._index = NgramIndex(context, range(self.ngram_min, self.ngram_max + 1),
                                              self.is_eog)
+            # The answer is what is committed after this first call's context.
+            self._alignment = Alignment(context, context, len(context), self._locate)
         index.update()
         return index
 
+    def _locate(self, i: int) -> int:
+        """Where in the context a lost answer follows after its token i: after the earlier
+        occurrence of the n-gram ending at i that `find` would copy from then, or -1."""
+        assert self._index is not None
+        n = self.ngram_max
+        if i < n:
+            return -1
+        hits = self._index.occurrences(n, self._index.window(i + 1 - n, i + 1))
+        last = bisect_right(hits, i - n)
+        if not last:
+            return -1
+        j = bisect_right(hits, i + 1 - n - self.max_draft, 0, last) - 1
+        return (hits[j] if j >= 0 else hits[last - 1]) + n
+
     def reset(self) -> None:
         self._index = None
+        self._alignment = None
 
     def plan(self, context: Sequence[int], params: SamplingParams) -> RoundPlan:
         """A copy of what followed the latest match of the context's end (up to `max_draft`
         tokens, ending at an end-of-generation token), with the match's length: the n-gram
         extended back as far as the context agrees (up to MATCH_MAX); nothing without a match."""
         n, start, length = self.find(context, self.max_draft)
+        # The index has found the context's end tokens as it grew (`find` brought it up to date).
+        assert self._index is not None and self._alignment is not None
+        self._alignment.update()
         if not length:
             return NO_PLAN
-        # The index has found the context's end tokens as it grew (`find` brought it up to date).
-        assert self._index is not None
-        stop = self._index.first_end(start, start + length) + 1
-        tokens = list(map(int, context[start:stop]))
+        subs = self._alignment.substitutions
+        if subs.pairs:
+            stop = self._index.first_end(
+                start, min(len(context), start + self.max_draft + SPAN_MAX)) + 1
+            tokens = subs.rewrite(context, start, stop, self.max_draft)
+        else:
+            stop = self._index.first_end(start, start + length) + 1
+            tokens = list(map(int, context[start:stop]))
         i, j = start - n - 1, len(context) - n - 1
         while n < MATCH_MAX and i >= 0 and context[i] == context[j]:
             n, i, j = n + 1, i - 1, j - 1
@@ -135,6 +163,14 @@ class NgramIndex:
     def starts(self, n: int, context: Sequence[int]) -> list[int]:
         """Ascending starts of the earlier occurrences of the context's final n-gram."""
         return self._starts[n].get(tuple(map(int, context[len(context) - n:])), [])
+
+    def window(self, start: int, stop: int) -> tuple[int, ...]:
+        """The indexed text's tokens [start, stop), as the index keys them."""
+        return tuple(map(int, self._context[start:stop]))
+
+    def occurrences(self, n: int, gram: tuple[int, ...]) -> list[int]:
+        """Ascending starts of the indexed occurrences of the n-gram `gram`."""
+        return self._starts[n].get(gram, [])
 
     def first_end(self, start: int, stop: int) -> int:
         """The position of the first end-of-generation token in [start, stop), or stop - 1
