@@ -894,3 +894,58 @@ def test_a_longer_match_starts_from_a_shorter_ones_evidence():
     for _ in range(3):
         lost.estimator.learn(RoundPlan(CONTEXT, match=3).acceptance_key, 8, 0)
     assert lost.estimator.prior(long.acceptance_key) == lost.constants.prior
+
+
+def test_the_kept_paying_bounds_answer_as_the_direct_computation_does():
+    """`_model_pays` keeps, per margin and cost shape, where paying starts: at every acceptance,
+    margin and cost curve it answers as `_first_paying` itself does (a bound on the wrong side
+    of the threshold would flip decisions near it)."""
+    from engine.control.controller import _first_paying
+    rng = np.random.default_rng(7)
+    inside = 0
+    for trial in range(40):
+        # Flat (a GPU's) to steep (a CPU's) curves, a draft token at 0.01-0.6 of a target's.
+        slope = float(rng.uniform(0.02, 1.0))
+        verify = [100.0 * (1.0 + slope * w) for w in range(9)]
+        c = AdaptiveController(max_gamma=8, draft_ms=draft_table(float(rng.uniform(1, 60))),
+                               verify_ms=verify, model_name="draft-model")
+        costs = c.costs
+        assert costs is not None
+        rounds = c._model_round_costs(costs)
+        for margin in (0.0, 0.1, 0.3):
+            for a in np.concatenate((rng.uniform(0.0, 1.0, 60), [0.0, 1.0])).tolist():
+                assert c._model_pays(a, margin) == (_first_paying(a, rounds, margin) <= 8), (
+                    trial, margin, a)
+            lo, hi = c._floors[margin]
+            inside += 0.0 < lo < 1.0
+            # Near the threshold too: just outside each bound.
+            for a in (lo, hi, lo - 1e-9, hi + 1e-9):
+                assert c._model_pays(a, margin) == (_first_paying(a, rounds, margin) <= 8)
+    # Most curves start paying somewhere inside (0, 1), where a wrong bound would show.
+    assert inside >= 40
+
+
+def test_the_paying_bounds_follow_the_draft_cost_and_the_curve_shape():
+    """A draft that got dearer (a model round's measurement) or a verify curve that changed
+    shape (a wide round's) is priced afresh: the kept bounds are dropped."""
+    c = controller(per_token=5.0)
+    costs = c.costs
+    assert costs is not None
+    assert c._model_pays(0.8, 0.1)
+    stamp = c._floors_stamp
+    for _ in range(40):
+        costs.learn_draft(500.0, 1, 0)
+    assert (costs.shape, costs.draft_shape) != stamp
+    assert not c._model_pays(0.8, 0.1)
+
+
+def test_the_estimators_top_is_its_expected_rows_largest():
+    c = controller()
+    est = c.estimator
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        g = int(rng.integers(1, 9))
+        est.learn(MODEL, g, int(rng.integers(0, g + 1)))
+        est.observe_confidence(float(rng.uniform()))
+        for n in (1, 4, 8):
+            assert est.top(MODEL, n) == float(est.expected(MODEL, n)[0].max())

@@ -146,6 +146,9 @@ class AdaptiveController(GammaPolicy):
         # the text has matched so far.
         self._watched: tuple[str, tuple[int, ...], int] | None = None
         self._losing_reasons: dict[str, tuple[tuple[float, int, int], str]] = {}
+        # `_model_pays`' bounds per margin, for the costs' shape they were found at.
+        self._floors_stamp: tuple[int, int] = (-1, -1)
+        self._floors: dict[float, tuple[float, float]] = {}
         if verify_ms is not None:
             self.use_calibration(Calibration(
                 list(draft_ms if draft_ms is not None else [0.0] * len(verify_ms)),
@@ -384,21 +387,43 @@ class AdaptiveController(GammaPolicy):
         confidence), so this is asked afresh each round: a few Python floats where the full
         prediction is a dozen array operations, and the same decision (the catch-up only
         makes a round dearer)."""
-        costs = self._costs()
         c = self.constants
-        n = self.max_gamma
-        a = self.estimator.expected(plan.acceptance_key, n, 1.0, c.hope)[0]
-        top = float(a.max())
-        verify = costs.verify_costs(n + 1).tolist()
-        step = costs.draft_token
-        rounds = [verify[0]] + [verify[g] + g * step for g in range(1, n + 1)]
-        if _first_paying(top, rounds, self._margin(plan)) <= n:
+        top = self.estimator.top(plan.acceptance_key, self.max_gamma)
+        if self._model_pays(top, self._margin(plan)):
             return None
         ev = self.evidence
-        if ev.explored_ms < c.explore_share * ev.plain_ms and _first_paying(
-                self.optimistic_acceptance(plan), rounds, c.margin) <= n:
+        if ev.explored_ms < c.explore_share * ev.plain_ms and self._model_pays(
+                self.optimistic_acceptance(plan), c.margin):
             return None
         return top
+
+    def _model_pays(self, a: float, margin: float) -> bool:
+        """Whether some model round up to `max_gamma` pays by `margin` (without its catch-up)
+        with every position accepted at `a`: `_first_paying` on the model's round costs. Paying
+        only grows with `a`, so each margin keeps the bounds of the acceptance where paying
+        starts until the costs change shape (`CostModel.shape`, `draft_shape`; a plain round
+        scales them all alike): outside them the answer is known, inside it is computed."""
+        costs = self._costs()
+        stamp = (costs.shape, costs.draft_shape)
+        if self._floors_stamp != stamp:
+            self._floors_stamp, self._floors = stamp, {}
+        bounds = self._floors.get(margin)
+        if bounds is None:
+            bounds = self._floors[margin] = _paying_bounds(
+                self._model_round_costs(costs), margin, self.max_gamma)
+        lo, hi = bounds
+        if a <= lo:
+            return False
+        if a >= hi:
+            return True
+        return _first_paying(a, self._model_round_costs(costs), margin) <= self.max_gamma
+
+    def _model_round_costs(self, costs: CostModel) -> list[float]:
+        """A model round's cost at gamma 0..max_gamma, catch-up left out (plain floats)."""
+        n = self.max_gamma
+        verify = costs.verify_costs(n + 1).tolist()
+        step = costs.draft_token
+        return [verify[0]] + [verify[g] + g * step for g in range(1, n + 1)]
 
     def _closes(self, kept: "_Bounds", costs: CostModel, plan: RoundPlan, n: int) -> bool:
         """Whether at `kept`'s bounds no gamma up to `n` pays (`_loses`)."""
@@ -736,6 +761,32 @@ def _first_paying(a: float, costs: list[float], margin: float) -> int:
         if saved > 0 and saved > margin * (cost - one):
             return g
     return len(costs)
+
+
+def _paying_bounds(costs: list[float], margin: float, n: int,
+                   steps: int = 48) -> tuple[float, float]:
+    """(lo, hi): at an acceptance of `lo` or less no gamma up to `n` pays by `margin` on round
+    costs `costs` (`_first_paying`), at `hi` or more one does; found by bisection, which holds
+    because paying only grows with the acceptance (every E(g) does).
+
+    >>> lo, hi = _paying_bounds([1.0, 1.5, 2.0], 0.1, 2)
+    >>> _first_paying(lo, [1.0, 1.5, 2.0], 0.1), _first_paying(hi, [1.0, 1.5, 2.0], 0.1)
+    (3, 1)
+    >>> 0.0 < lo < hi < 1.0 and hi - lo < 1e-12
+    True
+    """
+    if _first_paying(0.0, costs, margin) <= n:
+        return -math.inf, 0.0
+    if _first_paying(1.0, costs, margin) > n:
+        return 1.0, math.inf
+    lo, hi = 0.0, 1.0
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if _first_paying(mid, costs, margin) <= n:
+            hi = mid
+        else:
+            lo = mid
+    return lo, hi
 
 
 def _best_paying(p: Prediction, margin: float) -> int:

@@ -302,6 +302,9 @@ class CostModel:
         # Bumped whenever the verify curve changes shape (a wide round's measurement): what
         # only the curve's ratios decide may be kept until then.
         self.shape = 0
+        # Bumped whenever a draft token's cost moves against the verify curve (a model round's
+        # measurement): what the model's round costs' ratios decide may be kept until then.
+        self.draft_shape = 0
         self._gammas = np.arange(COPY_MAX + 1, dtype=np.float64)
 
     def verify_costs(self, n: int) -> np.ndarray:
@@ -400,6 +403,7 @@ class CostModel:
         """A model round drafted `proposed` tokens in `draft_ms`, after a lag of `lag`."""
         per_token = max(draft_ms - self.catch_up_ms(lag), 0.0) / proposed
         self.draft_token += self.rate * (per_token - self.draft_token)
+        self.draft_shape += 1
 
     def learn_verify(self, width: int, measured: float) -> None:
         self.verify = np.asarray(self.verify, dtype=np.float64)

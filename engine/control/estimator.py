@@ -109,6 +109,7 @@ class AcceptanceEstimator:
         self.scale_conf = 0.0
         # The last `expected` answer, with what it was computed from.
         self._memo: tuple[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self._top_memo: tuple[tuple, float] | None = None
 
     @property
     def model(self) -> Counts:
@@ -158,6 +159,21 @@ class AcceptanceEstimator:
                   np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(hopeful, cap))))))
         self._memo = (memo_key, result)
         return result
+
+    def top(self, key: str, n: int) -> float:
+        """The largest a_j (j < n) of `expected(key, n)`, uncapped and without hope, computed
+        alike (so equal to it) without the E(g) sums; kept until the key's counts change."""
+        k = self.constants
+        counts = self.counts(key)
+        prior = self.prior(key)
+        memo_key = (key, id(counts), counts.version, n, prior, k.prior_weight)
+        if self._top_memo is not None and self._top_memo[0] == memo_key:
+            return self._top_memo[1]
+        tries, hits = counts.tries[:n], counts.hits[:n]
+        pooled = (hits.sum() + k.prior_weight * prior) / (tries.sum() + k.prior_weight)
+        top = float(((hits + k.prior_weight * pooled) / (tries + k.prior_weight)).max())
+        self._top_memo = (memo_key, top)
+        return top
 
     def ceiling(self, key: str, n: int) -> float:
         """The most any a_j (j < n) of `expected(key, ...)` can be (uncapped, without hope)
@@ -228,5 +244,5 @@ class AcceptanceEstimator:
         keys = {str(k): Counts.from_dict(v) for k, v in d["keys"].items()}
         keys.setdefault(MODEL, Counts())
         self.keys = keys
-        self._memo = None
+        self._memo = self._top_memo = None
         self.scale_hits, self.scale_conf = float(d["scale_hits"]), float(d["scale_conf"])
