@@ -251,7 +251,9 @@ def test_an_agents_sdk_run_of_three_turns_chained_by_previous_response_id_reuses
         print(f"\nAgents SDK chain (fake pair): {chain_line(turns)}")
     assert [t.output for t in turns] == ["Paris is the capital of France."] * 3
     # Each turn's prompt holds the one before it, answer included, and its slot kept it.
-    assert turns[0].cached_tokens == 0
+    # The first turn continues nothing: the shared server's slots may hold an earlier test's
+    # request, whose first template tokens it can share (CI saw 1 of 137), never its prompt whole.
+    assert turns[0].cached_tokens < turns[0].input_tokens
     for before, turn in zip(turns, turns[1:]):
         assert turn.input_tokens > before.input_tokens
         assert before.input_tokens <= turn.cached_tokens < turn.input_tokens
