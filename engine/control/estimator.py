@@ -152,8 +152,7 @@ class AcceptanceEstimator:
         if self._memo is not None and self._memo[0] == memo_key:
             return self._memo[1]
         tries, hits = counts.tries[:n], counts.hits[:n]
-        pooled = (hits.sum() + k.prior_weight * prior) / (tries.sum() + k.prior_weight)
-        a = (hits + k.prior_weight * pooled) / (tries + k.prior_weight)
+        a, pooled = self._rates(counts, n, prior)
         hopeful = (hits + k.prior_weight * pooled + hope) / (tries + k.prior_weight + hope)
         result = (a, np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(a, cap))))),
                   np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(np.minimum(hopeful, cap))))))
@@ -169,11 +168,17 @@ class AcceptanceEstimator:
         memo_key = (key, id(counts), counts.version, n, prior, k.prior_weight)
         if self._top_memo is not None and self._top_memo[0] == memo_key:
             return self._top_memo[1]
-        tries, hits = counts.tries[:n], counts.hits[:n]
-        pooled = (hits.sum() + k.prior_weight * prior) / (tries.sum() + k.prior_weight)
-        top = float(((hits + k.prior_weight * pooled) / (tries + k.prior_weight)).max())
+        top = float(self._rates(counts, n, prior)[0].max())
         self._top_memo = (memo_key, top)
         return top
+
+    def _rates(self, counts: Counts, n: int, prior: float) -> tuple[np.ndarray, float]:
+        """(a_j for j < n, the pooled rate they shrink towards): each position's hits over its
+        tries, with `prior_weight` imagined tries at the pooled rate (itself shrunk to `prior`)."""
+        w = self.constants.prior_weight
+        tries, hits = counts.tries[:n], counts.hits[:n]
+        pooled = (hits.sum() + w * prior) / (tries.sum() + w)
+        return (hits + w * pooled) / (tries + w), pooled
 
     def ceiling(self, key: str, n: int) -> float:
         """The most any a_j (j < n) of `expected(key, ...)` can be (uncapped, without hope)
