@@ -10,8 +10,9 @@ its models as loaded, the machine, the build) and the load's settings that chang
 decode runs (`settings`: threads, GPU layers, batch size, flash attention, KV cache type, RPC
 workers, the early-exit depth, the GPU). A file of another identity is stale: it is not read,
 and the next keep replaces it. A file that cannot be parsed is set aside with one warning line,
-and an entry that does not hold a whole calibration counts as none: either way the drafter is
-measured again, never refused. A calibration taken while the machine was busy
+and an entry that does not hold a whole calibration, or was measured at fewer widths than this
+build times (`Calibration.covers`), counts as none: either way the drafter is measured again,
+never refused. A calibration taken while the machine was busy
 (`Calibration.busy`) is said so in one line and not kept, so a later process measures again. The
 file is written atomically and user-only (models/atomic.py), like the evidence. Each entry says
 when it was measured, and the file says where the calibration each drafter runs with in this
@@ -171,7 +172,7 @@ class CalibrationFile:
             found = restored(entry)
         except ValueError:
             return None
-        if len(found.verify_ms) < widths:
+        if len(found.verify_ms) < widths or not found.covers(widths):
             return None
         measured = entry.get("measured")
         self._origins[name] = Origin(measured if isinstance(measured, str) else None,

@@ -166,6 +166,42 @@ def test_a_narrower_kept_calibration_is_measured_again_to_the_width_asked(tmp_pa
     assert kept[-1][0] == COPY_GAMMA + 1
 
 
+def test_an_entry_kept_by_a_build_that_timed_fewer_widths_is_measured_again(tmp_path):
+    # Kept before the multiples of 16 were timed with their neighbours: 15, 17, 31, ... are
+    # missing, so the entry's interpolated costs are not trusted and the target is timed again.
+    path = tmp_path / "pair.json"
+    first, _, _ = counted_pair()
+    first.knowledge.keep_calibrations_in(CalibrationFile(path, ident(first)))
+    calibrate_to_copies(first)
+    found = json.loads(path.read_text())
+    old_grid = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 48, 64, COPY_GAMMA + 1}
+    entry = found["drafters"]["hybrid"]
+    entry["verify"] = [[w, ms] for w, ms in entry["verify"] if w in old_grid]
+    path.write_text(json.dumps(found))
+    again, target, _ = counted_pair()
+    again.knowledge.keep_calibrations_in(CalibrationFile(path, ident(again)))
+    cal = calibrate_to_copies(again)
+    assert sorted(set(target.widths[2:])) == list(cal.verify_widths) == [*VERIFY_WIDTHS, COPY_GAMMA + 1]
+    assert [w for w, _ in json.loads(path.read_text())["drafters"]["hybrid"]["verify"]] == list(cal.verify_widths)
+    # The control: the entry as this build keeps it is restored without a decode.
+    third, target, _ = counted_pair()
+    third.knowledge.keep_calibrations_in(CalibrationFile(path, ident(third)))
+    calibrate_to_copies(third)
+    assert target.widths == []
+
+
+def test_each_multiple_of_16_is_timed_with_its_neighbours():
+    for m in (16, 32, 48):
+        assert {m - 1, m, m + 1} <= set(VERIFY_WIDTHS)
+    assert {63, 64} <= set(VERIFY_WIDTHS) and max(VERIFY_WIDTHS) == COPY_GAMMA
+    # Over such a grid a verify of 31 is priced from its own measurement, not from 24 and 32.
+    curve = {w: float(w) for w in range(1, 66)}
+    curve.update({16: 12.0, 32: 25.0, 48: 40.0, 64: 52.0})
+    cal = Calibration.from_points({w: curve[w] for w in (*VERIFY_WIDTHS, 65)}, None)
+    assert cal.verify_ms[30] == pytest.approx(31.0) and cal.verify_ms[31] == pytest.approx(25.0)
+    assert padded_width(cal.verify_ms, 30) == 32 and padded_width(cal.verify_ms, 20) == 20
+
+
 @pytest.mark.parametrize("change", ["settings", "machine", "model"])
 def test_other_settings_another_machine_or_another_model_recalibrate(tmp_path, change):
     path = tmp_path / "pair.json"

@@ -67,10 +67,15 @@ from engine.widths import padded_width
 # The widths a calibration times the target at, up to the widest it is asked for (which it always
 # times): every width to 9, where the CPU's batch kernels make neighbours differ most
 # (engine/widths.py), then sparser as the curve straightens, to the 64 tokens a copy drafts (and
-# its verify of 65). Between them a cost is interpolated (`dense`): measured on this Zen 3 the
-# curve runs 9.32, 10.4, 9.05, 13.3, 15.6, 21.8, 27.8 target tokens at 9, 12, 16, 24, 32, 48, 64
-# (issue 62), each step nearly straight.
-VERIFY_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 48, 64)
+# its verify of 65). Between them a cost is interpolated (`dense`). Tiled kernels make a width
+# that fills whole tiles cheaper than both its neighbours, so each multiple of 16 is timed with
+# the widths either side of it, and the multiple of 8 between: measured at every width on a Zen 4
+# (issue 62, 2 threads, target tokens), 15/16/17 cost 9.90/7.97/9.13, 31/32/33 16.9/15.0/17.9,
+# 47/48/49 21.9/19.2/21.8 and 63/64 28.2/25.4. Interpolated over 16, 24, 32 alone, a verify of 31
+# was priced at 11.2 where it took 15.2, so copies were drafted to widths that cost a third more
+# than their price, and never padded to the cheaper 32.
+VERIFY_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 49, 56,
+                 63, 64)
 # The draft model decodes its drafts a token at a time (at most the adaptive maximum, 8, a
 # round, with one row per slot drafting at that depth) and catches up on what it has not seen
 # in one batch: every width to 9, and 12 and 16 for the catch-up after a long copy. Past 16 its
@@ -86,7 +91,7 @@ def sparse_widths(widths: Sequence[int], widest: int) -> list[int]:
     """The widths of `widths` below `widest`, then `widest`.
 
     >>> sparse_widths(VERIFY_WIDTHS, 20), sparse_widths(DRAFT_WIDTHS, 3)
-    ([1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 20], [1, 2, 3])
+    ([1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 20], [1, 2, 3])
     """
     return [w for w in widths if w < widest] + [widest]
 
@@ -158,6 +163,18 @@ class Calibration:
         dw = self.draft_widths or (range(1, len(self.draft_ms) + 1) if any(self.draft_ms)
                                    else ())
         return ({w: self.verify_ms[w - 1] for w in vw}, {w: self.draft_ms[w - 1] for w in dw})
+
+    def covers(self, widest: int) -> bool:
+        """Whether it was measured at every width `calibrate` times below `widest` (or at every
+        width), so that one kept by a build that timed fewer widths is measured again.
+
+        >>> Calibration.from_points({1: 1.0, 16: 8.0, 24: 12.0}, None).covers(9)
+        False
+        >>> Calibration([0.0] * 3, [1.0, 2.0, 3.0]).covers(3)
+        True
+        """
+        measured = set(self.verify_widths)
+        return not measured or all(w in measured for w in VERIFY_WIDTHS if w < widest)
 
     def as_kwargs(self) -> dict:
         return {"draft_ms": self.draft_ms, "verify_ms": self.verify_ms,
